@@ -1,0 +1,3 @@
+from tokendp.cli import main
+
+main()

@@ -1,0 +1,1 @@
+"""tokendp.accounting"""

@@ -1,0 +1,21 @@
+"""The `tokendp` command line: a thin shell over the library.
+
+Each sub-command lives in its own module and is registered here. Errors from the
+library (`tokendp.errors`) become exit code 2 with their message; no privacy logic here.
+"""
+
+from __future__ import annotations
+
+import click
+
+from tokendp import __version__
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, prog_name="tokendp")
+def main() -> None:
+    """Token-level differential privacy for large language models.
+
+    Rewrite documents (sanitize), generate synthetic text (synthesize), tag PII (tag),
+    and compute privacy budgets (account), each with a formal (epsilon, delta) guarantee.
+    """

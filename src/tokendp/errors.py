@@ -1,0 +1,20 @@
+"""Errors the library raises on bad input. The CLI maps them to exit codes.
+
+Messages say what is wrong and what to do; they never carry private text.
+"""
+
+
+class TokenDPError(Exception):
+    """Base class of tokendp's own errors."""
+
+
+class InvalidParameterError(TokenDPError, ValueError):
+    """A privacy or generation parameter is out of range (CLI exit code 2)."""
+
+
+class InvalidInputError(TokenDPError, ValueError):
+    """A document, span file or model input is malformed (CLI exit code 2)."""
+
+
+class BudgetExceededError(TokenDPError):
+    """A ledger refused a step that would exceed a privacy budget."""

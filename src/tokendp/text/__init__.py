@@ -1,0 +1,5 @@
+"""Text side: spans, taggers, grouping, and building public/private contexts."""
+
+from tokendp.text.spans import Span
+
+__all__ = ["Span"]
