@@ -1,0 +1,55 @@
+"""Frozen privacy events: what one released token costs, from public parameters only.
+
+An event describes the privacy loss of one mechanism invocation for one protected unit
+(a privacy group, a reference, a shard). Mechanisms return a mapping ``unit -> event`` per
+generated token; a :class:`~tokendp.accounting.ledger.Ledger` composes them. Data-dependent
+quantities (realised divergences or mixing weights) are diagnostics and never events.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from tokendp.errors import InvalidParameterError
+
+
+def _check_nonnegative(name: str, value: float) -> None:
+    if not (isinstance(value, (int, float)) and math.isfinite(value) and value >= 0):
+        raise InvalidParameterError(f"{name} must be a finite number >= 0, got {value!r}")
+
+
+@dataclass(frozen=True)
+class PureDpEvent:
+    """An epsilon-DP mechanism (pure DP, delta = 0)."""
+
+    epsilon: float
+
+    def __post_init__(self) -> None:
+        _check_nonnegative("epsilon", self.epsilon)
+
+
+@dataclass(frozen=True)
+class RdpEvent:
+    """A mechanism that is (alpha, rdp)-RDP at the single order ``alpha`` > 1 (Mironov 2017, Def. 4)."""
+
+    alpha: float
+    rdp: float
+
+    def __post_init__(self) -> None:
+        if not (isinstance(self.alpha, (int, float)) and math.isfinite(self.alpha) and self.alpha > 1):
+            raise InvalidParameterError(f"Renyi order alpha must be a finite number > 1, got {self.alpha!r}")
+        _check_nonnegative("rdp", self.rdp)
+
+
+@dataclass(frozen=True)
+class ZcdpEvent:
+    """A rho-zCDP mechanism (Bun and Steinke 2016, Def. 1.1): RDP alpha*rho at every order alpha > 1."""
+
+    rho: float
+
+    def __post_init__(self) -> None:
+        _check_nonnegative("rho", self.rho)
+
+
+PrivacyEvent = PureDpEvent | RdpEvent | ZcdpEvent
