@@ -1,0 +1,269 @@
+"""Per-mechanism accountants: per-token bounds from public parameters, totals, calibration.
+
+Each accountant states its adjacency, the unit it protects, the per-token bound, how tokens
+compose and how the total converts to (epsilon, delta). ``max_tokens`` (T) is the number of new
+tokens fixed before generation; every sampled token is charged and stopping early does not lower
+epsilon. Proof sketches are in docs/privacy.md.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from tokendp.accounting._checks import check_count, check_delta, check_nonnegative, check_order, check_positive, check_rate
+from tokendp.accounting.rdp import conversion_offset
+from tokendp.accounting.zcdp import bounded_range_to_zcdp, epsilon_to_zcdp, zcdp_to_epsilon
+from tokendp.errors import InvalidParameterError
+
+_LOG_SPACE_SWITCH = 30.0  # above this exponent, evaluate log(1 + (e^x - 1)/m) without expm1 overflow
+
+
+def _step_down_until(feasible, value: float) -> float:
+    """Largest float <= ``value`` (found by relative steps) for which ``feasible`` holds."""
+    while value > 0 and not feasible(value):
+        value = max(value * (1.0 - 1e-12), np.nextafter(value, 0.0))
+    return value
+
+
+# --- DP-Fusion -------------------------------------------------------------------------------
+
+
+def dp_fusion_rdp_per_token(*, alpha: float, beta: float, groups: int) -> float:
+    """RDP at order ``alpha`` charged to one privacy group per generated token (DP-Fusion).
+
+    Adjacency: documents differing only in the tokens of group i's spans (span positions,
+    lengths and group labels are public); on the neighbour, group i's mixed distribution equals
+    the public one. Unit: one privacy group. Per token, with cap c = alpha * beta on the
+    symmetric divergence of each group's mixture to the public distribution and ``groups`` = m
+    groups averaged, joint convexity of exp((a-1) D_a) gives (DESIGN.md "DP-Fusion accounting")
+
+        r = log(1 + (exp((alpha-1) c) - 1) / m) / (alpha - 1),      (r = c when m = 1).
+
+    Composition: T tokens give T r at order alpha (Mironov 2017, Prop. 1). This bound replaces
+    the paper's 4 beta per token and does not depend on realised divergences.
+    """
+    alpha = check_order(alpha)
+    beta = check_nonnegative("beta", beta)
+    m = check_count("groups", groups)
+    x = (alpha - 1.0) * alpha * beta
+    if x <= _LOG_SPACE_SWITCH:
+        return math.log1p(math.expm1(x) / m) / (alpha - 1.0)
+    return (float(np.logaddexp(x, math.log(m - 1))) - math.log(m)) / (alpha - 1.0) if m > 1 else x / (alpha - 1.0)
+
+
+def dp_fusion_epsilon(*, alpha: float, beta: float, groups: int, max_tokens: int, delta: float) -> float:
+    """Epsilon per group after ``max_tokens`` tokens of DP-Fusion.
+
+    eps = T r + log((alpha-1)/alpha) - (log delta + log alpha)/(alpha-1)   (Canonne, Kamath,
+    Steinke 2020, Prop. 12), r from :func:`dp_fusion_rdp_per_token`; exactly 0 when T r = 0
+    (the output then does not depend on the group); a negative value is reported as 0.
+    """
+    r = dp_fusion_rdp_per_token(alpha=alpha, beta=beta, groups=groups)
+    total = check_count("max_tokens", max_tokens) * r
+    delta = check_delta(delta)
+    if total == 0:
+        return 0.0
+    return max(0.0, total + conversion_offset(float(alpha), delta))
+
+
+def dp_fusion_beta(*, epsilon: float, alpha: float, groups: int, max_tokens: int, delta: float) -> float:
+    """Largest beta whose :func:`dp_fusion_epsilon` is <= ``epsilon`` (calibration).
+
+    Inverts the bound in closed form: r = (eps - offset)/T, then
+    alpha beta = log(1 + m (exp((alpha-1) r) - 1)) / (alpha-1). The result is checked feasible.
+    Raises InvalidParameterError when epsilon is at or below the conversion's offset, where only
+    beta = 0 (no use of the private text) meets the target.
+    """
+    epsilon = check_positive("epsilon", epsilon)
+    alpha = check_order(alpha)
+    m = check_count("groups", groups)
+    tokens = check_count("max_tokens", max_tokens)
+    delta = check_delta(delta)
+    offset = conversion_offset(alpha, delta)
+    if epsilon <= offset:
+        raise InvalidParameterError(
+            f"epsilon {epsilon:g} is not above {offset:.4g}, the cost of converting RDP at alpha={alpha:g} to "
+            f"delta={delta:g}; raise epsilon or delta, or try another alpha"
+        )
+    y = (alpha - 1.0) * (epsilon - offset) / tokens
+    if y <= _LOG_SPACE_SWITCH:
+        cap = math.log1p(m * math.expm1(y)) / (alpha - 1.0)
+    else:
+        cap = (y + math.log(m) + math.log1p(-(m - 1) / (m * math.exp(y)))) / (alpha - 1.0)
+    return _step_down_until(
+        lambda b: dp_fusion_epsilon(alpha=alpha, beta=b, groups=m, max_tokens=tokens, delta=delta) <= epsilon,
+        cap / alpha,
+    )
+
+
+# --- InvisibleInk ----------------------------------------------------------------------------
+
+
+def invisibleink_rho_per_token(*, clip: float, batch_size: int, temperature: float) -> float:
+    """zCDP per token for one reference in InvisibleInk: rho_tok = C^2 / (2 B^2 tau^2).
+
+    Adjacency: replace-by-null on one of the B references (its clipped logit difference becomes
+    0). DClip averages phi_pub + clip(phi_i - phi_pub, -C, C) over B references, so each score
+    moves by at most C/B; sampling at temperature tau is an exponential mechanism with
+    (2C/(B tau))-bounded range, hence (C/(B tau))^2 / 2-zCDP (Cesar and Rogers 2021, Lemma 3.2;
+    InvisibleInk, Vinod et al. 2025, Thm. 1). Top-k+ uses public logits only and costs nothing.
+    """
+    clip = check_nonnegative("clip", clip)
+    b = check_count("batch_size", batch_size)
+    tau = check_positive("temperature", temperature)
+    return bounded_range_to_zcdp(eta=2.0 * clip / (b * tau))
+
+
+def invisibleink_epsilon(*, clip: float, batch_size: int, temperature: float, max_tokens: int, delta: float) -> float:
+    """Epsilon per reference after T tokens: rho = T C^2/(2 B^2 tau^2), exact zCDP conversion."""
+    rho = check_count("max_tokens", max_tokens) * invisibleink_rho_per_token(clip=clip, batch_size=batch_size, temperature=temperature)
+    return zcdp_to_epsilon(rho=rho, delta=delta)
+
+
+def invisibleink_clip(*, epsilon: float, delta: float, batch_size: int, temperature: float, max_tokens: int) -> float:
+    """Largest clip C meeting ``epsilon``: C = B tau sqrt(2 rho* / T), rho* from the zCDP inverse.
+
+    The result is checked feasible: T * rho_tok(C) <= rho* and the epsilon does not exceed the target.
+    """
+    rho_star = epsilon_to_zcdp(epsilon=check_positive("epsilon", epsilon), delta=delta)
+    b = check_count("batch_size", batch_size)
+    tau = check_positive("temperature", temperature)
+    tokens = check_count("max_tokens", max_tokens)
+
+    def feasible(c: float) -> bool:
+        rho = tokens * invisibleink_rho_per_token(clip=c, batch_size=b, temperature=tau)
+        return rho <= rho_star and zcdp_to_epsilon(rho=rho, delta=delta) <= epsilon
+
+    return _step_down_until(feasible, b * tau * math.sqrt(2.0 * rho_star / tokens))
+
+
+# --- Amin et al. 2024 ------------------------------------------------------------------------
+
+
+def amin_rho_per_token(*, clip: float, batch_size: int, temperature: float) -> float:
+    """zCDP per token for one reference in Amin et al. 2024 (clipped full logits, averaged).
+
+    Each reference's logits are clipped to [-C, C] and averaged over B references; the token is
+    sampled from softmax(average / tau). Adjacency: replace one reference (by any other text or
+    by a null reference whose clipped logits also lie in [-C, C]). Each averaged logit then moves
+    by at most 2C/B, so sampling is (4C/(B tau))-bounded range, i.e. rho_tok = 2 C^2/(B^2 tau^2)
+    (Cesar and Rogers 2021, Lemma 3.2) -- four times InvisibleInk's rho at equal C, since the
+    clipped value spans 2C instead of a difference bounded by C.
+    """
+    clip = check_nonnegative("clip", clip)
+    b = check_count("batch_size", batch_size)
+    tau = check_positive("temperature", temperature)
+    return bounded_range_to_zcdp(eta=4.0 * clip / (b * tau))
+
+
+def amin_epsilon(*, clip: float, batch_size: int, temperature: float, max_tokens: int, delta: float) -> float:
+    """Epsilon per reference after T private tokens of Amin et al. (no switch): rho = T rho_tok."""
+    rho = check_count("max_tokens", max_tokens) * amin_rho_per_token(clip=clip, batch_size=batch_size, temperature=temperature)
+    return zcdp_to_epsilon(rho=rho, delta=delta)
+
+
+def amin_switch_sensitivity(*, clip: float, batch_size: int) -> float:
+    """Sensitivity of the switch statistic s = max_y |zbar_y - clip(z_pub)_y|.
+
+    zbar is the average of the B references' logits clipped to [-C, C]; replacing one reference
+    moves every coordinate of zbar by at most 2C/B, and x -> max_y |x_y - c_y| is 1-Lipschitz in
+    the sup norm, so |s - s'| <= 2C/B.
+    """
+    return 2.0 * check_nonnegative("clip", clip) / check_count("batch_size", batch_size)
+
+
+def amin_switch_noise(
+    *, svt_epsilon: float, max_private_tokens: int, clip: float, batch_size: int, threshold_share: float = 0.5
+) -> tuple[float, float]:
+    """Laplace scales (threshold, query) of the sparse-vector switch for a total ``svt_epsilon``.
+
+    Sparse vector with at most c = ``max_private_tokens`` positive answers and one noisy
+    threshold (Lyu, Su, Li 2017, Alg. 7, non-monotone queries): threshold noise Lap(Delta/eps1),
+    query noise Lap(2 c Delta/eps2), eps1 = share * svt_epsilon, eps2 = the rest; the whole
+    interaction is (eps1 + eps2)-DP. Delta from :func:`amin_switch_sensitivity`.
+    """
+    total = check_positive("svt_epsilon", svt_epsilon)
+    c = check_count("max_private_tokens", max_private_tokens)
+    share = check_rate("threshold_share", threshold_share)
+    if share in (0.0, 1.0):
+        raise InvalidParameterError("threshold_share must lie strictly between 0 and 1 (e.g. 0.5)")
+    sensitivity = amin_switch_sensitivity(clip=clip, batch_size=batch_size)
+    return sensitivity / (share * total), 2.0 * c * sensitivity / ((1.0 - share) * total)
+
+
+def amin_switch_epsilon(
+    *, clip: float, batch_size: int, temperature: float, max_private_tokens: int, svt_epsilon: float, delta: float
+) -> float:
+    """Epsilon per reference of Amin et al. with the sparse-vector switch to the public model.
+
+    Each step the switch compares the noisy statistic (:func:`amin_switch_sensitivity`) to the
+    noisy threshold; below it the token comes from the public model (free), above it a private
+    token is sampled and charged. After c = ``max_private_tokens`` private tokens every further
+    token is public. The switch is svt_epsilon-DP (pure) over the whole run and the private
+    tokens are c adaptive rho_tok-zCDP releases; conservatively, the pure part is converted to
+    zCDP (eps^2/2, Bun and Steinke 2016, Prop. 1.4) and added: rho = svt_epsilon^2/2 + c rho_tok.
+    """
+    svt = check_positive("svt_epsilon", svt_epsilon)
+    c = check_count("max_private_tokens", max_private_tokens)
+    rho = svt**2 / 2.0 + c * amin_rho_per_token(clip=clip, batch_size=batch_size, temperature=temperature)
+    return zcdp_to_epsilon(rho=rho, delta=delta)
+
+
+# --- DP-Decoding and DP-Prompt (pure DP baselines) -------------------------------------------
+
+
+def dp_decoding_epsilon_per_token(*, lam: float, vocab_size: int) -> float:
+    """Pure epsilon per token of DP-Decoding: q' = lam q + (1-lam)/V gives log(1 + lam V/(1-lam)).
+
+    Majmudar et al. 2022: every probability lies in [(1-lam)/V, lam + (1-lam)/V], so the ratio
+    between neighbours is at most 1 + lam V/(1-lam). Adjacency: any change of the private
+    context; unit: the whole context.
+    """
+    lam = check_rate("lam", lam)
+    if lam == 1.0:
+        raise InvalidParameterError("lam must be < 1 (lam = 1 samples from the private model with no privacy)")
+    v = check_count("vocab_size", vocab_size)
+    return math.log1p(lam * v / (1.0 - lam))
+
+
+def dp_decoding_epsilon(*, lam: float, vocab_size: int, max_tokens: int) -> float:
+    """Total pure epsilon of DP-Decoding: linear in T (basic composition)."""
+    return check_count("max_tokens", max_tokens) * dp_decoding_epsilon_per_token(lam=lam, vocab_size=vocab_size)
+
+
+def dp_decoding_lam(*, epsilon: float, vocab_size: int, max_tokens: int) -> float:
+    """Largest lam meeting ``epsilon`` over T tokens: lam = x/(1+x), x = (exp(eps/T) - 1)/V."""
+    epsilon = check_nonnegative("epsilon", epsilon)
+    v = check_count("vocab_size", vocab_size)
+    tokens = check_count("max_tokens", max_tokens)
+    x = math.expm1(epsilon / tokens) / v
+    return _step_down_until(lambda lam: dp_decoding_epsilon(lam=lam, vocab_size=v, max_tokens=tokens) <= epsilon, x / (1.0 + x))
+
+
+def dp_prompt_epsilon_per_token(*, clip_width: float, temperature: float) -> float:
+    """Pure epsilon per token of DP-Prompt: 2 w / tau (Utpala et al. 2023, Thm. 1).
+
+    Logits clipped to an interval of width w and sampled at temperature tau form an exponential
+    mechanism with sensitivity w. Adjacency: any change of the private document.
+    """
+    w = check_nonnegative("clip_width", clip_width)
+    tau = check_positive("temperature", temperature)
+    return 2.0 * w / tau
+
+
+def dp_prompt_epsilon(*, clip_width: float, temperature: float, max_tokens: int) -> float:
+    """Total pure epsilon of DP-Prompt: linear in T (basic composition)."""
+    return check_count("max_tokens", max_tokens) * dp_prompt_epsilon_per_token(clip_width=clip_width, temperature=temperature)
+
+
+def dp_prompt_temperature(*, epsilon: float, clip_width: float, max_tokens: int) -> float:
+    """Smallest temperature meeting ``epsilon`` over T tokens: tau = 2 w T / eps."""
+    epsilon = check_positive("epsilon", epsilon)
+    w = check_positive("clip_width", clip_width)
+    tokens = check_count("max_tokens", max_tokens)
+    tau = 2.0 * w * tokens / epsilon
+    while dp_prompt_epsilon(clip_width=w, temperature=tau, max_tokens=tokens) > epsilon:
+        tau = np.nextafter(tau, math.inf)
+    return float(tau)

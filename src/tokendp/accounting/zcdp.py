@@ -1,0 +1,82 @@
+"""Zero-concentrated DP: conversion to (epsilon, delta) and its inverse.
+
+rho-zCDP means D_a(M(x) || M(x')) <= a rho for every order a > 1 (Bun and Steinke 2016, Def. 1.1).
+It composes by adding rho (Bun and Steinke 2016, Lemma 2.3).
+"""
+
+from __future__ import annotations
+
+import math
+
+from scipy.optimize import brentq
+
+from tokendp.accounting._checks import check_delta, check_nonnegative, check_positive
+
+
+def _objective(u: float, rho: float, log_delta: float) -> float:
+    """eps at order a = 1 + u: a rho + log((a-1)/a) - (log delta + log a)/(a-1)."""
+    return (1.0 + u) * rho + math.log(u) - math.log1p(u) - (log_delta + math.log1p(u)) / u
+
+
+def zcdp_optimal_order(*, rho: float, delta: float) -> float:
+    """The order a* > 1 minimising the conversion of :func:`zcdp_to_epsilon`.
+
+    d/da [a rho + log((a-1)/a) - (log delta + log a)/(a-1)] = rho + (log delta + log a)/(a-1)^2,
+    so a* solves rho (a-1)^2 + log a + log delta = 0: the left side rises from log delta < 0 at
+    a = 1 to log a > 0 at a = 1 + sqrt(log(1/delta)/rho), giving a unique root (found by brentq).
+    """
+    rho = check_positive("rho", rho)
+    log_delta = math.log(check_delta(delta))
+    upper = math.sqrt(-log_delta / rho)
+    u = brentq(lambda v: rho * v * v + math.log1p(v) + log_delta, 0.0, upper, xtol=1e-14 * upper, rtol=1e-15, maxiter=200)
+    return 1.0 + u
+
+
+def zcdp_to_epsilon(*, rho: float, delta: float) -> float:
+    """Epsilon of a rho-zCDP mechanism at ``delta``, minimised over a continuous order.
+
+    eps = min_{a>1} a rho + log((a-1)/a) - (log delta + log a)/(a-1)   (Canonne, Kamath, Steinke
+    2020, Prop. 12 applied to RDP a rho; the exact conversion of DESIGN.md). rho = 0 gives 0
+    (the output does not depend on the unit); a negative optimum is reported as 0 (sound:
+    (eps, delta)-DP with eps < 0 implies (0, delta)-DP).
+    """
+    rho = check_nonnegative("rho", rho)
+    delta = check_delta(delta)
+    if rho == 0:
+        return 0.0
+    u = zcdp_optimal_order(rho=rho, delta=delta) - 1.0
+    return max(0.0, _objective(u, rho, math.log(delta)))
+
+
+def epsilon_to_zcdp(*, epsilon: float, delta: float) -> float:
+    """The largest rho whose :func:`zcdp_to_epsilon` is <= ``epsilon``.
+
+    The map rho -> eps(rho) is increasing (a minimum of increasing functions of rho), so the
+    inverse is found by brentq on a doubling bracket; the returned rho is checked feasible
+    (never above the target), stepping down by a relative 1e-12 if rounding requires it.
+    """
+    epsilon = check_nonnegative("epsilon", epsilon)
+    delta = check_delta(delta)
+    if epsilon == 0:
+        return 0.0
+    high = max(epsilon, 1e-12)
+    while zcdp_to_epsilon(rho=high, delta=delta) <= epsilon:
+        high *= 2.0
+    rho = brentq(lambda r: zcdp_to_epsilon(rho=r, delta=delta) - epsilon, 0.0, high, xtol=1e-15 * high, rtol=1e-15, maxiter=300)
+    while rho > 0 and zcdp_to_epsilon(rho=rho, delta=delta) > epsilon:
+        rho *= 1.0 - 1e-12
+    return rho
+
+
+def pure_dp_to_zcdp(*, epsilon: float) -> float:
+    """epsilon-DP implies (epsilon^2 / 2)-zCDP (Bun and Steinke 2016, Prop. 1.4)."""
+    return check_nonnegative("epsilon", epsilon) ** 2 / 2.0
+
+
+def bounded_range_to_zcdp(*, eta: float) -> float:
+    """eta-bounded-range (e.g. the exponential mechanism) implies (eta^2 / 8)-zCDP.
+
+    Cesar and Rogers 2021, "Bounding, concentrating, and truncating: unifying privacy loss
+    composition for data analytics", Lemma 3.2.
+    """
+    return check_nonnegative("eta", eta) ** 2 / 8.0

@@ -1,0 +1,141 @@
+"""`tokendp account`: what epsilon do I get, and what parameter do I need?
+
+A thin shell over :mod:`tokendp.accounting`; every number comes from the library.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+
+import click
+
+from tokendp import accounting
+from tokendp.cli._common import CLIError, library_errors
+
+_JSON = click.option("--json", "as_json", is_flag=True, help="Print one JSON object instead of a table.")
+_MAX_TOKENS = click.option(
+    "--max-tokens", type=int, required=True,
+    help="T: the maximum number of new tokens, fixed before generation. Every token counts; stopping early does not lower epsilon.",
+)
+_DELTA = click.option(
+    "--delta", type=float, required=True,
+    help="The failure probability of the (epsilon, delta) guarantee, strictly between 0 and 1 (typically below 1/number of people).",
+)
+
+
+def _emit(result: Mapping[str, object], as_json: bool) -> None:
+    if as_json:
+        click.echo(json.dumps(dict(result)))
+        return
+    width = max(len(key) for key in result)
+    for key, value in result.items():
+        text = f"{value:.6g}" if isinstance(value, float) else str(value)
+        click.echo(f"{key:<{width}}  {text}")
+
+
+def _exactly_one(**named: object) -> None:
+    given = [name for name, value in named.items() if value is not None]
+    if len(given) != 1:
+        flags = " or ".join("--" + name.replace("_", "-") for name in named)
+        raise CLIError(f"give exactly one of {flags}")
+
+
+@click.group("account")
+def account() -> None:
+    """Compute privacy budgets: the epsilon of given parameters, or the parameter for a target epsilon."""
+
+
+@account.command("dp-fusion")
+@click.option("--alpha", type=float, required=True, help="Renyi order alpha (> 1) at which DP-Fusion is analysed, e.g. 2.")
+@click.option("--beta", type=float, help="The paper's beta (>= 0): each token's divergence cap per group is alpha*beta.")
+@click.option("--epsilon", type=float, help="Target epsilon per group; prints the largest beta that meets it.")
+@click.option("--groups", type=int, required=True, help="Number of privacy groups m mixed at each step (>= 1).")
+@_MAX_TOKENS
+@_DELTA
+@_JSON
+@library_errors
+def dp_fusion(alpha, beta, epsilon, groups, max_tokens, delta, as_json) -> None:
+    """DP-Fusion: epsilon per privacy group for a per-token cap alpha*beta (or beta for a target epsilon)."""
+    _exactly_one(beta=beta, epsilon=epsilon)
+    if beta is None:
+        beta = accounting.dp_fusion_beta(epsilon=epsilon, alpha=alpha, groups=groups, max_tokens=max_tokens, delta=delta)
+    _emit({
+        "mechanism": "dp-fusion", "alpha": alpha, "beta": beta, "cap": alpha * beta, "groups": groups,
+        "max_tokens": max_tokens, "delta": delta,
+        "rdp_per_token": accounting.dp_fusion_rdp_per_token(alpha=alpha, beta=beta, groups=groups),
+        "epsilon": accounting.dp_fusion_epsilon(alpha=alpha, beta=beta, groups=groups, max_tokens=max_tokens, delta=delta),
+    }, as_json)
+
+
+@account.command("invisibleink")
+@click.option("--clip", type=float, help="Clip C (>= 0) on each reference's logit difference from the public logits.")
+@click.option("--epsilon", type=float, help="Target epsilon per reference; prints the largest clip C that meets it.")
+@click.option("--batch-size", type=int, required=True, help="Number of private references B averaged per token (>= 1).")
+@click.option("--temperature", type=float, required=True, help="Sampling temperature tau (> 0).")
+@_MAX_TOKENS
+@_DELTA
+@_JSON
+@library_errors
+def invisibleink(clip, epsilon, batch_size, temperature, max_tokens, delta, as_json) -> None:
+    """InvisibleInk: epsilon per reference for a clip C (or C for a target epsilon), via zCDP."""
+    _exactly_one(clip=clip, epsilon=epsilon)
+    if clip is None:
+        clip = accounting.invisibleink_clip(epsilon=epsilon, delta=delta, batch_size=batch_size, temperature=temperature, max_tokens=max_tokens)
+    rho = max_tokens * accounting.invisibleink_rho_per_token(clip=clip, batch_size=batch_size, temperature=temperature)
+    _emit({
+        "mechanism": "invisibleink", "clip": clip, "batch_size": batch_size, "temperature": temperature,
+        "max_tokens": max_tokens, "delta": delta, "rho": rho,
+        "epsilon": accounting.invisibleink_epsilon(clip=clip, batch_size=batch_size, temperature=temperature, max_tokens=max_tokens, delta=delta),
+    }, as_json)
+
+
+@account.command("dp-decoding")
+@click.option("--lam", type=float, required=True, help="Weight lambda in [0, 1) of the private model; the rest is uniform.")
+@click.option("--vocab-size", type=int, required=True, help="Vocabulary size V (>= 1).")
+@_MAX_TOKENS
+@_JSON
+@library_errors
+def dp_decoding(lam, vocab_size, max_tokens, as_json) -> None:
+    """DP-Decoding: pure epsilon of mixing with the uniform distribution, linear in T."""
+    per_token = accounting.dp_decoding_epsilon_per_token(lam=lam, vocab_size=vocab_size)
+    _emit({
+        "mechanism": "dp-decoding", "lam": lam, "vocab_size": vocab_size, "max_tokens": max_tokens,
+        "epsilon_per_token": per_token,
+        "epsilon": accounting.dp_decoding_epsilon(lam=lam, vocab_size=vocab_size, max_tokens=max_tokens),
+    }, as_json)
+
+
+@account.command("dp-prompt")
+@click.option("--clip-width", type=float, required=True, help="Width w (>= 0) of the interval the logits are clipped to.")
+@click.option("--temperature", type=float, required=True, help="Sampling temperature tau (> 0).")
+@_MAX_TOKENS
+@_JSON
+@library_errors
+def dp_prompt(clip_width, temperature, max_tokens, as_json) -> None:
+    """DP-Prompt: pure epsilon 2w/tau per token, linear in T."""
+    _emit({
+        "mechanism": "dp-prompt", "clip_width": clip_width, "temperature": temperature, "max_tokens": max_tokens,
+        "epsilon_per_token": accounting.dp_prompt_epsilon_per_token(clip_width=clip_width, temperature=temperature),
+        "epsilon": accounting.dp_prompt_epsilon(clip_width=clip_width, temperature=temperature, max_tokens=max_tokens),
+    }, as_json)
+
+
+@account.command("convert")
+@click.option("--rdp", type=float, help="An RDP value (>= 0) at order --alpha, e.g. a total over all tokens.")
+@click.option("--alpha", type=float, help="The Renyi order (> 1) of --rdp.")
+@click.option("--rho", type=float, help="A zCDP rho (>= 0); converted at the best order.")
+@_DELTA
+@_JSON
+@library_errors
+def convert(rdp, alpha, rho, delta, as_json) -> None:
+    """Convert RDP at one order, or zCDP, to (epsilon, delta)."""
+    if rho is not None and (rdp is not None or alpha is not None):
+        raise CLIError("give either --rho, or --rdp with --alpha, not both")
+    if rho is not None:
+        result = {"rho": rho, "delta": delta, "epsilon": accounting.zcdp_to_epsilon(rho=rho, delta=delta)}
+    elif rdp is not None and alpha is not None:
+        result = {"rdp": rdp, "alpha": alpha, "delta": delta, "epsilon": accounting.rdp_to_epsilon(rdp=rdp, orders=alpha, delta=delta)}
+    else:
+        raise CLIError("give --rho, or both --rdp and --alpha")
+    _emit(result, as_json)
