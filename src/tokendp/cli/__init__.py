@@ -24,3 +24,7 @@ def main() -> None:
 from tokendp.cli.account import account  # noqa: E402
 
 main.add_command(account)
+
+from tokendp.cli.synthesize import synthesize  # noqa: E402
+
+main.add_command(synthesize)
