@@ -24,3 +24,6 @@ def main() -> None:
 from tokendp.cli.account import account  # noqa: E402
 
 main.add_command(account)
+from tokendp.cli.sanitize import sanitize  # noqa: E402
+
+main.add_command(sanitize)
