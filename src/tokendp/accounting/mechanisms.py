@@ -91,7 +91,7 @@ def dp_fusion_beta(*, epsilon: float, alpha: float, groups: int, max_tokens: int
     if y <= _LOG_SPACE_SWITCH:
         cap = math.log1p(m * math.expm1(y)) / (alpha - 1.0)
     else:
-        cap = (y + math.log(m) + math.log1p(-(m - 1) / (m * math.exp(y)))) / (alpha - 1.0)
+        cap = (y + math.log(m) + math.log1p(-(m - 1) / m * math.exp(-y))) / (alpha - 1.0)
     return _step_down_until(
         lambda b: dp_fusion_epsilon(alpha=alpha, beta=b, groups=m, max_tokens=tokens, delta=delta) <= epsilon,
         cap / alpha,
