@@ -48,9 +48,15 @@ def dp_fusion_rdp_per_token(*, alpha: float, beta: float, groups: int) -> float:
     beta = check_nonnegative("beta", beta)
     m = check_count("groups", groups)
     x = (alpha - 1.0) * alpha * beta
+    if x == 0:
+        return 0.0
     if x <= _LOG_SPACE_SWITCH:
-        return math.log1p(math.expm1(x) / m) / (alpha - 1.0)
-    return (float(np.logaddexp(x, math.log(m - 1))) - math.log(m)) / (alpha - 1.0) if m > 1 else x / (alpha - 1.0)
+        r = math.log1p(math.expm1(x) / m) / (alpha - 1.0)
+    elif m > 1:
+        r = (float(np.logaddexp(x, math.log(m - 1))) - math.log(m)) / (alpha - 1.0)
+    else:
+        r = x / (alpha - 1.0)
+    return max(r, float(np.finfo(np.float64).tiny))  # a positive cap never rounds to "no loss"
 
 
 def dp_fusion_epsilon(*, alpha: float, beta: float, groups: int, max_tokens: int, delta: float) -> float:
