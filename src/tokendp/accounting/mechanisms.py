@@ -186,9 +186,10 @@ def amin_switch_noise(
     """Laplace scales (threshold, query) of the sparse-vector switch for a total ``svt_epsilon``.
 
     Sparse vector with at most c = ``max_private_tokens`` positive answers and one noisy
-    threshold (Lyu, Su, Li 2017, Alg. 7, non-monotone queries): threshold noise Lap(Delta/eps1),
-    query noise Lap(2 c Delta/eps2), eps1 = share * svt_epsilon, eps2 = the rest; the whole
-    interaction is (eps1 + eps2)-DP. Delta from :func:`amin_switch_sensitivity`.
+    threshold, as proposed by Lyu, Su and Li 2017 ("Understanding the Sparse Vector Technique for
+    Differential Privacy"), for non-monotone queries: threshold noise Lap(Delta/eps1), query noise
+    Lap(2 c Delta/eps2), eps1 = share * svt_epsilon, eps2 = the rest; the whole interaction is
+    (eps1 + eps2)-DP. Delta from :func:`amin_switch_sensitivity`.
     """
     total = check_positive("svt_epsilon", svt_epsilon)
     c = check_count("max_private_tokens", max_private_tokens)
