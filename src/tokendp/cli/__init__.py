@@ -19,3 +19,8 @@ def main() -> None:
     Rewrite documents (sanitize), generate synthetic text (synthesize), tag PII (tag),
     and compute privacy budgets (account), each with a formal (epsilon, delta) guarantee.
     """
+
+
+from tokendp.cli.model import model as _model_command  # noqa: E402
+
+main.add_command(_model_command)
