@@ -31,3 +31,7 @@ main.add_command(sanitize)
 from tokendp.cli.synthesize import synthesize  # noqa: E402
 
 main.add_command(synthesize)
+
+from tokendp.cli.model import model as _model_command  # noqa: E402
+
+main.add_command(_model_command)

@@ -13,7 +13,7 @@ import math
 import os
 import random
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import torch
@@ -24,6 +24,11 @@ from tokendp.models.training.synthetic import SyntheticDocs
 from tokendp.models.training.tokenizer import END, PAD, SPECIAL_TOKENS, train_tokenizer
 from tokendp.models.training.wikitext import paragraphs
 
+DATA = ("WikiText-2 train (detokenised) and synthetic PII-dense documents (Faker: court, "
+        "medical, HR, letters, case summaries); random-token sequences; no TAB")
+OBJECTIVE = ("copy '<|doc|>X<|rewrite|>X<|end|>' and fill '<|doc|>X with spans masked<|rewrite|>X "
+             "with fresh entities<|end|>'; loss on the rewrite (+0.1 x LM loss on natural sources); "
+             "length curriculum")
 TOKENDP_JSON = {"prompt_template": "<|doc|>{document}<|rewrite|>", "placeholder": "<|mask|>",
                 "stop": ["<|end|>"]}
 
@@ -55,7 +60,7 @@ class TrainConfig:
     log_every: int = 20
     max_paragraphs: int | None = None
     synthetic_for_tokenizer: int = 20000
-    extra: dict = field(default_factory=dict)
+    hardware: str = "2 shared CPU cores (torch, 2 threads)"
 
 
 def model_config(cfg: TrainConfig, tokenizer) -> LlamaConfig:
@@ -195,11 +200,22 @@ def train(cfg: TrainConfig) -> Path:
     return ckpt_path
 
 
+def _portable_tokenizer_config(path: Path) -> None:
+    """Name the generic fast-tokenizer class and the special tokens under both the
+    transformers 4 and 5 keys, so either major version loads the tokenizer."""
+    config = json.loads(path.read_text(encoding="utf-8"))
+    config["tokenizer_class"] = "PreTrainedTokenizerFast"
+    extra = config.get("extra_special_tokens") or config.get("additional_special_tokens")
+    config["extra_special_tokens"] = config["additional_special_tokens"] = extra
+    path.write_text(json.dumps(config, indent=2) + "\n", encoding="utf-8")
+
+
 def export(out_dir: str | Path, dest: str | Path) -> Path:
     """Write the latest checkpoint of ``out_dir`` as an fp16 HF model directory at ``dest``."""
     out, dest = Path(out_dir), Path(dest)
     state = torch.load(out / "checkpoint.pt", weights_only=False)
-    cfg = TrainConfig(**state["config"])
+    known = TrainConfig.__dataclass_fields__
+    cfg = TrainConfig(**{k: v for k, v in state["config"].items() if k in known})
     tok = AutoTokenizer.from_pretrained(out / "tokenizer")
     model = LlamaForCausalLM(model_config(cfg, tok))
     model.load_state_dict(state["model"])
@@ -210,8 +226,11 @@ def export(out_dir: str | Path, dest: str | Path) -> Path:
     dest.mkdir(parents=True, exist_ok=True)
     model.save_pretrained(dest, safe_serialization=True)
     tok.save_pretrained(dest)
+    _portable_tokenizer_config(dest / "tokenizer_config.json")
     (dest / "tokendp.json").write_text(json.dumps(TOKENDP_JSON, indent=2) + "\n")
-    info = {"step": state["step"], "total_steps": cfg.total_steps,
+    info = {"parameters": sum(p.numel() for p in model.parameters()),
+            "trained_context": 2 * cfg.max_doc + 3, "data": DATA, "objective": OBJECTIVE,
+            "hardware": cfg.hardware, "step": state["step"], "total_steps": cfg.total_steps,
             "train_minutes": round(state["elapsed"] / 60, 1), "tokens_seen": state["tokens_seen"],
             "special_tokens": SPECIAL_TOKENS, "config": state["config"]}
     (dest / "training.json").write_text(json.dumps(info, indent=2) + "\n")
