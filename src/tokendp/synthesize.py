@@ -62,6 +62,7 @@ from tokendp.errors import InvalidInputError, InvalidParameterError
 from tokendp.generation import Generated, generate, make_generator
 from tokendp.mechanisms import AminEtAl, InvisibleInk
 from tokendp.mechanisms.base import MechanismStep
+from tokendp.sanitize import _eos_ids, load_backend  # TODO(merge): both belong in tokendp.backends
 from tokendp.text.contexts import PromptTemplate, prompt_template
 
 Method = Literal["invisibleink", "amin"]
@@ -182,20 +183,6 @@ def rho_per_token(*, method: Method, clip: float, batch_size: int, temperature: 
 
 
 # ---------------------------------------------------------------------------- model and rows
-def load_backend(model: str | Path | HFBackend | None, *, device: str | None = None,
-                 dtype: str | None = None) -> HFBackend:
-    """An HFBackend for ``model``: a backend, a local directory or hub id, or None (the default model)."""
-    if isinstance(model, HFBackend):
-        return model
-    if model is None:
-        from tokendp.models import DEFAULT_MODEL_DIR
-
-        if not (Path(DEFAULT_MODEL_DIR) / "config.json").is_file():
-            raise InvalidInputError("the embedded default model is not installed; pass model= (a directory or hub id)")
-        model = DEFAULT_MODEL_DIR
-    return HFBackend.load(model, device=device, dtype=dtype)
-
-
 def _token_ids(tokenizer: Any, text: str) -> tuple[int, ...]:
     return tuple(tokenizer(text, add_special_tokens=False)["input_ids"]) if text else ()
 
@@ -328,13 +315,6 @@ def synthesize(
 def _topk_plus_mean(out: Generated) -> float | None:
     size = out.diagnostics.get("topk_plus_size")
     return None if size is None else float(size.float().mean())
-
-
-def _eos_ids(backend: HFBackend) -> list[int]:
-    ids = {backend.tokenizer.eos_token_id}
-    gen_eos = getattr(getattr(backend.model, "generation_config", None), "eos_token_id", None)
-    ids |= set(gen_eos) if isinstance(gen_eos, (list, tuple)) else {gen_eos}
-    return sorted(i for i in ids if i is not None)
 
 
 class _CallableModule(types.ModuleType):
