@@ -74,7 +74,7 @@ def test_reported_clip_and_epsilon_come_from_the_accountant(backend, method):
     clip = invisibleink_clip(epsilon=eps, delta=delta, batch_size=b, temperature=tau, max_tokens=t)
     accountant = invisibleink_epsilon if method == "invisibleink" else amin_epsilon
     for o in out:
-        assert o.clip == (clip if method == "invisibleink" else pytest.approx(clip / 2, rel=1e-9))
+        assert o.clip == (clip if method == "invisibleink" else clip / 2)
         assert o.epsilon == accountant(clip=o.clip, batch_size=b, temperature=tau, max_tokens=t, delta=delta)
         assert eps - 1e-9 < o.epsilon <= eps
         assert (o.batch_size, o.max_tokens, o.delta, o.temperature, o.method) == (b, t, delta, tau, method)
@@ -160,3 +160,38 @@ def test_first_tokens_follow_the_intended_distribution(backend):
     public = _intended_first_token(backend, pair, clip=0.0, tau=tau, top_k=k)
     public = np.where(p > 0, np.maximum(public, 1e-9), 0.0)
     assert _chi_square_pvalue(counts, public / public.sum()) < 1e-6
+
+
+# ---------------------------------------------------------------------------- mechanism properties the job relies on
+def test_dclip_and_top_k_plus_depend_on_public_logits_as_documented():
+    """DClip equals its formula; the Top-k+ support is a function of row 0 and holds the public top-k."""
+    from tokendp.mechanisms import InvisibleInk
+
+    gen = torch.Generator().manual_seed(0)
+    n, b, v, k, clip, tau = 64, 4, 50, 5, 0.7, 0.9
+    logits = 3 * torch.randn(n, 1 + b, v, generator=gen, dtype=torch.float64).float()  # (N, 1+B, V)
+    other = logits.clone()
+    other[:, 1:] = 3 * torch.randn(n, b, v, generator=gen).float()  # same public row, other references
+    mech = InvisibleInk(clip=clip, temperature=tau, top_k=k)
+    out, out_other = mech.step(logits).logprobs, mech.step(other).logprobs  # (N, V)
+    support = torch.isfinite(out)
+    assert torch.equal(support, torch.isfinite(out_other))
+    assert support.gather(-1, logits[:, 0].topk(k, -1).indices).all()
+    pub = logits[:, 0].double()
+    phi = pub + (logits[:, 1:].double() - pub[:, None]).clamp(-clip, clip).mean(1)  # (N, V)
+    expected = torch.log_softmax(torch.where(support, phi / tau, -torch.inf), -1)
+    torch.testing.assert_close(out[support].double(), expected[support], rtol=0, atol=1e-5)
+
+
+def test_ledger_of_the_job_admits_exactly_max_tokens_tokens():
+    from tokendp.errors import BudgetExceededError
+    from tokendp.synthesize import _Job, calibrate_clip
+
+    for method in ("invisibleink", "amin"):
+        clip = calibrate_clip(method=method, epsilon=2.0, delta=1e-6, batch_size=4, temperature=1.0, max_tokens=20)
+        job = _Job(method, clip, 4, 1.0, None, 2.0, 1e-6, n_batches=3)
+        for _ in range(20):
+            job.charge([0, 1, 2])
+        with pytest.raises(BudgetExceededError):
+            job.charge([1])
+        assert job.ledger.epsilon(1) <= 2.0

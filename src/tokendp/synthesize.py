@@ -52,7 +52,6 @@ from tokendp.accounting import (
     ZcdpEvent,
     amin_epsilon,
     amin_rho_per_token,
-    epsilon_to_zcdp,
     invisibleink_clip,
     invisibleink_epsilon,
     invisibleink_rho_per_token,
@@ -149,22 +148,17 @@ def calibrate_clip(*, method: Method, epsilon: float, delta: float, batch_size: 
                    max_tokens: int) -> float:
     """The largest clip C whose T-token guarantee is (epsilon, delta) per reference; 0 at epsilon 0.
 
-    InvisibleInk: :func:`tokendp.accounting.invisibleink_clip`. Amin et al.: with rho* the
-    largest zCDP meeting epsilon (:func:`tokendp.accounting.epsilon_to_zcdp`), T 2 C^2/(B^2 tau^2)
-    <= rho* gives C = B tau sqrt(rho* / (2T)); the value is rechecked with
-    :func:`tokendp.accounting.amin_epsilon` and stepped down if rounding requires it.
+    InvisibleInk: :func:`tokendp.accounting.invisibleink_clip`, C = B tau sqrt(2 rho* / T) with
+    rho* the largest zCDP meeting epsilon. Amin et al.: rho_tok = 2 C^2 / (B^2 tau^2) is
+    InvisibleInk's C^2 / (2 B^2 tau^2) at twice the clip, so their clip is half of it; in floating
+    point the two per-token rhos are then bit-identical (both evaluate the bounded range 2C/(B tau)
+    with 4 (C/2) = 2C exactly), so a ledger admits exactly T tokens for both.
     """
     if epsilon == 0:
         return 0.0
-    if method == "invisibleink":
-        return invisibleink_clip(epsilon=epsilon, delta=delta, batch_size=batch_size, temperature=temperature,
-                                 max_tokens=max_tokens)
-    rho_star = epsilon_to_zcdp(epsilon=epsilon, delta=delta)
-    clip = batch_size * temperature * math.sqrt(rho_star / (2.0 * max_tokens))
-    while clip > 0 and amin_epsilon(clip=clip, batch_size=batch_size, temperature=temperature,
-                                    max_tokens=max_tokens, delta=delta) > epsilon:
-        clip *= 1.0 - 1e-12
-    return clip
+    clip = invisibleink_clip(epsilon=epsilon, delta=delta, batch_size=batch_size, temperature=temperature,
+                             max_tokens=max_tokens)
+    return clip if method == "invisibleink" else clip / 2.0
 
 
 def certified_epsilon(*, method: Method, clip: float, delta: float, batch_size: int, temperature: float,
