@@ -214,9 +214,10 @@ class _Job:
                  epsilon: float, delta: float, n_batches: int) -> None:
         self.public_only = method == "amin" and clip == 0  # clipping to [0, 0] would sample uniformly
         self.temperature = float(temperature)
+        self.mechanism: Any = None
         if method == "invisibleink":
-            self.mechanism: Any = InvisibleInk(clip=clip, temperature=temperature, top_k=top_k)
-        else:
+            self.mechanism = InvisibleInk(clip=clip, temperature=temperature, top_k=top_k)
+        elif not self.public_only:
             self.mechanism = AminEtAl(clip=clip, temperature=temperature)
         self.event = ZcdpEvent(rho_per_token(method=method, clip=clip, batch_size=batch_size,
                                              temperature=temperature))
