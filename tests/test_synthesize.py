@@ -66,6 +66,26 @@ def test_each_reference_reaches_exactly_one_row_and_row_zero_is_public(backend, 
         assert [next(i for i in range(10) if contains(row.ids, ref_ids[i])) for row in seq.rows[1:]] == list(o.references)
 
 
+@pytest.mark.parametrize("kind", ["chat", "plain", "tokendp.json"])
+def test_prompts_follow_the_model_kind(monkeypatch, kind):
+    """Chat models get their chat template, plain ones a plain template (or --prompt), and a model
+    with a tokendp.json its template with the placeholder as the public document."""
+    tok = tinylm.tokenizer(chat=kind == "chat")
+    options = {"prompt_template": "<|doc|>{document}<|rewrite|>", "placeholder": "<|mask|>"} if kind == "tokendp.json" else {}
+    backend = HFBackend(tinylm.model(), tok, options=options)
+    spy = Spy(backend, monkeypatch)
+    prompt = "Example: {document}\nAnother one:" if kind == "plain" else None
+    synthesize(REFS[:2], epsilon=1.0, delta=1e-5, batch_size=2, max_tokens=2, model=backend, seed=0, prompt=prompt)
+    public, private = (tok.decode(row.ids) for row in spy.sequences[0].rows[:2])
+    expected = {"chat": ("<|doc|>user: Write a new text", "\n<|rewrite|>"),
+                "plain": ("Example: ", "\nAnother one:"),
+                "tokendp.json": ("<|doc|>", "<|rewrite|>")}[kind]
+    assert public.startswith(expected[0]) and public.endswith(expected[1])
+    assert private.startswith(expected[0]) and private.endswith(expected[1]) and REFS[0] in private
+    assert (public == "<|doc|><|mask|><|rewrite|>") == (kind == "tokendp.json")
+    assert REFS[0] not in public
+
+
 @pytest.mark.parametrize("method", ["invisibleink", "amin"])
 def test_reported_clip_and_epsilon_come_from_the_accountant(backend, method):
     eps, delta, b, t, tau = 3.0, 1e-6, 2, 5, 0.8
