@@ -215,3 +215,5 @@ def test_ledger_of_the_job_admits_exactly_max_tokens_tokens():
         with pytest.raises(BudgetExceededError):
             job.charge([1])
         assert job.ledger.epsilon(1) <= 2.0
+        declared = job.mechanism.event(batch_size=4)["reference"].rho  # what the mechanism says it costs
+        assert job.event.rho == pytest.approx(declared, rel=1e-12)
