@@ -1,0 +1,75 @@
+"""Character-level tagger metrics, as in TAB (Pilán et al., 2022, Section 6).
+
+For a document with characters C (whitespace excluded), gold characters G (covered by any gold
+span) and predicted characters P (covered by any predicted span):
+
+    recall    = |G ∩ P| / |G|        precision = |G ∩ P| / |P|
+
+summed over documents before dividing (micro average). The headline is label-agnostic: a gold
+character counts as recalled if ANY predicted span covers it, whatever its label (a masked
+character is masked). Per gold label L, recall_L = |G_L ∩ P| / |G_L|; per predicted label L,
+precision_L = |P_L ∩ G| / |P_L|.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from tokendp.text.spans import Span
+
+
+@dataclass(frozen=True)
+class TaggingScores:
+    """Micro-averaged character recall and precision, overall and per label."""
+
+    recall: float
+    precision: float
+    gold_chars: int
+    predicted_chars: int
+    recall_by_label: dict[str, float] = field(default_factory=dict)
+    precision_by_label: dict[str, float] = field(default_factory=dict)
+
+    def to_dict(self) -> dict:
+        return {"recall": self.recall, "precision": self.precision, "gold_chars": self.gold_chars,
+                "predicted_chars": self.predicted_chars, "recall_by_label": self.recall_by_label,
+                "precision_by_label": self.precision_by_label}
+
+
+def _masks(text: str, spans: Iterable[Span], visible: np.ndarray) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+    """Characters covered by any span, and by spans of each label (whitespace removed)."""
+    anyone = np.zeros(len(text), dtype=bool)  # (n_chars,)
+    by_label: dict[str, np.ndarray] = {}
+    for span in spans:
+        anyone[span.start:span.end] = True
+        by_label.setdefault(span.label, np.zeros(len(text), dtype=bool))[span.start:span.end] = True
+    return anyone & visible, {lab: m & visible for lab, m in by_label.items()}
+
+
+def _ratio(num: int, den: int) -> float:
+    return num / den if den else float("nan")
+
+
+def char_scores(texts: Mapping[str, str], gold: Mapping[str, Iterable[Span]],
+                predicted: Mapping[str, Iterable[Span]]) -> TaggingScores:
+    """Character recall and precision of ``predicted`` against ``gold`` over ``texts``' documents."""
+    hit = n_gold = n_pred = 0
+    label_counts: dict[tuple[str, str], list[int]] = {}
+    for doc_id, text in texts.items():
+        visible = ~np.array([c.isspace() for c in text], dtype=bool)  # (n_chars,)
+        g_any, g_by = _masks(text, gold.get(doc_id, ()), visible)
+        p_any, p_by = _masks(text, predicted.get(doc_id, ()), visible)
+        hit += int((g_any & p_any).sum())
+        n_gold += int(g_any.sum())
+        n_pred += int(p_any.sum())
+        for kind, masks, other in (("recall", g_by, p_any), ("precision", p_by, g_any)):
+            for label, mask in masks.items():
+                counts = label_counts.setdefault((kind, label), [0, 0])
+                counts[0] += int((mask & other).sum())
+                counts[1] += int(mask.sum())
+    per = {kind: {lab: _ratio(*label_counts[(k, lab)]) for k, lab in sorted(label_counts) if k == kind}
+           for kind in ("recall", "precision")}
+    return TaggingScores(_ratio(hit, n_gold), _ratio(hit, n_pred), n_gold, n_pred,
+                         per["recall"], per["precision"])

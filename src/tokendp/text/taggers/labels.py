@@ -1,0 +1,106 @@
+"""Label mapping between tagger schemes and TAB's eight categories.
+
+TAB (Pilán et al., 2022) annotates PERSON, CODE, LOC, ORG, DEM (demographic attributes:
+nationality, profession, age, health...), DATETIME, QUANTITY and MISC. Presidio, spaCy
+(OntoNotes) and Stanza use their own names; :func:`to_tab` maps any of them to TAB's,
+:func:`to_presidio` maps TAB's back to Presidio's entity names.
+"""
+
+from __future__ import annotations
+
+from tokendp.errors import InvalidInputError
+
+TAB_LABELS: tuple[str, ...] = ("PERSON", "CODE", "LOC", "ORG", "DEM", "DATETIME", "QUANTITY", "MISC")
+
+PRESIDIO_TO_TAB: dict[str, str] = {
+    "PERSON": "PERSON",
+    "LOCATION": "LOC",
+    "DATE_TIME": "DATETIME",
+    "ORGANIZATION": "ORG",
+    "NRP": "DEM",
+    "AGE": "DEM",
+    "EMAIL_ADDRESS": "CODE",
+    "PHONE_NUMBER": "CODE",
+    "IBAN_CODE": "CODE",
+    "CREDIT_CARD": "CODE",
+    "CRYPTO": "CODE",
+    "IP_ADDRESS": "CODE",
+    "URL": "CODE",
+    "MEDICAL_LICENSE": "CODE",
+    "US_SSN": "CODE",
+    "US_ITIN": "CODE",
+    "US_PASSPORT": "CODE",
+    "US_DRIVER_LICENSE": "CODE",
+    "US_BANK_NUMBER": "CODE",
+    "UK_NHS": "CODE",
+    "UK_NINO": "CODE",
+    "ID": "CODE",
+}
+
+SPACY_TO_TAB: dict[str, str] = {
+    "PERSON": "PERSON",
+    "PER": "PERSON",
+    "NORP": "DEM",
+    "LANGUAGE": "DEM",
+    "FAC": "LOC",
+    "GPE": "LOC",
+    "LOC": "LOC",
+    "ORG": "ORG",
+    "DATE": "DATETIME",
+    "TIME": "DATETIME",
+    "MONEY": "QUANTITY",
+    "PERCENT": "QUANTITY",
+    "QUANTITY": "QUANTITY",
+    "CARDINAL": "QUANTITY",
+    "ORDINAL": "QUANTITY",
+    "LAW": "MISC",
+    "EVENT": "MISC",
+    "PRODUCT": "MISC",
+    "WORK_OF_ART": "MISC",
+    "MISC": "MISC",
+}
+
+STANZA_TO_TAB: dict[str, str] = {
+    "PERSON": "PERSON",
+    "ORGANIZATION": "ORG",
+    "LOCATION": "LOC",
+    "DATE": "DATETIME",
+    "TIME": "DATETIME",
+    "MONEY": "QUANTITY",
+    "PERCENT": "QUANTITY",
+}
+
+TAB_TO_PRESIDIO: dict[str, str] = {
+    "PERSON": "PERSON",
+    "LOC": "LOCATION",
+    "DATETIME": "DATE_TIME",
+    "ORG": "ORGANIZATION",
+    "DEM": "NRP",
+    "CODE": "ID",
+    "QUANTITY": "QUANTITY",
+    "MISC": "MISC",
+}
+
+_ANY_TO_TAB: dict[str, str] = {**STANZA_TO_TAB, **SPACY_TO_TAB, **PRESIDIO_TO_TAB,
+                               **{label: label for label in TAB_LABELS}}
+
+
+def to_tab(label: str) -> str:
+    """Map a TAB, Presidio, spaCy or Stanza label (any case, optional ``B-``/``I-``) to TAB's.
+
+    Raises :class:`InvalidInputError` naming the label if it is unknown.
+    """
+    key = label.upper()
+    if len(key) > 2 and key[1] == "-" and key[0] in "BIES":
+        key = key[2:]
+    try:
+        return _ANY_TO_TAB[key]
+    except KeyError:
+        raise InvalidInputError(
+            f"unknown entity label {label!r}; use one of TAB's {', '.join(TAB_LABELS)} "
+            "or a Presidio, spaCy or Stanza label") from None
+
+
+def to_presidio(label: str) -> str:
+    """Map a TAB label to Presidio's entity name (CODE becomes the generic ``ID``)."""
+    return TAB_TO_PRESIDIO[to_tab(label)]

@@ -1,0 +1,175 @@
+"""Regular-expression recognisers, with checksum validation where one exists.
+
+Each recogniser is a compiled pattern, a TAB label, a score and an optional validator; the
+span is the match's group ``"v"`` when the pattern defines one (so context such as "no."
+or "aged" anchors a match without being tagged), else the whole match. Validators:
+Luhn (ISO/IEC 7812-1) for card numbers, ISO 13616 mod-97 for IBANs, calendar ranges for
+numeric dates.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from tokendp.text.spans import Span
+from tokendp.text.taggers.resolve import resolve_overlaps
+
+MONTHS = ("January|February|March|April|May|June|July|August|September|October|November|December"
+          "|Jan|Feb|Mar|Apr|Jun|Jul|Aug|Sept|Sep|Oct|Nov|Dec")
+_MONTH = rf"(?:{MONTHS})\.?"
+_DAY = r"(?:[12]\d|3[01]|0?[1-9])(?:st|nd|rd|th)?"
+_YEAR = r"(?:1[6-9]\d\d|20\d\d)"
+NUMBER_WORDS = ("one|two|three|four|five|six|seven|eight|nine|ten|eleven|twelve|thirteen|fourteen"
+                "|fifteen|sixteen|seventeen|eighteen|nineteen|twenty|thirty|forty|fifty|sixty"
+                "|seventy|eighty|ninety|hundred|a hundred|several|a few")
+_COUNT = rf"(?:\d+(?:[.,]\d+)?|(?:{NUMBER_WORDS})(?:[- ](?:{NUMBER_WORDS}))*|a|an)"
+_UNITS = r"(?:years?|months?|weeks?|days?|hours?|minutes?|seconds?)"
+_NUM = r"\d{1,3}(?:[,\u00a0 ]\d{3})+(?:\.\d+)?|\d+(?:[.,]\d+)?"
+_CURRENCY_CODES = ("EUR|GBP|USD|SEK|DKK|NOK|CHF|PLN|TRY|TRL|RUB|UAH|FIM|ATS|DEM|FRF|ITL|BEF"
+                   "|NLG|ESP|PTE|GRD|HUF|CZK|RON|BGN|HRK|ISK|JPY|CAD|AUD|CYP|MTL|SKK|SIT|LTL|LVL|EEK")
+_CURRENCY_WORDS = (r"euros?|pounds?(?: sterling)?|pence|dollars?|cents?|kronor|kroner|krona|krone"
+                   r"|zlotys?|zł|francs?|lire|lira|liras|marks?|Deutschmarks?|roubles?|rubles?"
+                   r"|hryvnias?|forints?|korunas?|drachmas?|escudos?|pesetas?|schillings?|guilders?"
+                   r"|markkas?|lei|levs?|leva|kunas?|yen|Turkish liras|new Turkish liras")
+_MEASURE = (r"sq\.? ?m\.?|square met(?:re|er)s?|m²|m2|hectares?|ha|km|kilomet(?:re|er)s?|met(?:re|er)s?"
+            r"|cm|mm|kg|kilograms?|grams?|g|tonnes?|tons?|litres?|liters?|per cent|percent|%")
+
+
+def luhn_valid(digits: str) -> bool:
+    """Luhn checksum (ISO/IEC 7812-1): doubling every second digit from the right."""
+    total = 0
+    for i, ch in enumerate(reversed(digits)):
+        d = int(ch)
+        if i % 2 == 1:
+            d = d * 2 - 9 if d > 4 else d * 2
+        total += d
+    return total % 10 == 0
+
+
+def iban_valid(iban: str) -> bool:
+    """ISO 13616: move the first four characters to the end, letters to 10..35, mod 97 == 1."""
+    s = re.sub(r"\s", "", iban).upper()
+    if not 15 <= len(s) <= 34:
+        return False
+    rearranged = s[4:] + s[:4]
+    return int("".join(str(int(c, 36)) for c in rearranged)) % 97 == 1
+
+
+def _card_valid(text: str) -> bool:
+    digits = re.sub(r"\D", "", text)
+    return 13 <= len(digits) <= 19 and luhn_valid(digits)
+
+
+def _phone_valid(text: str) -> bool:
+    return 8 <= len(re.sub(r"\D", "", text)) <= 15
+
+
+def _numeric_date_valid(text: str) -> bool:
+    parts = [int(p) for p in re.split(r"[./-]", text)]
+    if parts[0] > 31:  # year first: yyyy-mm-dd
+        _, month, day = parts
+    else:  # day first (European); accept month-first when day-first is impossible
+        day, month, _ = parts
+        if month > 12:
+            day, month = month, day
+    return 1 <= month <= 12 and 1 <= day <= 31
+
+
+def _year_range_valid(text: str) -> bool:
+    """"1997/98" is a year range only when the second part is the next year."""
+    first, _, rest = re.split(r"\s?([/–-])\s?", text)
+    return len(rest) == 4 and int(rest) > int(first) or len(rest) == 2 and int(rest) == (int(first) + 1) % 100
+
+
+@dataclass(frozen=True)
+class Recognizer:
+    """One pattern family: ``name`` becomes the span's source suffix."""
+
+    name: str
+    label: str
+    pattern: re.Pattern
+    score: float = 0.9
+    validate: Callable[[str], bool] | None = None
+
+
+def _r(pattern: str, flags: int = 0) -> re.Pattern:
+    return re.compile(pattern, flags | re.UNICODE)
+
+
+RECOGNIZERS: tuple[Recognizer, ...] = (
+    Recognizer("email", "CODE", _r(r"\b[\w.+-]+@[\w-]+(?:\.[\w-]+)*\.[A-Za-z]{2,}\b"), 1.0),
+    Recognizer("url", "CODE", _r(r"\b(?:https?://|www\.)[^\s<>\"]+[^\s<>\".,;:)]"), 0.95),
+    Recognizer("iban", "CODE", _r(r"\b[A-Z]{2}\d{2}(?: ?[A-Z0-9]{4}){2,7}(?: ?[A-Z0-9]{1,4})?\b"),
+               1.0, iban_valid),
+    Recognizer("credit_card", "CODE", _r(r"\b\d{4}(?:[ -]?\d{4}){2}[ -]?\d{1,7}\b"), 1.0, _card_valid),
+    Recognizer("phone", "CODE", _r(
+        r"(?<![\w/+])(?:\+\d{1,3}[ .-]?(?:\(0\)[ .-]?)?(?:\(\d{1,5}\)|\d{1,5})(?:[ .-]?\d{2,5}){1,4}"
+        r"|\(\d{2,5}\)[ .-]?\d{3,4}[ .-]?\d{3,4}"
+        r"|\b0\d{2,4}[ -]\d{3,4}[ -]?\d{3,4})(?![\w/])"), 0.9, _phone_valid),
+    Recognizer("ssn", "CODE", _r(r"\b\d{3}-\d{2}-\d{4}\b"), 0.85),
+    Recognizer("application_no", "CODE", _r(r"\b\d{2,6}/\d{2}(?:/\d{1,4}){0,2}\b(?![./]\d)"), 0.95),
+    Recognizer("numbered_ref", "CODE", _r(
+        r"(?<!Law )(?<!Act )(?<!Decree )(?<!Protocol )(?<!Regulation )(?<!Rule )(?<!Article )"
+        r"(?<!Directive )(?<!Ordinance )\b(?:[Nn]os?\.|[Nn]umbers?|[Rr]ef\.|[Ff]ile)\s+"
+        r"(?P<v>[A-Z]{0,4}[0-9][\w./-]*[\w])"), 0.8),
+    Recognizer("id_code", "CODE", _r(
+        r"\b(?=[A-Z0-9./-]*\d)(?=[0-9./-]*[A-Z])[A-Z0-9](?:[A-Z0-9]|[./-](?=[A-Z0-9])){4,}\b"), 0.7),
+    Recognizer("date_dmy", "DATETIME", _r(rf"\b{_DAY}(?: of)? {_MONTH},? {_YEAR}\b"), 0.95),
+    Recognizer("date_mdy", "DATETIME", _r(rf"\b{_MONTH} {_DAY},? {_YEAR}\b"), 0.95),
+    Recognizer("date_my", "DATETIME", _r(rf"\b(?:(?:early|mid|late)[- ])?{_MONTH},? {_YEAR}\b"), 0.9),
+    Recognizer("date_dm", "DATETIME", _r(rf"\b{_DAY} (?:of )?{_MONTH}(?! \d)\b|\b{_MONTH} {_DAY}\b(?![,.]?\d)"),
+               0.8),
+    Recognizer("date_numeric", "DATETIME", _r(
+        r"\b(?:(?:0?[1-9]|[12]\d|3[01])([./-])(?:0?[1-9]|1[0-2])\1(?:1[6-9]|20)?\d\d"
+        r"|(?:1[6-9]|20)\d\d-(?:0?[1-9]|1[0-2])-(?:0?[1-9]|[12]\d|3[01]))\b(?![./-]\d)"),
+        0.96, _numeric_date_valid),
+    Recognizer("year_range", "DATETIME", _r(rf"\b{_YEAR}(?:/\d\d|\s?[-–]\s?{_YEAR})\b(?!/)"), 0.97,
+               _year_range_valid),
+    Recognizer("decade", "DATETIME", _r(r"\b(?:1[6-9]|20)\d0s\b"), 0.85),
+    Recognizer("year", "DATETIME", _r(
+        rf"(?<![\d/.,-])(?<!no\. )(?<!No\. )(?<!nos\. )\b{_YEAR}\b(?![\d/]|\.\d|,\d)"), 0.7),
+    Recognizer("time", "DATETIME", _r(
+        r"(?<![\d.:])\b(?:[01]?\d|2[0-3])[.:][0-5]\d(?![.:]?\d)(?:\s?(?:a\.m\.|p\.m\.|am|pm|hrs|h)(?!\w))?"
+        r"|\b(?:1[0-2]|0?[1-9])\s?(?:a\.m\.|p\.m\.|am\b|pm\b)"), 0.75),
+    Recognizer("duration", "DATETIME", _r(
+        rf"\b{_COUNT}(?:[- ](?:and a half|{_UNITS}))?(?:,? and {_COUNT})?[- ]{_UNITS}"
+        rf"(?:(?:,| and) {_COUNT} {_UNITS})*\b", re.IGNORECASE), 0.75),
+    Recognizer("amount_prefix", "QUANTITY", _r(
+        rf"(?:\b(?:{_CURRENCY_CODES})|[£$€¥₺])\s?(?:{_NUM})(?:\s?(?:million|billion|thousand))?"), 0.9),
+    Recognizer("amount_suffix", "QUANTITY", _r(
+        rf"\b(?:{_NUM})(?:\s(?:million|billion|thousand))?\s(?:(?:new )?(?:Swedish|Danish|Norwegian|Polish"
+        rf"|Turkish|Finnish|Swiss|French|Belgian|Austrian|Irish|Cypriot|Maltese|US|American|German"
+        rf"|Slovak|Czech|Hungarian|Romanian|Bulgarian|Ukrainian|Russian) )?(?:{_CURRENCY_WORDS})\b"
+        rf"(?:\s[(\[](?:{_CURRENCY_CODES})[)\]])?|\b(?:{_NUM})\s?(?:{_CURRENCY_CODES})\b"), 0.9),
+    Recognizer("measure", "QUANTITY", _r(rf"\b(?:{_NUM})\s?(?:{_MEASURE})(?![\w²])"), 0.8),
+    Recognizer("age", "DEM", _r(
+        rf"\b(?:aged|age of|at the age of)\s{_COUNT}(?:\s(?:years|months)(?: old)?)?\b"
+        rf"|\b{_COUNT}[- ](?:year|month)s?[- ]old\b", re.IGNORECASE), 0.9),
+)
+
+
+class PatternTagger:
+    """Tags e-mails, URLs, phones, IBANs, cards, case/application numbers, ID codes, dates,
+    times, durations, amounts, measurements and ages with :data:`RECOGNIZERS`."""
+
+    name = "patterns"
+
+    def __init__(self, recognizers: tuple[Recognizer, ...] = RECOGNIZERS) -> None:
+        self.recognizers = recognizers
+
+    def candidates(self, text: str) -> list[Span]:
+        """Every validated match, before overlap resolution."""
+        spans: list[Span] = []
+        for rec in self.recognizers:
+            for m in rec.pattern.finditer(text):
+                group = "v" if "v" in rec.pattern.groupindex else 0
+                start, end = m.span(group)
+                if start == end or (rec.validate is not None and not rec.validate(m.group(group))):
+                    continue
+                spans.append(Span(start, end, rec.label, rec.score, f"patterns:{rec.name}"))
+        return spans
+
+    def tag(self, text: str) -> list[Span]:
+        return resolve_overlaps(self.candidates(text), text)

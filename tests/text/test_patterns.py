@@ -1,0 +1,118 @@
+"""Each pattern family: positives are tagged with the right label, near misses are not."""
+
+import pytest
+
+from tokendp.text.taggers.patterns import PatternTagger, iban_valid, luhn_valid
+
+TAGGER = PatternTagger()
+
+
+def _tagged(text):
+    return {(text[s.start:s.end], s.label) for s in TAGGER.tag(text)}
+
+
+@pytest.mark.parametrize("text,expected,label", [
+    ("Write to jane.doe+x@example.co.uk today.", "jane.doe+x@example.co.uk", "CODE"),
+    ("See https://example.org/a?b=1.", "https://example.org/a?b=1", "CODE"),
+    ("Call +44 20 7946 0958 now.", "+44 20 7946 0958", "CODE"),
+    ("Call +1 (415) 555-2671.", "+1 (415) 555-2671", "CODE"),
+    ("Call (020) 7946 0958.", "(020) 7946 0958", "CODE"),
+    ("Call 030 1234 5678.", "030 1234 5678", "CODE"),
+    ("IBAN GB82 WEST 1234 5698 7654 32 here", "GB82 WEST 1234 5698 7654 32", "CODE"),
+    ("IBAN DE89370400440532013000.", "DE89370400440532013000", "CODE"),
+    ("card 4111 1111 1111 1111 used", "4111 1111 1111 1111", "CODE"),
+    ("card 5500-0000-0000-0004 used", "5500-0000-0000-0004", "CODE"),
+    ("an application (no. 36110/97) against", "36110/97", "CODE"),
+    ("case no. 31/1993/426/505 was", "31/1993/426/505", "CODE"),
+    ("file no. 2001/123 and", "2001/123", "CODE"),
+    ("reference no. 4521 of the", "4521", "CODE"),
+    ("passport AB1234567 was", "AB1234567", "CODE"),
+    ("SSN 078-05-1120 is", "078-05-1120", "CODE"),
+])
+def test_codes(text, expected, label):
+    assert (expected, label) in _tagged(text)
+
+
+@pytest.mark.parametrize("text,expected", [
+    ("on 30 May 1996 the", "30 May 1996"),
+    ("on 1st of June 2001 the", "1st of June 2001"),
+    ("on May 30, 1996 the", "May 30, 1996"),
+    ("in May 1996 the", "May 1996"),
+    ("in late March 2004 the", "late March 2004"),
+    ("on 25 August the", "25 August"),
+    ("born in 1996 and", "1996"),
+    ("on 30.05.1996 the", "30.05.1996"),
+    ("on 30/05/96 the", "30/05/96"),
+    ("on 1996-05-30 the", "1996-05-30"),
+    ("in 1997/98 the", "1997/98"),
+    ("from 1990-1995 the", "1990-1995"),
+    ("in the 1970s the", "1970s"),
+    ("at 10.30 a.m. the", "10.30 a.m."),
+    ("at 14:45 the", "14:45"),
+    ("at 9 p.m. the", "9 p.m."),
+    ("for ninety-one days the", "ninety-one days"),
+    ("for two years and six months the", "two years and six months"),
+    ("for 3 weeks the", "3 weeks"),
+])
+def test_dates_and_times(text, expected):
+    assert (expected, "DATETIME") in _tagged(text)
+
+
+@pytest.mark.parametrize("text,expected,label", [
+    ("paid GBP 24,000 to", "GBP 24,000", "QUANTITY"),
+    ("paid £325 to", "£325", "QUANTITY"),
+    ("paid EUR 1,000,000 to", "EUR 1,000,000", "QUANTITY"),
+    ("paid 1,717 kronor to", "1,717 kronor", "QUANTITY"),
+    ("paid 15,800 euros [EUR] to", "15,800 euros [EUR]", "QUANTITY"),
+    ("paid 2,000,000 Swedish kronor (SEK) to", "2,000,000 Swedish kronor (SEK)", "QUANTITY"),
+    ("paid 500 USD to", "500 USD", "QUANTITY"),
+    ("a flat of 63 sq. m in", "63 sq. m", "QUANTITY"),
+    ("a 20% share", "20%", "QUANTITY"),
+    ("when aged 45 he", "aged 45", "DEM"),
+    ("a 45-year-old man", "45-year-old", "DEM"),
+    ("at the age of three he", "at the age of three", "DEM"),
+    ("he was eight years old", "eight years old", "DEM"),
+])
+def test_amounts_and_ages(text, expected, label):
+    assert (expected, label) in _tagged(text)
+
+
+@pytest.mark.parametrize("text", [
+    "Write to jane.doe at example dot com.",       # no @
+    "Call 12 34 now.",                             # too few digits for a phone
+    "IBAN GB82 WEST 1234 5698 7654 33 here",       # mod-97 fails
+    "card 4111 1111 1111 1112 used",               # Luhn fails
+    "under section 23 of Law no. 5683 as",         # a law number, not an identifier
+    "Article 6 § 1 of the Convention",             # article numbers
+    "a 19966 result and 1,996 items",              # not years
+    "on 32.13.1996 the",                           # impossible date
+    "at 25:61 the",                                # impossible time
+    "the MAY meeting in Convention",               # no digits
+    "ABCDEF is a word",                            # letters only is not an ID code
+    "he paid 24 to",                               # a number without a currency
+    "three of the judges",                         # a count without a unit
+])
+def test_near_misses_are_not_tagged(text):
+    assert _tagged(text) == set()
+
+
+def test_year_after_number_sign_is_not_a_date():
+    assert ("1996", "DATETIME") not in _tagged("Law no. 1996 applies")
+
+
+def test_year_range_needs_consecutive_years():
+    assert ("1997/98", "DATETIME") in _tagged("in 1997/98 the")
+    assert ("1997/95", "DATETIME") not in _tagged("in 1997/95 the")
+
+
+def test_luhn_and_iban_checksums():
+    assert luhn_valid("79927398713") and not luhn_valid("79927398710")
+    assert iban_valid("GB82 WEST 1234 5698 7654 32") and not iban_valid("GB82 WEST 1234 5698 7654 31")
+
+
+def test_spans_are_disjoint_and_sorted():
+    text = "On 30 May 1996 at 10.30 a.m. he paid GBP 5,000 (application no. 36110/97)."
+    spans = TAGGER.tag(text)
+    assert spans == sorted(spans)
+    assert all(a.end <= b.start for a, b in zip(spans, spans[1:]))
+    assert {s.source.split(":")[0] for s in spans} == {"patterns"}
