@@ -62,6 +62,10 @@ def test_refusal_commits_nothing():
     with pytest.raises(BudgetExceededError, match="small"):
         ledger.charge({"large": ZcdpEvent(rho=0.01), "small": ZcdpEvent(rho=5.0)})
     assert ledger.state_dict() == before
+    with pytest.raises(BudgetExceededError, match="small"):
+        ledger.charge({"large": RdpEvent(alpha=2.7, rdp=0.01), "small": RdpEvent(alpha=2.7, rdp=50.0)})
+    assert ledger.state_dict() == before
+    assert ledger.spent()["large"] == pytest.approx(acc.zcdp_to_epsilon(rho=0.5, delta=1e-5))
 
 
 def test_pure_events_use_basic_composition_when_it_is_best():
@@ -125,10 +129,11 @@ def test_unknown_unit_or_event_is_an_error_and_commits_nothing():
 
 
 def test_state_dict_round_trip_through_json():
-    ledger = Ledger({"PERSON": 20.0, 7: 5.0}, delta=1e-4)
+    ledger = Ledger({"PERSON": 20.0, 7: 5.0, "ORG": 50.0}, delta=1e-4)
     for _ in range(10):
-        ledger.charge({"PERSON": RdpEvent(alpha=2.0, rdp=0.3), 7: ZcdpEvent(rho=0.01)})
-    ledger.charge({7: PureDpEvent(epsilon=0.2)})
+        ledger.charge({"PERSON": RdpEvent(alpha=2.0, rdp=0.3), 7: ZcdpEvent(rho=0.01), "ORG": RdpEvent(alpha=2.7, rdp=0.2)})
+    ledger.charge({7: PureDpEvent(epsilon=0.2), "PERSON": RdpEvent(alpha=2.0, rdp=0.1)})
+    ledger.charge({"PERSON": RdpEvent(alpha=2.0, rdp=0.1)})
     state = json.loads(json.dumps(ledger.state_dict()))
     restored = Ledger.from_state_dict(state)
     assert restored.spent() == ledger.spent()

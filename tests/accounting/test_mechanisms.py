@@ -42,6 +42,8 @@ def test_design_anchor_is_alpha_two():
 
 def test_dp_fusion_zero_beta_is_exactly_zero():
     assert acc.dp_fusion_epsilon(alpha=2.0, beta=0.0, groups=3, max_tokens=100, delta=1e-5) == 0.0
+    # A positive beta, however small, is never reported as zero loss.
+    assert acc.dp_fusion_epsilon(alpha=2.0, beta=1e-320, groups=8, max_tokens=1, delta=1e-5) > 0
 
 
 def test_dp_fusion_monotone():

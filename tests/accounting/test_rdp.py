@@ -80,7 +80,7 @@ def _randomized_response_rdp(eps: float, alpha: float) -> mpmath.mpf:
         return mpmath.log(total) / (alpha - 1)
 
 
-@pytest.mark.parametrize("eps", [1e-3, 0.1, 1.0, 5.0])
+@pytest.mark.parametrize("eps", [1e-9, 1e-3, 0.1, 1.0, 5.0, 40.0])
 def test_pure_dp_curve_is_randomized_response_and_below_simple_bounds(eps):
     orders = [1.25, 2.0, 3.5, 10.0, 100.0]
     curve = pure_dp_to_rdp(epsilon=eps, orders=orders)
@@ -157,3 +157,24 @@ def test_generic_bound_dominates_exact_gaussian_and_handles_extremes():
 def test_dp_sgd_rdp_requires_a_schedule():
     with pytest.raises(InvalidParameterError):
         dp_sgd_rdp(sampling_rate=0.1, noise_multipliers=[])
+
+
+def test_tiny_subsampled_rdp_stays_positive_and_accurate():
+    q, sigma, alpha = 1e-9, 20.0, 4
+    with mpmath.workdps(80):
+        total = sum(
+            mpmath.binomial(alpha, k) * mpmath.mpf(q) ** k * (1 - mpmath.mpf(q)) ** (alpha - k) * mpmath.e ** (mpmath.mpf(k * k - k) / (2 * sigma**2))
+            for k in range(alpha + 1)
+        )
+        expected = float(mpmath.log(total) / (alpha - 1))
+    got = subsampled_gaussian_rdp(sampling_rate=q, noise_multiplier=sigma, orders=[alpha])[0]
+    assert got > 0
+    assert got == pytest.approx(expected, rel=RTOL)
+    generic = poisson_subsampled_rdp(sampling_rate=q, base_rdp=lambda ell: ell / (2 * sigma**2), orders=[2])[0]
+    assert generic == pytest.approx(subsampled_gaussian_rdp(sampling_rate=q, noise_multiplier=sigma, orders=[2])[0], rel=1e-12)
+
+
+def test_vanishing_losses_never_round_to_zero():
+    assert np.all(pure_dp_to_rdp(epsilon=1e-200, orders=[1.25, 2.0, 64.0]) > 0)
+    assert subsampled_gaussian_rdp(sampling_rate=1e-300, noise_multiplier=5.0, orders=[2])[0] > 0
+    assert rdp_to_epsilon(rdp=pure_dp_to_rdp(epsilon=1e-200, orders=[2.0]), orders=[2.0], delta=1e-5) > 0
