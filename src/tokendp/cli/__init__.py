@@ -19,3 +19,10 @@ def main() -> None:
     Rewrite documents (sanitize), generate synthetic text (synthesize), tag PII (tag),
     and compute privacy budgets (account), each with a formal (epsilon, delta) guarantee.
     """
+
+
+from tokendp.cli.eval import eval_group  # noqa: E402
+from tokendp.cli.tag import tag  # noqa: E402
+
+main.add_command(tag)
+main.add_command(eval_group)

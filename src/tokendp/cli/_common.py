@@ -1,0 +1,30 @@
+"""Helpers shared by the sub-commands: library errors become exit code 2 with their message."""
+
+from __future__ import annotations
+
+import functools
+
+import click
+
+from tokendp.errors import TokenDPError
+
+EXIT_BAD_INPUT = 2
+
+
+class CLIError(click.ClickException):
+    """A clear one-line message on stderr and exit code 2."""
+
+    exit_code = EXIT_BAD_INPUT
+
+
+def library_errors(command):
+    """Decorator: turn :class:`tokendp.errors.TokenDPError` into :class:`CLIError`."""
+
+    @functools.wraps(command)
+    def wrapper(*args, **kwargs):
+        try:
+            return command(*args, **kwargs)
+        except TokenDPError as err:
+            raise CLIError(str(err)) from None
+
+    return wrapper
