@@ -86,14 +86,14 @@ class ModelTagger:
     name = "model"
 
     def __init__(self, model_dir: str | Path | None = None, *, threshold: float | None = None) -> None:
+        if threshold is not None and not 0.0 < threshold < 1.0:
+            raise InvalidParameterError(f"threshold must be in (0, 1) (lower tags more), got {threshold}")
         model_dir = Path(model_dir) if model_dir is not None else default_model_dir()
         model_path, meta_path = model_dir / MODEL_FILE, model_dir / META_FILE
         if not model_path.is_file():
             raise InvalidInputError(f"no tagger model at {model_path}; run scripts/train_tagger.py")
         meta = json.loads(meta_path.read_text(encoding="utf-8")) if meta_path.is_file() else {}
         self.threshold = float(meta.get("threshold", 0.5) if threshold is None else threshold)
-        if not 0.0 < self.threshold < 1.0:
-            raise InvalidParameterError(f"threshold must be in (0, 1), got {self.threshold}")
         self._tagger = _crfsuite().Tagger()
         self._tagger.open(str(model_path))
         self._labels = self._tagger.labels()
