@@ -19,7 +19,7 @@ from pathlib import Path
 import torch
 from transformers import AutoTokenizer, GenerationConfig, LlamaConfig, LlamaForCausalLM
 
-from tokendp.models.training.examples import KINDS, Example, ExampleStream
+from tokendp.models.training.examples import KINDS, Example, ExampleStream, curriculum_max_doc
 from tokendp.models.training.synthetic import SyntheticDocs
 from tokendp.models.training.tokenizer import END, PAD, SPECIAL_TOKENS, train_tokenizer
 from tokendp.models.training.wikitext import paragraphs
@@ -116,12 +116,20 @@ def collate(batch: list[Example], pad_id: int) -> tuple[torch.Tensor, torch.Tens
     return ids, attn, weights
 
 
-def token_losses(model, ids: torch.Tensor, attn: torch.Tensor) -> torch.Tensor:
-    """Cross-entropy of predicting ids[:, t] from ids[:, :t]; (B, T) with column 0 zero."""
-    logits = model(input_ids=ids, attention_mask=attn).logits  # (B, T, V)
-    ce = torch.nn.functional.cross_entropy(
-        logits[:, :-1].float().transpose(1, 2), ids[:, 1:], reduction="none")  # (B, T-1)
-    return torch.nn.functional.pad(ce, (1, 0))  # (B, T)
+def token_losses(model, ids: torch.Tensor, attn: torch.Tensor,
+                 weights: torch.Tensor) -> torch.Tensor:
+    """Cross-entropy of predicting ids[:, t] from ids[:, :t], (B, T), zero where weights is 0.
+
+    The output layer (half of this model's compute at an 8k vocabulary) runs only at the
+    positions that carry loss.
+    """
+    hidden = model.model(input_ids=ids, attention_mask=attn).last_hidden_state  # (B, T, H)
+    keep = weights[:, 1:] > 0  # (B, T-1)
+    logits = model.lm_head(hidden[:, :-1][keep]).float()  # (N, V)
+    ce = torch.zeros_like(weights)  # (B, T)
+    ce[:, 1:][keep] = torch.nn.functional.cross_entropy(logits, ids[:, 1:][keep],
+                                                        reduction="none")  # (N,)
+    return ce
 
 
 def save_checkpoint(path: Path, state: dict) -> None:
@@ -173,7 +181,7 @@ def train(cfg: TrainConfig) -> Path:
         batch = stream.batch(step / cfg.total_steps, token_budget=cfg.token_budget,
                              max_batch=cfg.max_batch)
         ids, attn, weights = collate(batch, tok.pad_token_id)
-        ce = token_losses(model, ids, attn)  # (B, T)
+        ce = token_losses(model, ids, attn, weights)  # (B, T)
         target = (weights == 1.0).float()  # (B, T)
         loss = (ce * weights).sum() / target.sum()
         opt.zero_grad(set_to_none=True)
@@ -229,7 +237,9 @@ def export(out_dir: str | Path, dest: str | Path) -> Path:
     _portable_tokenizer_config(dest / "tokenizer_config.json")
     (dest / "tokendp.json").write_text(json.dumps(TOKENDP_JSON, indent=2) + "\n")
     info = {"parameters": sum(p.numel() for p in model.parameters()),
-            "trained_context": 2 * cfg.max_doc + 3, "data": DATA, "objective": OBJECTIVE,
+            "trained_context": 2 * curriculum_max_doc(
+                min(1.0, state["step"] / cfg.total_steps), start=cfg.min_doc, end=cfg.max_doc,
+                ramp=cfg.ramp) + 3, "data": DATA, "objective": OBJECTIVE,
             "hardware": cfg.hardware, "step": state["step"], "total_steps": cfg.total_steps,
             "train_minutes": round(state["elapsed"] / 60, 1), "tokens_seen": state["tokens_seen"],
             "special_tokens": SPECIAL_TOKENS, "config": state["config"]}
