@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import json
 
 import click
 
@@ -28,3 +29,8 @@ def library_errors(command):
             raise CLIError(str(err)) from None
 
     return wrapper
+
+
+def echo_json(data) -> None:
+    """Print ``data`` as indented JSON (non-ASCII kept as is)."""
+    click.echo(json.dumps(data, indent=2, ensure_ascii=False))
