@@ -309,6 +309,8 @@ class _Job:
         self.betas = [_betas(c, alpha=alpha, delta=delta, max_tokens=t, beta=beta, epsilon=epsilon)
                       if method == "dp-fusion" else None for c, t in zip(contexts, limits)]
         self.ledgers = [self._ledger(c, b, t) for c, b, t in zip(contexts, self.betas, limits)]
+        self.events = [{g.name: RdpEvent(self.alpha, dp_fusion_rdp_per_token(alpha=alpha, beta=x, groups=len(c.groups)))
+                        for g, x in zip(c.groups, b)} if b else {} for c, b in zip(contexts, self.betas)]
         self.mechanism = DPFusion(alpha=alpha) if method == "dp-fusion" else None
         width = max(max(len(c.groups) for c in contexts), 1)
         self.beta_t = torch.zeros((len(contexts), width), dtype=torch.float32)  # (N, m_max)
@@ -356,9 +358,7 @@ class _Job:
         """Charge each active document's ledger for one token, before it is sampled."""
         for i in docs:
             if self.ledgers[i] is not None:
-                m = len(self.contexts[i].groups)
-                self.ledgers[i].charge({g.name: RdpEvent(self.alpha, dp_fusion_rdp_per_token(
-                    alpha=self.alpha, beta=b, groups=m)) for g, b in zip(self.contexts[i].groups, self.betas[i])})
+                self.ledgers[i].charge(self.events[i])
 
     def report(self, i: int, out: Generated, model_name: str) -> SanitizeReport:
         c = self.contexts[i]
