@@ -1,1 +1,6 @@
-"""tokendp.backends"""
+"""Language-model backends: batched, KV-cached next-token logits for rows of token ids."""
+
+from tokendp.backends.hf import DecodeState, HFBackend
+from tokendp.backends.rows import Row, RowSequence
+
+__all__ = ["DecodeState", "HFBackend", "Row", "RowSequence"]

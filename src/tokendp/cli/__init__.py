@@ -24,9 +24,8 @@ def main() -> None:
 from tokendp.cli.account import account  # noqa: E402
 from tokendp.cli.eval import eval_group  # noqa: E402
 from tokendp.cli.model import model  # noqa: E402
+from tokendp.cli.sanitize import sanitize  # noqa: E402
 from tokendp.cli.tag import tag  # noqa: E402
 
-main.add_command(account)
-main.add_command(tag)
-main.add_command(eval_group)
-main.add_command(model)
+for _command in (sanitize, tag, account, model, eval_group):
+    main.add_command(_command)

@@ -1,0 +1,226 @@
+"""Hugging Face transformers causal LMs as a batched, KV-cached next-token backend.
+
+The backend runs the rows of many sequences in one forward pass and returns only the
+logits of the last position of every row (``logits_to_keep=1``: the (rows, length, V)
+tensor is never materialised). Rows are left padded; every pass carries an explicit
+attention mask and explicit position ids, so a padded row computes exactly what it would
+compute alone.
+
+Prefix sharing. The rows of one sequence usually agree on their first tokens (the prompt
+template and the document up to its first sensitive span). Prefill runs that shared prefix
+once per sequence, then copies its key/value cache along the batch axis to every row of
+the sequence (``DynamicCache.batch_select_indices`` with repeated indices) and runs only the
+rows' own suffixes on top of it. The cache layout is then
+``[pad | prefix of the sequence | pad | suffix of the row]``; the attention mask hides both
+pads, and position ids count only real tokens, so the result equals an unshared prefill.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from tokendp.backends.rows import RowSequence
+from tokendp.errors import InvalidInputError, InvalidParameterError
+
+_DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
+OPTIONS_FILE = "tokendp.json"
+
+
+def resolve_device(device: str | torch.device | None) -> torch.device:
+    """``None`` picks the first CUDA device when there is one, else the CPU."""
+    if device is None:
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    return torch.device(device)
+
+
+def resolve_dtype(dtype: str | torch.dtype | None, device: torch.device) -> torch.dtype:
+    """``None`` is float32 on CPU and bfloat16 on GPU; strings name a floating dtype."""
+    if dtype is None:
+        return torch.bfloat16 if device.type == "cuda" else torch.float32
+    if isinstance(dtype, torch.dtype):
+        return dtype
+    if dtype not in _DTYPES:
+        raise InvalidParameterError(f"dtype must be one of {sorted(_DTYPES)}, got {dtype!r}")
+    return _DTYPES[dtype]
+
+
+@dataclass
+class DecodeState:
+    """What a backend carries from one step to the next for a batch of sequences."""
+
+    cache: Any  # transformers DynamicCache, batch axis = flat rows
+    attention_mask: torch.Tensor  # (Rtot, Lpast) int64, 0 on padding
+    next_position: torch.Tensor  # (Rtot,) int64, position id of the next token per row
+    row_sequence: torch.Tensor  # (Rtot,) int64, index of the sequence each row belongs to
+    rows_per_sequence: tuple[int, ...]
+
+
+class HFBackend:
+    """A causal LM from transformers: ``prefill`` the rows, then ``decode`` token by token.
+
+    Build it with :meth:`load` (a local directory or a hub id) or directly from a loaded
+    model and tokenizer. The model is put in ``eval()`` mode and every pass runs under
+    ``torch.inference_mode``.
+    """
+
+    def __init__(self, model: Any, tokenizer: Any, *, name: str = "", options: dict | None = None) -> None:
+        self.model = model.eval()
+        self.tokenizer = tokenizer
+        self.name = name or str(getattr(model.config, "_name_or_path", "") or type(model).__name__)
+        self.options = dict(options or {})
+        self.device = next(model.parameters()).device
+
+    @classmethod
+    def load(cls, model: str | Path, *, device: str | torch.device | None = None,
+             dtype: str | torch.dtype | None = None) -> HFBackend:
+        """Load ``model`` (a local directory or a hub id) with its tokenizer and ``tokendp.json``."""
+        from transformers import AutoModelForCausalLM, AutoTokenizer
+
+        dev = resolve_device(device)
+        torch_dtype = resolve_dtype(dtype, dev)
+        try:
+            tokenizer = AutoTokenizer.from_pretrained(str(model))
+            lm = AutoModelForCausalLM.from_pretrained(str(model), dtype=torch_dtype)
+        except OSError as exc:
+            raise InvalidInputError(
+                f"cannot load model {str(model)!r}: pass a local model directory or a hub id that is "
+                f"in the local Hugging Face cache ({type(exc).__name__})") from None
+        options_path = Path(model) / OPTIONS_FILE
+        options = json.loads(options_path.read_text()) if options_path.is_file() else {}
+        return cls(lm.to(dev), tokenizer, name=str(model), options=options)
+
+    @property
+    def vocab_size(self) -> int:
+        """Width V of the logits (the LM head's output size, which may exceed the tokenizer's)."""
+        return int(self.model.get_output_embeddings().weight.shape[0])
+
+    @property
+    def max_context(self) -> int | None:
+        """Longest sequence the model's position embeddings cover, when the config says."""
+        cfg = self.model.config
+        for key in ("max_position_embeddings", "n_positions", "max_sequence_length", "seq_length"):
+            value = getattr(cfg, key, None)
+            if isinstance(value, int) and value > 0:
+                return value
+        return None
+
+    def check_fits(self, prompt_tokens: int, max_new_tokens: int) -> None:
+        """Raise when ``prompt_tokens + max_new_tokens`` exceeds the model's context."""
+        limit = self.max_context
+        if limit is not None and prompt_tokens + max_new_tokens > limit:
+            raise InvalidInputError(
+                f"the prompt has {prompt_tokens} tokens and max_new_tokens is {max_new_tokens}, "
+                f"{prompt_tokens + max_new_tokens} in all, more than the model's context of {limit} "
+                "tokens: shorten the document (split it) or lower max_new_tokens")
+
+    # ------------------------------------------------------------------ forward passes
+    def _forward(self, ids: torch.Tensor, mask: torch.Tensor, positions: torch.Tensor,
+                 cache: Any) -> torch.Tensor:
+        """One pass; returns last-position logits ``# (B, V)`` float32."""
+        out = self.model(input_ids=ids, attention_mask=mask, position_ids=positions,
+                         past_key_values=cache, use_cache=True, logits_to_keep=1)
+        return out.logits[:, -1, :].float()  # (B, V)
+
+    def _new_cache(self) -> Any:
+        from transformers import DynamicCache
+
+        return DynamicCache(config=self.model.config)
+
+    @torch.inference_mode()
+    def prefill(self, sequences: Sequence[RowSequence], *, share_prefix: bool = True
+                ) -> tuple[DecodeState, torch.Tensor]:
+        """Run every row of every sequence; return the state and logits ``# (Rtot, V)``.
+
+        Rows are flattened in order (sequence 0's rows, then sequence 1's, ...). With
+        ``share_prefix`` the tokens common to all rows of a sequence are computed once.
+        """
+        if any(r.adapter is not None for s in sequences for r in s.rows):
+            raise InvalidInputError(
+                "rows with LoRA adapters need adapter support, which HFBackend does not provide yet; "
+                "use rows without an adapter")
+        prefix_lens = [s.shared_prefix_length() if share_prefix else 0 for s in sequences]
+        counts = tuple(len(s) for s in sequences)
+        row_sequence = torch.repeat_interleave(torch.arange(len(sequences)), torch.tensor(counts))
+        cache = self._new_cache()
+        prefix_mask = self._prefill_prefixes(sequences, prefix_lens, row_sequence, cache)
+        suffixes = [r.ids[p:] for s, p in zip(sequences, prefix_lens) for r in s.rows]
+        ids, mask = _left_pad(suffixes, self._pad_id())
+        row_prefix = torch.tensor(prefix_lens)[row_sequence]  # (Rtot,)
+        positions = (row_prefix[:, None] + mask.cumsum(-1) - 1).clamp(min=0)  # (Rtot, S)
+        full_mask = mask if prefix_mask is None else torch.cat([prefix_mask, mask], dim=1)
+        logits = self._forward(ids.to(self.device), full_mask.to(self.device),
+                               positions.to(self.device), cache)
+        next_position = row_prefix + mask.sum(-1)  # (Rtot,)
+        state = DecodeState(cache, full_mask.to(self.device), next_position.to(self.device),
+                            row_sequence.to(self.device), counts)
+        return state, logits
+
+    def _prefill_prefixes(self, sequences: Sequence[RowSequence], prefix_lens: list[int],
+                          row_sequence: torch.Tensor, cache: Any) -> torch.Tensor | None:
+        """Run the shared prefixes (one row per sequence) and spread their cache to all rows.
+
+        Returns the prefix part of the attention mask ``# (Rtot, P)``, or None when no sequence
+        has a shared prefix. Sequences without one point at any computed row: their mask is 0
+        over the whole prefix block, so those keys and values are never read.
+        """
+        with_prefix = [i for i, p in enumerate(prefix_lens) if p > 0]
+        if not with_prefix:
+            return None
+        ids, mask = _left_pad([sequences[i].rows[0].ids[:prefix_lens[i]] for i in with_prefix],
+                              self._pad_id())
+        positions = (mask.cumsum(-1) - 1).clamp(min=0)  # (Np, P)
+        self._forward(ids.to(self.device), mask.to(self.device), positions.to(self.device), cache)
+        slot = torch.zeros(len(sequences), dtype=torch.long)
+        slot[with_prefix] = torch.arange(len(with_prefix))
+        cache.batch_select_indices(slot[row_sequence].to(self.device))
+        row_mask = mask[slot[row_sequence]]  # (Rtot, P)
+        no_prefix = torch.tensor([p == 0 for p in prefix_lens])[row_sequence]  # (Rtot,)
+        row_mask[no_prefix] = 0
+        return row_mask
+
+    @torch.inference_mode()
+    def decode(self, state: DecodeState, tokens: torch.Tensor) -> torch.Tensor:
+        """Append ``tokens # (N,)`` (one per sequence) to all its rows; logits ``# (Rtot, V)``."""
+        ids = tokens.to(self.device)[state.row_sequence][:, None]  # (Rtot, 1)
+        ones = torch.ones_like(state.attention_mask[:, :1])
+        state.attention_mask = torch.cat([state.attention_mask, ones], dim=1)
+        positions = state.next_position[:, None]  # (Rtot, 1)
+        logits = self._forward(ids, state.attention_mask, positions, state.cache)
+        state.next_position = state.next_position + 1
+        return logits
+
+    @torch.inference_mode()
+    def keep(self, state: DecodeState, keep: torch.Tensor) -> DecodeState:
+        """Drop finished sequences: ``keep # (N,) bool``. Returns the state of the kept ones."""
+        keep = keep.to(state.row_sequence.device)
+        row_keep = keep[state.row_sequence]  # (Rtot,)
+        index = row_keep.nonzero().squeeze(-1)
+        state.cache.batch_select_indices(index)
+        new_seq = torch.cumsum(keep.long(), 0) - 1  # (N,) new index of each kept sequence
+        counts = tuple(c for c, k in zip(state.rows_per_sequence, keep.tolist()) if k)
+        return DecodeState(state.cache, state.attention_mask[index], state.next_position[index],
+                           new_seq[state.row_sequence[index]], counts)
+
+    def _pad_id(self) -> int:
+        pad = self.tokenizer.pad_token_id
+        if pad is None:
+            pad = self.tokenizer.eos_token_id
+        return int(pad) if pad is not None else 0
+
+
+def _left_pad(rows: Sequence[Sequence[int]], pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Left-pad token id rows: ids ``# (B, L)`` int64 and mask ``# (B, L)`` int64 (1 = real)."""
+    width = max(len(r) for r in rows)
+    ids = torch.full((len(rows), width), pad_id, dtype=torch.long)
+    mask = torch.zeros((len(rows), width), dtype=torch.long)
+    for i, r in enumerate(rows):
+        if len(r):
+            ids[i, width - len(r):] = torch.tensor(r, dtype=torch.long)
+            mask[i, width - len(r):] = 1
+    return ids, mask

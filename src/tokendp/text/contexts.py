@@ -1,0 +1,219 @@
+"""Public and private contexts of a document, as rows of token ids of equal length.
+
+DP-Fusion (Thareja et al., ICLR 2026, Sec. 3) runs the language model on 1 + m contexts of
+the same prompt: the *public* one, where every sensitive span is hidden, and one *private*
+context per privacy group i, where only the spans of group i are shown. Hiding works at
+the token level so that all rows have the same length:
+
+1. the document is tokenised once, with character offsets;
+2. a token is *in* group g when its character range overlaps a span of group g (a token
+   that a span boundary splits belongs to the span, Unicode bytes included);
+3. in a row, every token that is in some group other than the row's own becomes ONE
+   placeholder token. Row 0 (public) hides all of them; row i shows exactly the tokens whose
+   only group is i.
+
+A token that overlaps spans of two different groups is therefore hidden in BOTH groups'
+rows (and in the public row): no row ever shows private text of a group it is not about.
+Same-label overlaps simply merge. The number of tokens under each span is public (it fixes
+the row length), as are span positions and labels; nothing else about the private text
+reaches the public row. One caveat of tokenising once: text next to a span is segmented by
+the tokenizer with the span's boundary characters in view; tokens that overlap the span are
+hidden, but where a neighbouring token boundary falls may depend on those characters.
+
+The prompt template wraps the document: template parts and the document are tokenised
+separately and concatenated as ids, so template tokens never merge with document tokens.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import numpy as np
+
+from tokendp.errors import InvalidInputError, InvalidParameterError
+from tokendp.text.spans import Span
+
+DEFAULT_INSTRUCTION = (
+    "Paraphrase the following text. Keep its meaning and structure, and do not add facts.")
+PLAIN_TEMPLATE = "{instruction}\n\nText:\n{document}\n\nParaphrase:\n"
+DEFAULT_PLACEHOLDER = "_"
+SINGLE_GROUP = "ALL"
+_SENTINEL = "\u2063TOKENDP_DOCUMENT\u2063"
+
+GroupSpec = Literal["by-label", "single"] | Mapping[str, str]
+
+
+@dataclass(frozen=True)
+class PromptTemplate:
+    """Token ids before and after the document."""
+
+    before: tuple[int, ...]
+    after: tuple[int, ...]
+
+    def wrap(self, document_ids: Sequence[int]) -> tuple[int, ...]:
+        return (*self.before, *document_ids, *self.after)
+
+
+@dataclass(frozen=True)
+class GroupInfo:
+    """A privacy group in one document: its name, how many spans and tokens it hides."""
+
+    name: str
+    n_spans: int
+    n_tokens: int
+
+
+@dataclass(frozen=True)
+class DocumentContexts:
+    """The 1 + m rows of one document (row 0 public) and the m groups they are about.
+
+    ``original`` is the document with nothing hidden (for comparisons without privacy).
+    """
+
+    rows: tuple[tuple[int, ...], ...]
+    groups: tuple[GroupInfo, ...]
+    document_tokens: int
+    original: tuple[int, ...]
+
+    @property
+    def length(self) -> int:
+        return len(self.rows[0])
+
+
+# ---------------------------------------------------------------------------- templates
+def _adds_bos(tokenizer: Any) -> bool:
+    bos = tokenizer.bos_token_id
+    return bos is not None and tokenizer("a")["input_ids"][:1] == [bos]
+
+
+def _ids(tokenizer: Any, text: str) -> tuple[int, ...]:
+    return tuple(tokenizer(text, add_special_tokens=False)["input_ids"]) if text else ()
+
+
+def prompt_template(tokenizer: Any, *, options: Mapping[str, Any] | None = None,
+                    instruction: str | None = None, template: str | None = None) -> PromptTemplate:
+    """The template a model reads the document in.
+
+    Order of precedence: an explicit ``template`` (a string with ``{document}`` and optionally
+    ``{instruction}``); the model directory's ``tokendp.json`` ``"prompt_template"``; the
+    tokenizer's chat template (one user turn: ``instruction``, a blank line, the document;
+    then the generation prompt); else :data:`PLAIN_TEMPLATE`. A BOS token is prepended when
+    the tokenizer adds one and the template is not a chat template (which renders its own).
+    """
+    instruction = DEFAULT_INSTRUCTION if instruction is None else instruction
+    if template is None and options and "prompt_template" in options:
+        template = str(options["prompt_template"])
+    chat = template is None and getattr(tokenizer, "chat_template", None)
+    if chat:
+        rendered = tokenizer.apply_chat_template(
+            [{"role": "user", "content": f"{instruction}\n\n{_SENTINEL}"}],
+            tokenize=False, add_generation_prompt=True)
+    else:
+        template = PLAIN_TEMPLATE if template is None else template
+        if template.count("{document}") != 1:
+            raise InvalidParameterError("a prompt template must contain '{document}' exactly once")
+        rendered = template.replace("{instruction}", instruction).replace("{document}", _SENTINEL)
+    if rendered.count(_SENTINEL) != 1:
+        raise InvalidParameterError("the chat template did not render the document exactly once; "
+                                    "pass a plain template instead")
+    before, after = rendered.split(_SENTINEL)
+    bos = (tokenizer.bos_token_id,) if not chat and _adds_bos(tokenizer) else ()
+    return PromptTemplate(bos + _ids(tokenizer, before), _ids(tokenizer, after))
+
+
+def placeholder_id(tokenizer: Any, *, options: Mapping[str, Any] | None = None,
+                   placeholder: str | None = None) -> int:
+    """The single token id that hides a private token.
+
+    ``placeholder`` if given, else the model's ``tokendp.json`` ``"placeholder"``, else
+    :data:`DEFAULT_PLACEHOLDER`; it must tokenise to exactly one id.
+    """
+    if placeholder is None:
+        placeholder = str((options or {}).get("placeholder", DEFAULT_PLACEHOLDER))
+    ids = _ids(tokenizer, placeholder)
+    if len(ids) != 1:
+        raise InvalidParameterError(
+            f"the placeholder {placeholder!r} is {len(ids)} tokens for this tokenizer; choose a string "
+            "that is exactly one token (for example '_' or a special token of the model)")
+    return ids[0]
+
+
+# ---------------------------------------------------------------------------- groups
+def group_of_labels(labels: Sequence[str], groups: GroupSpec) -> dict[str, str]:
+    """Map each span label to its privacy group.
+
+    ``"by-label"``: one group per label; ``"single"``: all labels in one group
+    (:data:`SINGLE_GROUP`); a mapping ``label -> group`` must cover every label present.
+    """
+    if groups == "by-label":
+        return {lab: lab for lab in labels}
+    if groups == "single":
+        return {lab: SINGLE_GROUP for lab in labels}
+    if not isinstance(groups, Mapping):
+        raise InvalidParameterError(
+            f"groups must be 'by-label', 'single' or a mapping label -> group, got {groups!r}")
+    missing = sorted(set(labels) - set(groups))
+    if missing:
+        raise InvalidInputError(f"span labels {missing} have no group in the groups mapping; add them")
+    return {lab: str(groups[lab]) for lab in labels}
+
+
+# ---------------------------------------------------------------------------- validation
+def validate_spans(text: str, spans: Sequence[Span], *,
+                   on_overlap: Literal["merge", "error"] = "merge") -> list[Span]:
+    """Check spans against the document; return them sorted. Messages carry offsets and labels only."""
+    if not text or not text.strip():
+        raise InvalidInputError("the document is empty")
+    out = sorted(spans)
+    for i, s in enumerate(out):
+        if not isinstance(s, Span):
+            raise InvalidInputError("spans must be tokendp.text.Span objects (or dicts with start, end, label)")
+        if s.end > len(text):
+            raise InvalidInputError(
+                f"span {i} (label {s.label}) ends at character {s.end}, past the end of the "
+                f"document ({len(text)} characters): offsets must index the same text")
+    if on_overlap == "error":
+        for a, b in zip(out, out[1:]):
+            if a.overlaps(b) and a.label != b.label:
+                raise InvalidInputError(
+                    f"spans [{a.start}, {a.end}) ({a.label}) and [{b.start}, {b.end}) ({b.label}) overlap; "
+                    "fix the spans or allow overlaps (their tokens are then hidden in both groups' rows)")
+    elif on_overlap != "merge":
+        raise InvalidParameterError(f"on_overlap must be 'merge' or 'error', got {on_overlap!r}")
+    return out
+
+
+# ---------------------------------------------------------------------------- contexts
+def _offsets(tokenizer: Any, text: str) -> tuple[list[int], np.ndarray, np.ndarray]:
+    if not getattr(tokenizer, "is_fast", False):
+        raise InvalidParameterError("building contexts needs a fast tokenizer (character offsets)")
+    enc = tokenizer(text, add_special_tokens=False, return_offsets_mapping=True)
+    offs = np.asarray(enc["offset_mapping"], dtype=np.int64).reshape(-1, 2)  # (L, 2)
+    starts, ends = offs[:, 0], np.maximum(offs[:, 1], offs[:, 0] + 1)  # zero-width -> one char
+    return list(enc["input_ids"]), starts, ends
+
+
+def build_contexts(text: str, spans: Sequence[Span], tokenizer: Any, *, template: PromptTemplate,
+                   placeholder: int, groups: GroupSpec = "by-label",
+                   on_overlap: Literal["merge", "error"] = "merge") -> DocumentContexts:
+    """Build the public row and one private row per group (see the module docstring)."""
+    spans = validate_spans(text, spans, on_overlap=on_overlap)
+    group_of = group_of_labels(sorted({s.label for s in spans}), groups)
+    names = sorted(set(group_of.values()))
+    ids, starts, ends = _offsets(tokenizer, text)
+    member = np.zeros((len(names), len(ids)), dtype=bool)  # (m, L): token overlaps a span of g
+    n_spans = [0] * len(names)
+    for s in spans:
+        g = names.index(group_of[s.label])
+        member[g] |= (starts < s.end) & (ends > s.start)
+        n_spans[g] += 1
+    doc = np.asarray(ids, dtype=np.int64)  # (L,)
+    hidden_any = member.any(0)  # (L,)
+    only = member & (member.sum(0) == 1)  # (m, L): token's one and only group is g
+    rows = [np.where(hidden_any, placeholder, doc)]
+    rows += [np.where(hidden_any & ~only[g], placeholder, doc) for g in range(len(names))]
+    info = tuple(GroupInfo(n, n_spans[g], int(member[g].sum())) for g, n in enumerate(names))
+    return DocumentContexts(tuple(template.wrap(r.tolist()) for r in rows), info, len(ids),
+                            template.wrap(ids))

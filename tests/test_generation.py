@@ -1,0 +1,106 @@
+"""The decoding loop: stopping, seeds, check-then-commit charging, streaming, batching."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import pytest
+import torch
+
+import tinylm
+from tokendp.backends import HFBackend, RowSequence
+from tokendp.errors import BudgetExceededError, InvalidParameterError
+from tokendp.generation import generate, make_generator
+
+
+@pytest.fixture(scope="module")
+def backend():
+    return HFBackend(tinylm.model(), tinylm.tokenizer())
+
+
+def public_step(logits, docs, temperature):
+    """The public row's distribution (row 0), with a diagnostic per document."""
+    logp = torch.log_softmax(logits[:, 0].float() / temperature, -1)  # (Na, V)
+    return SimpleNamespace(logprobs=logp, diagnostics={"rows": torch.full((len(docs), 1), logits.shape[1] * 1.0)})
+
+
+SEQS = [RowSequence.from_ids([[5, 6, 7, 8], [5, 6, 9, 8]]),
+        RowSequence.from_ids([[10, 11, 12, 13, 14, 15]]),
+        RowSequence.from_ids([[20, 21], [22, 21], [23, 21]])]
+
+
+def _greedy_reference(model, ids, steps):
+    ids = list(ids)
+    out = []
+    for _ in range(steps):
+        with torch.inference_mode():
+            nxt = int(model(input_ids=torch.tensor([ids])).logits[0, -1].argmax())
+        ids.append(nxt)
+        out.append(nxt)
+    return out
+
+
+def test_greedy_cached_batched_decoding_equals_full_recomputation(backend):
+    res = generate(backend, SEQS, public_step, max_new_tokens=6, temperature=0,
+                   generator=make_generator(0), eos_ids=[])
+    for seq, r in zip(SEQS, res):
+        assert list(r.token_ids) == _greedy_reference(backend.model, seq.rows[0].ids, 6)
+        assert r.stop_reason == "max_new_tokens"
+        assert r.text == backend.tokenizer.decode(r.token_ids)
+    assert res[2].diagnostics["rows"].tolist() == [3.0]  # padded layout: R = 3 for all
+
+
+def test_seeds_reproduce_and_batching_is_vectorised(backend):
+    a = generate(backend, SEQS, public_step, max_new_tokens=8, generator=make_generator(7), eos_ids=[])
+    b = generate(backend, SEQS, public_step, max_new_tokens=8, generator=make_generator(7), eos_ids=[])
+    assert [r.token_ids for r in a] == [r.token_ids for r in b]
+    assert all(len(r.token_ids) == 8 for r in a)
+    c = generate(backend, SEQS, public_step, max_new_tokens=8, generator=make_generator(None), eos_ids=[])
+    assert all(len(r.token_ids) == 8 for r in c)
+
+
+def test_eos_and_stop_strings_end_a_document_early(backend):
+    first = generate(backend, SEQS, public_step, max_new_tokens=6, temperature=0,
+                     generator=make_generator(0), eos_ids=[])
+    eos = first[0].token_ids[2]
+    res = generate(backend, SEQS, public_step, max_new_tokens=6, temperature=0,
+                   generator=make_generator(0), eos_ids=[eos])
+    cut = first[0].token_ids.index(eos)
+    assert res[0].stop_reason == "eos" and res[0].token_ids == first[0].token_ids[:cut]
+    assert res[1].token_ids == first[1].token_ids[:len(res[1].token_ids)]
+    tok = backend.tokenizer
+    stop = tok.decode(first[1].token_ids[3:5])
+    res = generate(backend, SEQS, public_step, max_new_tokens=6, temperature=0,
+                   generator=make_generator(0), eos_ids=[], stop_strings=[stop])
+    assert res[1].stop_reason == "stop_string" and stop not in res[1].text
+    assert tok.decode(first[1].token_ids).startswith(res[1].text)
+
+
+def test_ledger_is_charged_before_sampling_and_streaming(backend):
+    events = []
+    def charge(docs):
+        events.append(("charge", tuple(docs)))
+        if len([e for e in events if e[0] == "charge"]) == 3:
+            raise BudgetExceededError("budget")
+    def on_token(doc, tok):
+        events.append(("token", doc))
+    with pytest.raises(BudgetExceededError):
+        generate(backend, SEQS, public_step, max_new_tokens=5, generator=make_generator(0),
+                 eos_ids=[], charge=charge, on_token=on_token)
+    # two full steps released, the third refused before any of its tokens was sampled
+    assert [e[0] for e in events] == ["charge"] + ["token"] * 3 + ["charge"] + ["token"] * 3 + ["charge"]
+
+
+def test_parameter_validation(backend):
+    with pytest.raises(InvalidParameterError, match="max_new_tokens"):
+        generate(backend, SEQS, public_step, max_new_tokens=0, generator=make_generator(0))
+    with pytest.raises(InvalidParameterError, match="temperature"):
+        generate(backend, SEQS, public_step, max_new_tokens=2, temperature=-1, generator=make_generator(0))
+
+
+def test_per_document_limits(backend):
+    res = generate(backend, SEQS, public_step, max_new_tokens=[2, 5, 3], generator=make_generator(0), eos_ids=[])
+    assert [len(r.token_ids) for r in res] == [2, 5, 3]
+    assert all(r.stop_reason == "max_new_tokens" for r in res)
+    with pytest.raises(InvalidParameterError, match="one per sequence"):
+        generate(backend, SEQS, public_step, max_new_tokens=[2, 5], generator=make_generator(0))
