@@ -1,9 +1,12 @@
 """Training loop, checkpoints and export of the default model.
 
 Objective: weighted next-token cross-entropy (see :mod:`examples`), AdamW with linear warm-up
-and cosine decay to 10%, gradient clipping at 1.0, fixed seeds. Resumable: a checkpoint holds
-model, optimiser, scheduler, step and RNG states; the data stream is re-seeded from
-(seed, step), so the curriculum position is the step.
+and cosine decay to 10%, gradient clipping at 1.0, fixed seeds. The curriculum position
+advances with the steps, but not past ``gate_progress`` until the random-copy loss (an
+exponential moving average) is below ``copy_gate``: longer and natural sequences are only
+worth their cost once the model copies. Resumable: a checkpoint holds model, optimiser,
+scheduler, step, curriculum position, copy-loss average and RNG states; the data stream is
+re-seeded from (seed, step).
 """
 
 from __future__ import annotations
@@ -45,17 +48,19 @@ class TrainConfig:
     heads: int = 8
     ffn: int = 704
     max_positions: int = 2048
-    total_steps: int = 900
+    total_steps: int = 600
     warmup: int = 100
     lr: float = 1e-3
     weight_decay: float = 0.01
-    token_budget: int = 2560
-    max_batch: int = 32
+    token_budget: int = 1536
+    max_batch: int = 24
     min_doc: int = 16
     max_doc: int = 400
-    ramp: float = 0.5
+    ramp: float = 0.6
     seed: int = 1234
     threads: int = 2
+    copy_gate: float = 1.0  # random-copy loss (nats/token) needed to lengthen past gate_progress
+    gate_progress: float = 0.15
     checkpoint_minutes: float = 5.0
     log_every: int = 20
     max_paragraphs: int | None = None
@@ -153,12 +158,15 @@ def train(cfg: TrainConfig) -> Path:
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: lr_factor(s, cfg))
     ckpt_path = out / "checkpoint.pt"
     step, elapsed, tokens_seen = 0, 0.0, 0
+    curriculum, copy_ema = 0, float("inf")
     if ckpt_path.exists():
         state = torch.load(ckpt_path, weights_only=False)
         model.load_state_dict(state["model"])
         opt.load_state_dict(state["optimizer"])
         sched.load_state_dict(state["scheduler"])
         step, elapsed, tokens_seen = state["step"], state["elapsed"], state["tokens_seen"]
+        curriculum = state.get("curriculum", min(step, int(cfg.gate_progress * cfg.total_steps)))
+        copy_ema = state.get("copy_ema", float("inf"))
         torch.set_rng_state(state["torch_rng"])
         random.setstate(state["python_rng"])
         print(f"resumed at step {step}", flush=True)
@@ -172,13 +180,14 @@ def train(cfg: TrainConfig) -> Path:
     def checkpoint() -> None:
         save_checkpoint(ckpt_path, {
             "model": model.state_dict(), "optimizer": opt.state_dict(),
-            "scheduler": sched.state_dict(), "step": step,
+            "scheduler": sched.state_dict(), "step": step, "curriculum": curriculum,
+            "copy_ema": copy_ema,
             "elapsed": start_elapsed + time.time() - t0, "tokens_seen": tokens_seen,
             "torch_rng": torch.get_rng_state(), "python_rng": random.getstate(),
             "config": asdict(cfg)})
 
     while step < cfg.total_steps:
-        batch = stream.batch(step / cfg.total_steps, token_budget=cfg.token_budget,
+        batch = stream.batch(curriculum / cfg.total_steps, token_budget=cfg.token_budget,
                              max_batch=cfg.max_batch)
         ids, attn, weights = collate(batch, tok.pad_token_id)
         ce = token_losses(model, ids, attn, weights)  # (B, T)
@@ -195,11 +204,14 @@ def train(cfg: TrainConfig) -> Path:
         for e, value in zip(batch, per_example):
             sums[e.kind][0] += value
             sums[e.kind][1] += 1
+            if e.kind == "random":
+                copy_ema = value if math.isinf(copy_ema) else 0.95 * copy_ema + 0.05 * value
+        curriculum += copy_ema < cfg.copy_gate or curriculum < cfg.gate_progress * cfg.total_steps
         if step % cfg.log_every == 0 or step == cfg.total_steps:
             losses = " ".join(f"{k}={s / n:.3f}" for k, (s, n) in sums.items() if n)
             wall = start_elapsed + time.time() - t0
-            print(f"step {step} wall {wall / 60:.1f}m lr {sched.get_last_lr()[0]:.2e} "
-                  f"T {ids.shape[1]} B {ids.shape[0]} tokens {tokens_seen} {losses}", flush=True)
+            print(f"step {step} curriculum {curriculum} copy_ema {copy_ema:.2f} "
+                  f"wall {wall / 60:.1f}m lr {sched.get_last_lr()[0]:.2e} T {ids.shape[1]} B {ids.shape[0]} tokens {tokens_seen} {losses}", flush=True)
             sums = {k: [0.0, 0] for k in KINDS}
         if time.time() - last_ckpt > 60 * cfg.checkpoint_minutes:
             checkpoint()
