@@ -24,6 +24,9 @@ def main() -> None:
 from tokendp.cli.account import account  # noqa: E402
 
 main.add_command(account)
+from tokendp.cli.model import model as _model_command  # noqa: E402
+
+main.add_command(_model_command)
 from tokendp.cli.sanitize import sanitize  # noqa: E402
 
 main.add_command(sanitize)
