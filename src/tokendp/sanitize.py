@@ -29,11 +29,11 @@ from typing import Any, Literal
 
 import torch
 
-from tokendp.accounting import Ledger, RdpEvent, dp_fusion_beta, dp_fusion_epsilon, dp_fusion_rdp_per_token
+from tokendp.accounting import Ledger, dp_fusion_beta, dp_fusion_epsilon
 from tokendp.backends import HFBackend, RowSequence
 from tokendp.errors import InvalidInputError, InvalidParameterError
 from tokendp.generation import Generated, generate, make_generator
-from tokendp.mechanisms import DPFusion
+from tokendp.mechanisms import DPFusion, MechanismStep
 from tokendp.text.contexts import (DocumentContexts, GroupSpec, build_contexts, placeholder_id,
                                    prompt_template)
 from tokendp.text.spans import Span
@@ -309,9 +309,9 @@ class _Job:
         self.betas = [_betas(c, alpha=alpha, delta=delta, max_tokens=t, beta=beta, epsilon=epsilon)
                       if method == "dp-fusion" else None for c, t in zip(contexts, limits)]
         self.ledgers = [self._ledger(c, b, t) for c, b, t in zip(contexts, self.betas, limits)]
-        self.events = [{g.name: RdpEvent(self.alpha, dp_fusion_rdp_per_token(alpha=alpha, beta=x, groups=len(c.groups)))
-                        for g, x in zip(c.groups, b)} if b else {} for c, b in zip(contexts, self.betas)]
         self.mechanism = DPFusion(alpha=alpha) if method == "dp-fusion" else None
+        self.events = [self.mechanism.event(betas={g.name: x for g, x in zip(c.groups, b)}) if b else {}
+                       for c, b in zip(contexts, self.betas)]
         width = max(max(len(c.groups) for c in contexts), 1)
         self.beta_t = torch.zeros((len(contexts), width), dtype=torch.float32)  # (N, m_max)
         self.mask_t = torch.zeros((len(contexts), width), dtype=torch.bool)  # (N, m_max)
@@ -345,9 +345,7 @@ class _Job:
 
     def step(self, logits: torch.Tensor, docs: torch.Tensor, temperature: float) -> Any:
         """logits ``# (Na, R, V)`` -> the mechanism's step for the active documents ``docs``."""
-        if self.mechanism is None:
-            from tokendp.mechanisms.base import MechanismStep
-
+        if self.mechanism is None:  # original / public: the one row's own distribution
             return MechanismStep(torch.log_softmax(logits[:, 0].float() / temperature, -1), {})  # (Na, V)
         d = docs.to(self.beta_t.device)
         betas = self.beta_t[d][:, :logits.shape[1] - 1].to(logits.device)  # (Na, m)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import json
+from typing import Any
 
 import click
 
