@@ -32,6 +32,6 @@ def library_errors(command):
     return wrapper
 
 
-def echo_json(data) -> None:
+def echo_json(data: Any) -> None:
     """Print ``data`` as indented JSON (non-ASCII kept as is)."""
     click.echo(json.dumps(data, indent=2, ensure_ascii=False))
