@@ -171,9 +171,12 @@ def choose_alpha(targets: Sequence[tuple[float, int, int]], *, delta: float) -> 
 
 
 # ---------------------------------------------------------------------------- model
+DEFAULT_MODEL_NAME = "tokendp-default"
+
+
 @functools.lru_cache(maxsize=2)
-def _load_backend(model: str, device: str | None, dtype: str | None) -> HFBackend:
-    return HFBackend.load(model, device=device, dtype=dtype)
+def _load_backend(model: str, device: str | None, dtype: str | None, name: str | None) -> HFBackend:
+    return HFBackend.load(model, device=device, dtype=dtype, name=name)
 
 
 def load_backend(model: str | Path | HFBackend | None = None, *, device: str | None = None,
@@ -186,8 +189,8 @@ def load_backend(model: str | Path | HFBackend | None = None, *, device: str | N
 
         if not (Path(DEFAULT_MODEL_DIR) / "config.json").is_file():
             raise InvalidInputError("the embedded default model is not installed; pass model= (a directory or hub id)")
-        model = DEFAULT_MODEL_DIR
-    return _load_backend(str(model), device, dtype)
+        return _load_backend(str(DEFAULT_MODEL_DIR), device, dtype, DEFAULT_MODEL_NAME)
+    return _load_backend(str(model), device, dtype, None)
 
 
 # ---------------------------------------------------------------------------- the job
