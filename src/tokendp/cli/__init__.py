@@ -25,7 +25,8 @@ from tokendp.cli.account import account  # noqa: E402
 from tokendp.cli.eval import eval_group  # noqa: E402
 from tokendp.cli.model import model  # noqa: E402
 from tokendp.cli.sanitize import sanitize  # noqa: E402
+from tokendp.cli.synthesize import synthesize  # noqa: E402
 from tokendp.cli.tag import tag  # noqa: E402
 
-for _command in (sanitize, tag, account, model, eval_group):
+for _command in (sanitize, synthesize, tag, account, model, eval_group):
     main.add_command(_command)
