@@ -1,0 +1,136 @@
+"""Training examples for the rewriter objective, with a length curriculum.
+
+Every example is ``ids(<|doc|>) + ids(source) + ids(<|rewrite|>) + ids(target) + ids(<|end|>)``,
+the same concatenation of separately tokenised parts that the engine builds from
+``tokendp.json``. The loss covers the target and ``<|end|>`` (weight 1) and, for natural-text
+copy examples, the source tokens with a small weight (so the model is also a plain language
+model of documents, which fillers and perplexity need).
+
+Kinds of example:
+- ``random``: copy a sequence of uniformly random token ids (teaches copying fast);
+- ``wiki`` / ``synth``: copy a detokenised WikiText excerpt / a synthetic PII document;
+- ``fill`` / ``partial``: the source has EVERY token that overlaps an (every / some) entity
+  span replaced by one ``<|mask|>`` id (token count kept, as in the engine's public context);
+  the target is the document with FRESH entities in those slots, so the model learns to write
+  plausible fillers and never to decode masked values.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass
+
+from transformers import PreTrainedTokenizerFast
+
+from tokendp.models.training.synthetic import Document, SyntheticDocs
+from tokendp.models.training.tokenizer import DOC, END, MASK, REWRITE
+from tokendp.models.training.wikitext import sentences
+from tokendp.text.spans import Span
+
+KINDS = ("random", "wiki", "synth", "fill", "partial")
+
+
+@dataclass(frozen=True)
+class Example:
+    """Token ids and the loss weight of predicting each id from its prefix."""
+
+    kind: str
+    ids: list[int]
+    weights: list[float]
+
+
+def masked_ids(tokenizer: PreTrainedTokenizerFast, text: str, spans: list[Span]) -> list[int]:
+    """Token ids of ``text`` where every token overlapping a span becomes ``<|mask|>``."""
+    enc = tokenizer(text, add_special_tokens=False, return_offsets_mapping=True)
+    mask_id = tokenizer.convert_tokens_to_ids(MASK)
+    return [mask_id if any(s.start < e and b < s.end for s in spans) else t
+            for t, (b, e) in zip(enc["input_ids"], enc["offset_mapping"])]
+
+
+def curriculum_max_doc(progress: float, *, start: int, end: int, ramp: float) -> int:
+    """Longest source length (tokens) at ``progress`` in [0, 1]: linear from start to end."""
+    return int(start + (end - start) * min(1.0, progress / ramp))
+
+
+def kind_weights(progress: float) -> list[float]:
+    """Mixture over KINDS: random sequences dominate early and fall to 10% by 30%."""
+    r = max(0.1, 0.6 - 0.5 * progress / 0.3)
+    rest = 1.0 - r
+    return [r, 0.3 * rest, 0.25 * rest, 0.3 * rest, 0.15 * rest]
+
+
+class ExampleStream:
+    """Seeded source of training batches."""
+
+    def __init__(self, tokenizer: PreTrainedTokenizerFast, paragraphs: list[str], *,
+                 seed: int, lm_weight: float = 0.1, max_doc: int = 512,
+                 min_doc: int = 16, ramp: float = 0.5) -> None:
+        self.tok = tokenizer
+        self.paragraphs = paragraphs
+        self.rng = random.Random(seed)
+        self.synth = SyntheticDocs(seed)
+        self.lm_weight = lm_weight
+        self.max_doc, self.min_doc, self.ramp = max_doc, min_doc, ramp
+        self.doc_id, self.rw_id, self.end_id = (tokenizer.convert_tokens_to_ids(t)
+                                                for t in (DOC, REWRITE, END))
+        self.first_plain = 5  # ids below are special tokens
+
+    def _encode(self, text: str) -> list[int]:
+        return self.tok(text, add_special_tokens=False)["input_ids"]
+
+    def _example(self, kind: str, source: list[int], target: list[int], src_w: float) -> Example:
+        ids = [self.doc_id] + source + [self.rw_id] + target + [self.end_id]
+        weights = [0.0] + [src_w] * len(source) + [0.0] + [1.0] * (len(target) + 1)
+        # weights[i] is for predicting ids[i]; the first source token follows <|doc|>.
+        return Example(kind, ids, weights)
+
+    def _wiki_text(self, n_tokens: int) -> str:
+        i = self.rng.randrange(len(self.paragraphs))
+        sents = sentences(self.paragraphs[i])
+        parts, chars = [], 0
+        j = self.rng.randrange(len(sents))
+        while chars < 5 * n_tokens and i < len(self.paragraphs):
+            parts.append(sents[j])
+            chars += len(sents[j]) + 1
+            j += 1
+            if j == len(sents):
+                i, j = i + 1, 0
+                sents = sentences(self.paragraphs[i]) if i < len(self.paragraphs) else []
+                parts.append("\n")
+        return " ".join(parts).replace(" \n ", "\n").strip()
+
+    def _synth_doc(self, n_tokens: int) -> tuple[Document, list[int]]:
+        sentences_wanted = max(1, n_tokens // 22)
+        while True:
+            doc = self.synth.document(sentences_wanted)
+            ids = self._encode(doc.text)
+            if len(ids) <= max(n_tokens, 24) * 1.3 or sentences_wanted == 1:
+                return doc, ids
+            sentences_wanted = max(1, sentences_wanted // 2)
+
+    def example(self, kind: str, n_tokens: int) -> Example:
+        """One example of ``kind`` whose source has about ``n_tokens`` tokens."""
+        if kind == "random":
+            seq = [self.rng.randrange(self.first_plain, len(self.tok)) for _ in range(n_tokens)]
+            return self._example(kind, seq, seq, 0.0)
+        if kind == "wiki":
+            ids = self._encode(self._wiki_text(n_tokens))[:n_tokens]
+            return self._example(kind, ids, ids, self.lm_weight)
+        doc, ids = self._synth_doc(n_tokens)
+        if kind == "synth":
+            return self._example(kind, ids, ids, self.lm_weight)
+        if kind == "fill" or len(doc.spans) < 2:
+            fresh = set(range(len(doc.spans)))
+        else:
+            fresh = {i for i in range(len(doc.spans)) if self.rng.random() < 0.5} or {0}
+        source = masked_ids(self.tok, doc.text, [doc.spans[i] for i in sorted(fresh)])
+        target = self._encode(self.synth.refill(doc, fresh).text)
+        return self._example(kind, source, target, 0.0)
+
+    def batch(self, progress: float, *, token_budget: int, max_batch: int) -> list[Example]:
+        """Examples of similar length for one step: their count fits the token budget."""
+        longest = curriculum_max_doc(progress, start=self.min_doc, end=self.max_doc, ramp=self.ramp)
+        n_tokens = max(4, int(longest * self.rng.random() ** 0.6))
+        size = max(1, min(max_batch, token_budget // (2 * n_tokens + 3)))
+        kinds = self.rng.choices(KINDS, weights=kind_weights(progress), k=size)
+        return [self.example(k, n_tokens) for k in kinds]
