@@ -24,3 +24,8 @@ def main() -> None:
 from tokendp.cli.account import account  # noqa: E402
 
 main.add_command(account)
+from tokendp.cli.eval import eval_group  # noqa: E402
+from tokendp.cli.tag import tag  # noqa: E402
+
+main.add_command(tag)
+main.add_command(eval_group)
