@@ -1,0 +1,414 @@
+"""Rényi divergences in log space and the batched mollifier search of DP-Fusion.
+
+The Rényi divergence of order a > 1 (Rényi 1961; Mironov 2017, Def. 3) is
+
+    D_a(P || Q) = 1/(a-1) log sum_y P(y)^a Q(y)^(1-a).
+
+It is computed from log-probabilities with ``logsumexp``, never by clamping probabilities
+(clamping at 1e-10 hides divergences of 0.5 to 18 under a cap of 0.02; see DESIGN.md,
+"Privacy math"). Inputs are treated as the distributions they represent: both are
+renormalised in log space, so the rounding of a ``log_softmax`` in float32 does not show up as
+a divergence, and identical inputs give exactly 0.
+
+:func:`mollify` finds, for every privacy group at once, the largest mixing weight
+lambda in [0, 1] such that P_lambda = lambda P + (1 - lambda) Q stays within a cap of Q in the
+symmetric divergence max(D_a(P_lambda || Q), D_a(Q || P_lambda)) (DP-Fusion, Sec. 3).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+
+from tokendp.errors import InvalidInputError, InvalidParameterError
+
+__all__ = ["mollify", "renyi_divergence", "symmetric_renyi_divergence"]
+
+_SEARCH_PASSES = 6
+"""Batched passes over the vocabulary after the first one (a fixed number: no host sync)."""
+
+_CANDIDATES = 3
+"""Mixing weights evaluated per group in each pass."""
+
+
+def _check_alpha(alpha: float) -> float:
+    if isinstance(alpha, bool) or not isinstance(alpha, (int, float)):
+        raise InvalidParameterError(f"alpha must be a number > 1, got {type(alpha).__name__}")
+    if not (math.isfinite(alpha) and alpha > 1):
+        raise InvalidParameterError(f"alpha must be a finite Rényi order > 1, got {alpha!r}")
+    return float(alpha)
+
+
+def _check_log_probs(name: str, logp: Tensor) -> None:
+    if not isinstance(logp, Tensor) or not logp.is_floating_point():
+        raise InvalidInputError(f"{name} must be a floating-point tensor of log-probabilities")
+    if logp.dim() < 1 or logp.shape[-1] < 1:
+        raise InvalidInputError(f"{name} must have a non-empty vocabulary axis, got shape {tuple(logp.shape)}")
+
+
+def renyi_divergence(logp: Tensor, logq: Tensor, alpha: float) -> Tensor:
+    """D_alpha(P || Q) from log-probabilities ``logp``, ``logq`` of shape (..., V), broadcasting.
+
+    Returns a tensor of the broadcast leading shape (...), in the promoted dtype of the inputs.
+    With t_y = log P(y) + (a-1)(log P(y) - log Q(y)) = a log P(y) + (1-a) log Q(y):
+
+        D_a = [logsumexp(t) - logsumexp(log P)] / (a-1) - [logsumexp(log P) - logsumexp(log Q)],
+
+    which is the divergence of the normalised distributions (Mironov 2017, Def. 3). It is
+    +inf when P(y) > 0 = Q(y) for some y, terms with P(y) = 0 contribute nothing, identical
+    inputs give exactly 0, and the result is clamped at 0 (D_a >= 0; rounding can give -1e-9).
+    """
+    a = _check_alpha(alpha)
+    _check_log_probs("logp", logp)
+    _check_log_probs("logq", logq)
+    logp, logq = torch.broadcast_tensors(logp, logq)
+    dtype = torch.promote_types(logp.dtype, logq.dtype)
+    logp, logq = logp.to(dtype), logq.to(dtype)
+    p_zero = logp == -math.inf
+    q_zero = logq == -math.inf
+    t = logp + (a - 1.0) * (logp - logq)  # (..., V)
+    t = torch.where(q_zero, math.inf, t)
+    t = torch.where(p_zero, -math.inf, t)
+    lse_p = torch.logsumexp(logp, dim=-1)  # (...)
+    lse_q = torch.logsumexp(logq, dim=-1)  # (...)
+    divergence = (torch.logsumexp(t, dim=-1) - lse_p) / (a - 1.0) - (lse_p - lse_q)
+    return divergence.clamp_min(0.0)
+
+
+def symmetric_renyi_divergence(logp: Tensor, logq: Tensor, alpha: float) -> Tensor:
+    """max(D_alpha(P || Q), D_alpha(Q || P)) for log-probabilities of shape (..., V), broadcasting."""
+    return torch.maximum(renyi_divergence(logp, logq, alpha), renyi_divergence(logq, logp, alpha))
+
+
+_MARGIN = 2e-6
+"""Relative safety margin: a weight is accepted only if its computed divergences are <= cap (1 - _MARGIN)."""
+
+
+@dataclass(frozen=True)
+class _Problem:
+    """One mollifier search for shapes (..., m, V) against (..., V), preprocessed once.
+
+    With P and Q renormalised, e_y = P(y)/Q(y), r_y = e_y - 1 and w_y(lam) = (1 - lam) + lam e_y
+    (= P_lam(y)/Q(y), a sum of non-negative terms, so it keeps full relative precision):
+
+        D_a(P_lam || Q) = log sum_y Q(y) w_y^a / (a-1),   D_a(Q || P_lam) = log sum_y Q(y) w_y^(1-a) / (a-1).
+
+    At a = 2, since sum_y Q r = 0, both have forms whose terms are all >= 0:
+
+        D_2(P_lam || Q) = log1p(lam^2 chi2),  chi2 = sum_y Q r^2   (closed form),
+        D_2(Q || P_lam) = log1p(lam^2 sum_y Q r^2 / w_y),
+
+    so the a = 2 passes can run in float32 without cancellation; other orders run in float64.
+    The differences log P - log Q and the weights are formed in float64 either way.
+    """
+
+    alpha: float
+    level: Tensor  # (..., m) float64: accepted divergence, cap (1 - margin)
+    ratio: Tensor  # (..., m, 1, V) e = P/Q in the work dtype (1 where Q = 0)
+    terms: tuple[Tensor, ...]  # a = 2: Q r^2, Q r^3; otherwise Q, Q r; each (..., m or 1, 1, V)
+    moments: Tensor  # (..., m, 2) float64: sum_y Q r^2 (= chi2) and sum_y Q r^3
+    forced_zero: Tensor  # (..., m) bool: cap 0, or P puts mass where Q has none
+
+
+def _prepare(logp_priv: Tensor, logp_pub: Tensor, alpha: float, cap: Tensor) -> _Problem:
+    # float32 keeps relative precision here: log P - log Q is rounded relative to its own value,
+    # and every later sum at a = 2 has non-negative terms.
+    work = logp_priv.dtype if alpha == 2.0 and logp_priv.dtype in (torch.float32, torch.float64) else torch.float64
+    logq = logp_pub.to(work)
+    logq = (logq - torch.logsumexp(logq, dim=-1, keepdim=True)).unsqueeze(-2)  # (..., 1, V)
+    q = logq.exp()  # (..., 1, V)
+    ratio = logp_priv.to(work) - logq  # (..., m, V)
+    ratio.exp_()
+    # +inf: P(y) > 0 = Q(y) (or P/Q beyond the dtype's range, where the optimum is below 1e-15):
+    # D(P_lam || Q) is infinite for every lam > 0; the group's sums become NaN and it is forced
+    # to lam = 0. NaN: P(y) = Q(y) = 0, a token that plays no role.
+    ratio.nan_to_num_(nan=1.0, posinf=math.inf)
+    scratch = ratio * q  # (..., m, V)
+    ratio.div_(scratch.sum(-1, keepdim=True))  # sum_y Q e = sum_y P: renormalises P
+    r = torch.sub(ratio, 1.0, out=scratch)  # (..., m, V)
+    qr2 = (q * r).mul_(r)  # (..., m, V)
+    qr3 = r.mul_(qr2)  # (..., m, V), in the scratch buffer
+    moments = torch.stack((qr2.sum(-1), qr3.sum(-1)), dim=-1).to(torch.float64)  # (..., m, 2)
+    forced_zero = ~torch.isfinite(moments[..., 0]) | (cap <= 0)  # (..., m)
+    level = torch.where(forced_zero, 0.0, cap * (1.0 - _MARGIN))  # (..., m)
+    if alpha == 2.0:
+        terms = (qr2.unsqueeze(-2), qr3.unsqueeze(-2))
+    else:
+        terms = (q.unsqueeze(-2), (ratio - 1.0).mul_(q).unsqueeze(-2))
+    return _Problem(alpha, level, ratio.unsqueeze(-2), terms, moments, forced_zero)
+
+
+@dataclass(frozen=True)
+class _Evaluation:
+    """Divergences and their slopes d/dlam at candidate weights, each (..., m, K) float64."""
+
+    forward: Tensor
+    reverse: Tensor
+    forward_slope: Tensor
+    reverse_slope: Tensor
+
+
+def _evaluate_order2(prob: _Problem, lam: Tensor) -> _Evaluation:
+    """One pass over V for K candidates per group at a = 2 (see :class:`_Problem`)."""
+    qr2, qr3 = prob.terms
+    lam_w = lam.to(prob.ratio.dtype).unsqueeze(-1)  # (..., m, K, 1)
+    w = torch.addcmul(1.0 - lam_w, lam_w, prob.ratio)  # (..., m, K, V)
+    scratch = torch.div(qr2, w)  # (..., m, K, V)
+    s = scratch.sum(-1).to(torch.float64)  # sum Q r^2 / w   (..., m, K)
+    t = torch.div(qr3, w.square_(), out=scratch).sum(-1).to(torch.float64)  # sum Q r^3 / w^2
+    chi2 = prob.moments[..., :1]  # (..., m, 1)
+    excess = lam * lam * s  # G - 1 with G = sum Q / w
+    forward = torch.log1p(lam * lam * chi2)
+    forward_slope = 2.0 * lam * chi2 / (1.0 + lam * lam * chi2)
+    reverse_slope = (2.0 * lam * s - lam * lam * t) / (1.0 + excess)
+    return _Evaluation(forward, torch.log1p(excess), forward_slope, reverse_slope)
+
+
+def _evaluate_general(prob: _Problem, lam: Tensor) -> _Evaluation:
+    """One float64 pass over V for K candidates per group at any order a > 1."""
+    a = prob.alpha
+    q, qr = prob.terms
+    lam_w = lam.unsqueeze(-1)  # (..., m, K, 1)
+    w = torch.addcmul(1.0 - lam_w, lam_w, prob.ratio)  # (..., m, K, V)
+    log_w = w.log()
+    out = []
+    for power in (a, 1.0 - a):
+        w_pow = torch.exp(log_w * power)  # (..., m, K, V)
+        total = (w_pow * q).sum(-1)  # sum Q w^power
+        slope = power * (w_pow.div_(w).mul_(qr)).sum(-1)  # d/dlam sum Q w^power
+        out.append((torch.log(total) / (a - 1.0), slope / (total * (a - 1.0))))
+    (forward, forward_slope), (reverse, reverse_slope) = out
+    return _Evaluation(forward.clamp_min(0.0), reverse.clamp_min(0.0), forward_slope, reverse_slope)
+
+
+def _slack(prob: _Problem, ev: _Evaluation) -> tuple[Tensor, Tensor]:
+    """g = max(g_F, g_R) and its slope d/dlam at candidates (..., m, K); feasible iff g <= 0.
+
+    g_F = exp((a-1)/a D_F) - exp((a-1)/a c) and g_R = exp(-c) - exp(-D_R). The transformed
+    quantities are power means of w(lam) = P_lam/Q under Q: M_a(w) = exp((a-1)/a D_F) is convex
+    (a >= 1) and M_(1-a)(w) = exp(-D_R) is concave (1 - a < 1), and w is affine in lam. So g is
+    convex and non-decreasing: the root of every tangent is an upper bound on the largest
+    feasible lam, and the root of every chord across the constraint is a lower bound.
+    """
+    k = (prob.alpha - 1.0) / prob.alpha
+    level = prob.level.unsqueeze(-1)  # (..., m, 1)
+    g_f = torch.expm1(k * ev.forward) - torch.expm1(k * level)
+    g_r = torch.expm1(-level) - torch.expm1(-ev.reverse)
+    slope_f = k * torch.exp(k * ev.forward) * ev.forward_slope
+    slope_r = torch.exp(-ev.reverse) * ev.reverse_slope
+    use_f = g_f >= g_r
+    return torch.where(use_f, g_f, g_r), torch.where(use_f, slope_f, slope_r)
+
+
+@dataclass(frozen=True)
+class _End:
+    """One end of the bracket, each field (..., m) float64 (NaN where never evaluated).
+
+    lam: the weight; div, slope: the symmetric divergence and its d/dlam (of the larger
+    direction); g, g_slope: the transformed slack of :func:`_slack` and its d/dlam.
+    """
+
+    lam: Tensor
+    div: Tensor
+    slope: Tensor
+    g: Tensor
+    g_slope: Tensor
+
+
+def _pick(mask: Tensor, index: Tensor, values: _End, old: _End) -> _End:
+    """Per group, the candidate ``index`` of ``values`` (..., m, K) where ``mask``, else ``old``."""
+    fields = {}
+    for name in ("lam", "div", "slope", "g", "g_slope"):
+        new = getattr(values, name).gather(-1, index).squeeze(-1)
+        fields[name] = torch.where(mask, new, getattr(old, name))
+    return _End(**fields)
+
+
+def _update(lo: _End, hi: _End, cand: _End, feasible: Tensor) -> tuple[_End, _End]:
+    """Move lo up to the largest feasible candidate and hi down to the smallest infeasible one."""
+    best_lo, i_lo = torch.where(feasible, cand.lam, -1.0).max(-1, keepdim=True)
+    best_hi, i_hi = torch.where(feasible, math.inf, cand.lam).min(-1, keepdim=True)
+    up = best_lo.squeeze(-1) > lo.lam
+    down = (best_hi.squeeze(-1) < hi.lam) | ((best_hi.squeeze(-1) == hi.lam) & torch.isnan(hi.g))
+    return _pick(up, i_lo, cand, lo), _pick(down, i_hi, cand, hi)
+
+
+def _bounds(lo: _End, hi: _End) -> tuple[Tensor, Tensor]:
+    """Rigorous bounds on lam* from the convex slack g: chord root (lower), tangent roots (upper)."""
+    good_hi = torch.isfinite(hi.g) & (hi.g > 0) & torch.isfinite(hi.g_slope) & (hi.g_slope > 0)
+    tan_hi = torch.where(good_hi, hi.lam - hi.g / hi.g_slope, hi.lam)
+    good_lo = torch.isfinite(lo.g_slope) & (lo.g_slope > 0)
+    tan_lo = torch.where(good_lo, lo.lam - lo.g / lo.g_slope, math.inf)
+    upper = torch.minimum(torch.minimum(tan_hi, tan_lo), hi.lam).clamp_min(lo.lam)
+    crosses = torch.isfinite(hi.g) & (hi.g > 0)
+    chord = torch.where(crosses, lo.lam - lo.g * (hi.lam - lo.lam) / (hi.g - lo.g), lo.lam)
+    lower = torch.minimum(chord.nan_to_num(0.0).clamp_min(lo.lam), upper)
+    return lower, upper
+
+
+_NOISE = 1e-12
+"""Divergences below this are rounding noise in float64 sums near 1: no use for a log-scale model."""
+
+
+def _logit_point(end: _End, level: Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    """(x, y, dy/dx, valid) with x = logit(lam) and y = log(D / level)."""
+    x = torch.log(end.lam) - torch.log1p(-end.lam)
+    y = torch.log(end.div) - torch.log(level)
+    dy = end.slope / end.div * end.lam * (1.0 - end.lam)
+    valid = (end.lam > 0) & (end.lam < 1) & (end.div > _NOISE) & torch.isfinite(y) & torch.isfinite(dy) & (dy > 0)
+    return x, y, dy, valid
+
+
+def _estimate(lo: _End, hi: _End, level: Tensor) -> Tensor:
+    """A point estimate of lam*: Newton or secant steps on log D against logit(lam), NaN if none.
+
+    Near 0, D ~ a/2 chi2 lam^2, and near a pole at 1, D ~ B / (1 - lam): in both regimes
+    log D is close to linear in logit(lam).
+    """
+    x_lo, y_lo, dy_lo, ok_lo = _logit_point(lo, level)
+    x_hi, y_hi, dy_hi, ok_hi = _logit_point(hi, level)
+    newton_lo = x_lo - y_lo / dy_lo
+    newton_hi = x_hi - y_hi / dy_hi
+    secant = x_lo - y_lo * (x_hi - x_lo) / (y_hi - y_lo)
+    closer_hi = y_hi.abs() < y_lo.abs()
+    newton = torch.where(ok_hi & (closer_hi | ~ok_lo), newton_hi, torch.where(ok_lo, newton_lo, math.nan))
+    del secant
+    return torch.sigmoid(newton)
+
+
+def _next_candidates(lo: _End, hi: _End, level: Tensor, *, final: bool) -> Tensor:
+    """K = 3 weights per group between the rigorous bounds of :func:`_bounds`.
+
+    Before the last pass: the lower bound, the estimate of :func:`_estimate` and the upper
+    bound (which tightens the next chord and tangent). In the last pass the upper bound can no
+    longer become the answer, so its place goes to the estimate moved slightly towards the
+    lower bound, in case the estimate overshoots lam* by a hair.
+    """
+    lower, upper = _bounds(lo, hi)
+    est = _estimate(lo, hi, level)
+    # No usable model (e.g. D ~ 0 up to a pole at lam = 1): bisect in logit(lam) instead.
+    x_mid = (torch.logit(lower, eps=1e-9) + torch.logit(upper, eps=1e-9)) / 2
+    est = torch.where(torch.isfinite(est), est, torch.sigmoid(x_mid))
+    est = torch.minimum(torch.maximum(est, lower), upper)
+    third = est - _HEDGE * (est - lower) if final else upper
+    return torch.stack((lower, third, est), dim=-1)
+
+
+_HEDGE = 0.02
+"""In the last pass, the fraction of (estimate - lower bound) by which the hedge undercuts the estimate."""
+
+
+def _taylor_guess(prob: _Problem, hi: Tensor) -> Tensor:
+    """Initial weights from the expansions in lam (r = P/Q - 1, mu_k = sum_y Q r^k):
+
+    D_a(P_lam || Q) ~ a/2 mu2 lam^2 + a(a-2)/6 mu3 lam^3,  D_a(Q || P_lam) ~ a/2 mu2 lam^2 - a(a+1)/6 mu3 lam^3.
+    Only a starting point: every candidate is verified.
+    """
+    a = prob.alpha
+    mu2, mu3 = prob.moments.unbind(-1)
+    guesses = []
+    for cubic in (a * (a - 2.0) / 6.0, -a * (a + 1.0) / 6.0):
+        lam = torch.sqrt(prob.level / (0.5 * a * mu2))
+        for _ in range(3):
+            lam = torch.sqrt(prob.level / torch.clamp_min(0.5 * a * mu2 + cubic * mu3 * lam.clamp_max(1.0), 0.25 * a * mu2))
+        guesses.append(lam.nan_to_num(0.0, posinf=1.0))
+    return torch.minimum(torch.minimum(*guesses), hi)
+
+
+def _round_down(lam: Tensor, dtype: torch.dtype) -> Tensor:
+    """The largest value of ``dtype`` that is <= lam, returned as float64."""
+    if dtype == torch.float64:
+        return lam
+    rounded = lam.to(dtype)
+    rounded = torch.where(rounded.to(torch.float64) > lam, torch.nextafter(rounded, torch.zeros_like(rounded)), rounded)
+    return rounded.to(torch.float64)
+
+
+def _as_cap(cap: float | Tensor, shape: torch.Size) -> Tensor:
+    if isinstance(cap, Tensor):
+        cap64 = cap.to(torch.float64)
+    elif isinstance(cap, (int, float)) and not isinstance(cap, bool):
+        cap64 = torch.tensor(float(cap), dtype=torch.float64)
+    else:
+        raise InvalidParameterError(f"cap must be a number or a tensor, got {type(cap).__name__}")
+    try:
+        cap64 = torch.broadcast_to(cap64, shape)
+    except RuntimeError as exc:
+        raise InvalidParameterError(f"cap of shape {tuple(cap64.shape)} does not broadcast to the groups' shape {tuple(shape)}") from exc
+    # One check per call (not per iteration) of a tensor the caller supplies.
+    if not bool(((cap64 >= 0) & torch.isfinite(cap64)).all()):
+        raise InvalidParameterError("cap must be finite and >= 0 (it is alpha * beta); pass a non-negative beta")
+    return cap64
+
+
+def mollify(
+    logp_priv: Tensor,  # (..., m, V)
+    logp_pub: Tensor,  # (..., V)
+    *,
+    alpha: float,
+    cap: float | Tensor,  # broadcastable to (..., m)
+) -> Tensor:  # (..., m)
+    """Largest lam in [0, 1] per group with max(D_a(P_lam || Q), D_a(Q || P_lam)) <= cap.
+
+    P_lam = lam P + (1 - lam) Q, with P a group's private next-token distribution and Q the
+    public one (DP-Fusion, Sec. 3; DESIGN.md "Privacy math"). Both divergences are
+    non-decreasing in lam, so the feasible set is an interval [0, lam*]. The search runs for a
+    fixed number of passes, each evaluating K candidate weights for every group in one batched
+    pass over the vocabulary, and moves a bracket [lo, hi] by Newton steps (upper bounds) and
+    chords (lower bounds) on a convex transform of the constraint (see :func:`_slack`).
+
+    The returned lam is always a weight whose divergences were computed to be <= cap (never a
+    bracket midpoint), exactly representable in the dtype of ``logp_priv``; lam = 1 when P
+    itself meets the cap, lam = 0 when cap = 0 or when P puts mass where Q has none (then
+    D_a(P_lam || Q) is infinite for every lam > 0). D_a(Q || P_lam) is finite for every
+    lam < 1 since P_lam >= (1 - lam) Q. At a = 2 the forward root is closed-form,
+    lam = sqrt(expm1(cap) / chi2(P || Q)). Terms that overflow float64 (a divergence above
+    about 600 / (a - 1)) count as infeasible, which can only lower lam.
+    """
+    a = _check_alpha(alpha)
+    _check_log_probs("logp_priv", logp_priv)
+    _check_log_probs("logp_pub", logp_pub)
+    if logp_priv.dim() < 2 or logp_priv.shape[-1] != logp_pub.shape[-1]:
+        raise InvalidInputError(
+            f"logp_priv must be (..., m, V) and logp_pub (..., V) with the same V; got {tuple(logp_priv.shape)} and {tuple(logp_pub.shape)}"
+        )
+    lead = torch.broadcast_shapes(logp_priv.shape[:-2], logp_pub.shape[:-1])
+    group_shape = torch.Size((*lead, logp_priv.shape[-2]))
+    logp_priv = logp_priv.expand(*group_shape, logp_priv.shape[-1])
+    logp_pub = logp_pub.expand(*lead, logp_pub.shape[-1])
+    out_dtype = logp_priv.dtype
+    prob = _prepare(logp_priv, logp_pub, a, _as_cap(cap, group_shape).to(logp_priv.device))
+    evaluate = _evaluate_order2 if a == 2.0 else _evaluate_general
+    zero = torch.zeros(group_shape, dtype=torch.float64, device=logp_priv.device)
+    hi = torch.where(prob.forced_zero, 0.0, 1.0) + zero
+    if a == 2.0:
+        hi = torch.minimum(hi, torch.sqrt(torch.expm1(prob.level) / prob.moments[..., 0]).nan_to_num(1.0))
+    hi = _round_down(hi, out_dtype)
+    guess = _taylor_guess(prob, hi)
+    at_zero = zero.unsqueeze(-1)  # (..., m, 1): lam = 0 is feasible with D = 0 and slope 0
+    g0, g0_slope = _slack(prob, _Evaluation(at_zero, at_zero, at_zero, at_zero))
+    lo = _End(zero, zero, zero, g0.squeeze(-1), g0_slope.squeeze(-1))
+    hi = _End(hi, *(zero + math.nan,) * 4)
+    if a == 2.0:  # hi is the closed-form forward root; the guess also accounts for the reverse
+        candidates = torch.stack((guess, hi.lam), dim=-1)  # (..., m, 2)
+    else:
+        candidates = torch.stack((guess, torch.sqrt(guess * hi.lam), hi.lam), dim=-1)  # (..., m, K)
+    level = prob.level.unsqueeze(-1)  # (..., m, 1)
+    for i in range(1 + _SEARCH_PASSES):
+        lam = torch.minimum(torch.maximum(candidates, lo.lam.unsqueeze(-1)), hi.lam.unsqueeze(-1))
+        lam = _round_down(lam, out_dtype)  # (..., m, K)
+        ev = evaluate(prob, lam)
+        use_f = ev.forward >= ev.reverse
+        div = torch.where(use_f, ev.forward, ev.reverse)
+        slope = torch.where(use_f, ev.forward_slope, ev.reverse_slope)
+        cand = _End(lam, div, slope, *_slack(prob, ev))
+        lo, hi = _update(lo, hi, cand, (ev.forward <= level) & (ev.reverse <= level))
+        if lam.device.type == "cpu" and bool((lo.lam >= hi.lam).all()):
+            # Every bracket is closed, so further passes cannot change the result. Reading the
+            # flag costs nothing on the CPU; on accelerators all passes run, with no sync.
+            break
+        candidates = _next_candidates(lo, hi, prob.level, final=i == _SEARCH_PASSES - 1)
+    return lo.lam.to(out_dtype)

@@ -1,0 +1,90 @@
+"""DP-Fusion (Thareja et al., ICLR 2026): per-group mollification toward the public distribution.
+
+Claim (DESIGN.md "Privacy math"; docs/privacy.md).
+  Adjacency: two documents are neighbours for privacy group i if they differ only in the
+  tokens of group i's spans (the neighbour has placeholders there); span positions, lengths
+  and group membership are public.
+  Unit: the privacy group.
+  Per-step bound: with m groups and caps c_j = alpha * beta_j, each group's mixture
+  P_j' = lam_j P_j + (1 - lam_j) Q satisfies max(D_alpha(P_j' || Q), D_alpha(Q || P_j')) <= c_j,
+  and the output is their uniform average. On the neighbour, group i's private context equals
+  the public one, so P_i' = Q and nothing else changes. Joint convexity of
+  exp((alpha - 1) D_alpha) then gives, in both directions, the RDP bound at order alpha
+      r_i = log(1 + (exp((alpha - 1) c_i) - 1) / m) / (alpha - 1)      (= c_i for m = 1).
+  Composition: RDP adds over the T generated tokens (T fixed before generation); convert with
+  the improved RDP conversion (Canonne, Kamath and Steinke 2020).
+The realised mixing weights and divergences are diagnostics only: the event depends on
+(alpha, beta, m) alone.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+
+import torch
+from torch import Tensor
+
+from tokendp.accounting.events import RdpEvent
+from tokendp.divergence import _check_alpha, mollify, symmetric_renyi_divergence
+from tokendp.errors import InvalidInputError, InvalidParameterError
+from tokendp.mechanisms.base import MechanismStep, check_logits, check_nonnegative, check_positive, log_softmax_at
+
+__all__ = ["DPFusion"]
+
+
+def _rdp_per_token(alpha: float, cap: float, groups: int) -> float:
+    # TODO(merge): use tokendp.accounting.dp_fusion_rdp_per_token
+    return math.log1p(math.expm1((alpha - 1.0) * cap) / groups) / (alpha - 1.0)
+
+
+class DPFusion:
+    """DP-Fusion's per-token step at Rényi order ``alpha`` (see the module docstring for the claim)."""
+
+    name = "dp-fusion"
+
+    def __init__(self, alpha: float = 2.0) -> None:
+        self.alpha = _check_alpha(alpha)
+
+    def step(
+        self,
+        logits: Tensor,  # (..., 1+m, V), row 0 public
+        *,
+        betas: Tensor,  # (..., m)
+        group_mask: Tensor | None = None,  # (..., m) bool, False = padding
+        temperature: float = 1.0,
+    ) -> MechanismStep:
+        """Mix each group toward the public distribution within alpha * beta_i, then average.
+
+        p_pub and p_i are softmaxes of the rows at ``temperature``; lam_i = mollify(p_i, p_pub,
+        cap = alpha beta_i); the output is log mean_i (lam_i p_i + (1 - lam_i) p_pub) over the
+        real groups (all rows padding: p_pub). Diagnostics: "lam" (..., m) and "divergence"
+        (..., m), the realised symmetric divergence of each mixture to p_pub (0 for padding).
+        """
+        check_logits(logits, min_rows=2)
+        temperature = check_positive("temperature", temperature)
+        m = logits.shape[-2] - 1
+        if not isinstance(betas, Tensor) or betas.shape[-1:] != (m,):
+            raise InvalidInputError(f"betas must be a tensor (..., m) with m = {m} groups (rows after the public one)")
+        mask = torch.ones(betas.shape, dtype=torch.bool, device=logits.device) if group_mask is None else group_mask.to(torch.bool)
+        logp = log_softmax_at(logits, temperature)  # (..., 1+m, V)
+        pub, priv = logp[..., 0, :], logp[..., 1:, :]  # (..., V), (..., m, V)
+        cap = torch.where(mask, self.alpha * betas.to(torch.float64), 0.0)  # (..., m)
+        lam = torch.where(mask, mollify(priv, pub, alpha=self.alpha, cap=cap), 0.0)  # (..., m)
+        mixed = torch.logaddexp(torch.log(lam).unsqueeze(-1) + priv, torch.log1p(-lam).unsqueeze(-1) + pub.unsqueeze(-2))  # (..., m, V)
+        count = mask.sum(-1, keepdim=True)  # (..., 1)
+        log_weight = torch.where(mask, -torch.log(count.clamp_min(1).to(torch.float32)), -math.inf)  # (..., m)
+        out = torch.logsumexp(log_weight.unsqueeze(-1) + mixed, dim=-2)  # (..., V)
+        out = torch.where(count > 0, out, pub)
+        divergence = torch.where(mask, symmetric_renyi_divergence(mixed, pub.unsqueeze(-2), self.alpha), 0.0)
+        return MechanismStep(out, {"lam": lam.to(torch.float32), "divergence": divergence})
+
+    def event(self, *, betas: Mapping[str, float]) -> dict[str, RdpEvent]:
+        """{group: RdpEvent(alpha, r_i)} for one generated token; m = len(betas) groups."""
+        if not betas:
+            raise InvalidParameterError("betas must name at least one privacy group")
+        m = len(betas)
+        return {
+            unit: RdpEvent(self.alpha, _rdp_per_token(self.alpha, self.alpha * check_nonnegative(f"beta[{unit}]", b), m))
+            for unit, b in betas.items()
+        }
