@@ -9,6 +9,10 @@ from pathlib import Path
 
 import torch
 
+# Tiny tensors: one intra-op thread avoids OpenMP hand-offs, which dominate (10-100x) on a
+# busy shared CPU.
+torch.set_num_threads(1)
+
 CORPUS = [
     "Dear Dr Helen Marsh, I am writing about my patient Mr Tomas Lindqvist.",
     "He was admitted to St James's University Hospital on 2 June 2024 with chest pain.",
@@ -74,3 +78,44 @@ def model_dir(options: str = "") -> Path:
     if options:
         (path / "tokendp.json").write_text(options)
     return path
+
+
+class CopyLM(torch.nn.Module):
+    """A "perfect copier" causal LM for leakage tests.
+
+    For a row ``[... <|doc|> d_1 .. d_n <|rewrite|> g_1 .. g_k]`` its next token is d_{k+1}
+    (EOS after d_n) with probability ~1: it rewrites whatever document its row shows, so a
+    private token can reach the output only through a row that shows it. Its "KV cache" is
+    the token ids themselves (stored as layer-0 keys), so batching, padding, prefix sharing
+    and cache selection all go through the real DynamicCache code paths.
+    """
+
+    def __init__(self, tokenizer, max_positions: int = 512):
+        from transformers import Qwen2Config
+
+        super().__init__()
+        self.config = Qwen2Config(vocab_size=len(tokenizer), hidden_size=8, num_hidden_layers=1,
+                                  num_attention_heads=1, num_key_value_heads=1,
+                                  max_position_embeddings=max_positions)
+        self.head = torch.nn.Linear(1, len(tokenizer), bias=False)
+        self.doc = tokenizer.convert_tokens_to_ids("<|doc|>")
+        self.rewrite = tokenizer.convert_tokens_to_ids("<|rewrite|>")
+        self.eos = tokenizer.eos_token_id
+
+    def get_output_embeddings(self):
+        return self.head
+
+    def forward(self, input_ids, attention_mask, position_ids, past_key_values, use_cache, logits_to_keep):
+        new = input_ids.float()[:, None, :, None]  # (B, 1, L, 1)
+        keys, _ = past_key_values.update(new, new, 0)
+        ids = keys[:, 0, :, 0].long()  # (B, Ltot)
+        logits = torch.full((ids.shape[0], 1, self.head.out_features), -20.0)
+        for b in range(ids.shape[0]):
+            real = ids[b][attention_mask[b].bool()].tolist()
+            if self.rewrite not in real:  # a prefill pass over a shared prefix: logits unused
+                continue
+            start, stop = real.index(self.doc) + 1, real.index(self.rewrite)
+            k = start + len(real) - stop - 1
+            logits[b, 0, real[k] if k < stop else self.eos] = 20.0
+        from types import SimpleNamespace
+        return SimpleNamespace(logits=logits)

@@ -1,3 +1,32 @@
-"""tokendp: token-level differential privacy for large language models."""
+"""tokendp: token-level differential privacy for large language models.
+
+The jobs are exported lazily (importing ``tokendp`` does not import torch):
+``tokendp.sanitize(text, epsilon=8)``, ``tokendp.sanitize_batch(texts, ...)``.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
 
 __version__ = "0.1.0"
+
+_LAZY = {
+    "sanitize": "tokendp.sanitize",
+    "sanitize_batch": "tokendp.sanitize",
+    "SanitizeResult": "tokendp.sanitize",
+    "SanitizeReport": "tokendp.sanitize",
+}
+
+
+def __getattr__(name: str) -> Any:
+    if name == "sanitize":
+        # the module tokendp.sanitize is callable: tokendp.sanitize(text, ...) runs the job,
+        # whichever of the module or the function Python bound to the name first
+        return importlib.import_module("tokendp.sanitize")
+    if name in _LAZY:
+        return getattr(importlib.import_module(_LAZY[name]), name)
+    raise AttributeError(f"module 'tokendp' has no attribute {name!r}")
+
+
+__all__ = ["SanitizeReport", "SanitizeResult", "__version__", "sanitize", "sanitize_batch"]

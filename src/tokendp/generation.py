@@ -70,18 +70,20 @@ def sample(logprobs: torch.Tensor, generator: torch.Generator, *, greedy: bool =
 class _StopChecker:
     """Host-side stop checks on one document's growing list of token ids."""
 
-    def __init__(self, tokenizer: Any, eos_ids: set[int], stop_strings: Sequence[str]) -> None:
+    def __init__(self, tokenizer: Any, eos_ids: set[int], stop_strings: Sequence[str],
+                 limits: Sequence[int]) -> None:
         self.tokenizer, self.eos_ids, self.stops = tokenizer, eos_ids, tuple(s for s in stop_strings if s)
+        self.limits = limits
         self.tail = 4 * max((len(s) for s in self.stops), default=0) + 2  # tokens that can hold a stop
 
-    def check(self, ids: list[int]) -> StopReason | None:
+    def check(self, doc: int, ids: list[int]) -> StopReason | None:
         if ids[-1] in self.eos_ids:
             return "eos"
         if self.stops:
             tail = self.tokenizer.decode(ids[-self.tail:], skip_special_tokens=False)
             if any(s in tail for s in self.stops):
                 return "stop_string"
-        return None
+        return "max_new_tokens" if len(ids) >= self.limits[doc] else None
 
     def text(self, ids: list[int], reason: StopReason | None) -> tuple[str, list[int]]:
         """The text of ``ids`` without the EOS token and cut before the first stop string."""
@@ -96,30 +98,33 @@ class _StopChecker:
 
 
 def generate(backend: HFBackend, sequences: Sequence[RowSequence], step: StepFn, *,
-             max_new_tokens: int, generator: torch.Generator, temperature: float = 1.0,
+             max_new_tokens: int | Sequence[int], generator: torch.Generator, temperature: float = 1.0,
              eos_ids: Sequence[int] | None = None, stop_strings: Sequence[str] = (),
              charge: Callable[[list[int]], None] | None = None,
              on_token: Callable[[int, int], None] | None = None) -> list[Generated]:
-    """Generate up to ``max_new_tokens`` tokens for every sequence; see the module docstring.
+    """Generate up to ``max_new_tokens`` tokens (one int, or one per sequence) for every
+    sequence; see the module docstring.
 
     ``temperature`` is passed to ``step``; 0 means greedy (the argmax of the mechanism's
     distribution, computed at temperature 1): only for comparisons without privacy.
     ``charge(docs)`` is called once per step with the indices of the documents about to
     sample, before sampling. ``on_token(doc, token_id)`` streams every sampled token.
     """
-    if not (isinstance(max_new_tokens, int) and max_new_tokens >= 1):
-        raise InvalidParameterError(f"max_new_tokens must be an integer >= 1, got {max_new_tokens!r}")
+    limits = [max_new_tokens] * len(sequences) if isinstance(max_new_tokens, int) else list(max_new_tokens)
+    if len(limits) != len(sequences) or not all(isinstance(t, int) and t >= 1 for t in limits):
+        raise InvalidParameterError(
+            f"max_new_tokens must be an integer >= 1 (or one per sequence), got {max_new_tokens!r}")
     if not (temperature >= 0):
         raise InvalidParameterError(f"temperature must be >= 0, got {temperature!r}")
     eos = set(eos_ids if eos_ids is not None else [backend.tokenizer.eos_token_id]) - {None}
-    checker = _StopChecker(backend.tokenizer, eos, stop_strings)
+    checker = _StopChecker(backend.tokenizer, eos, stop_strings, limits)
     n = len(sequences)
     outputs: list[list[int]] = [[] for _ in range(n)]
     reasons: list[StopReason | None] = [None] * n
     active = list(range(n))
     sums: dict[str, torch.Tensor] = {}
     state, flat = backend.prefill(sequences)
-    for t in range(max_new_tokens):
+    for t in range(max(limits)):
         docs = torch.tensor(active, device=flat.device)
         out = step(_layout(flat, state.rows_per_sequence), docs, temperature if temperature > 0 else 1.0)
         _accumulate(sums, out.diagnostics, docs, n)
@@ -127,7 +132,7 @@ def generate(backend: HFBackend, sequences: Sequence[RowSequence], step: StepFn,
             charge(list(active))
         tokens = sample(out.logprobs, generator, greedy=temperature == 0)  # (Na,)
         finished = _append(tokens.tolist(), active, outputs, reasons, checker, on_token)
-        if t == max_new_tokens - 1:
+        if t == max(limits) - 1:
             break
         if finished:
             keep = torch.tensor([i not in finished for i in active])
@@ -181,7 +186,7 @@ def _append(tokens: list[int], active: list[int], outputs: list[list[int]],
         outputs[doc].append(tok)
         if on_token is not None:
             on_token(doc, tok)
-        reasons[doc] = checker.check(outputs[doc])
+        reasons[doc] = checker.check(doc, outputs[doc])
         if reasons[doc] is not None:
             finished.add(doc)
     return finished

@@ -52,9 +52,9 @@ class RowSequence:
         """Tokens at the start that every row has in common (and reads with the same adapter).
 
         At most ``min row length - 1``, so that every row keeps at least one token of its own
-        for the prefill pass that produces its first logits.
+        for the prefill pass that produces its first logits; 0 for a single row (nothing to share).
         """
-        if len({r.adapter for r in self.rows}) > 1:
+        if len(self.rows) == 1 or len({r.adapter for r in self.rows}) > 1:
             return 0
         first, limit = self.rows[0].ids, min(len(r.ids) for r in self.rows) - 1
         n = 0

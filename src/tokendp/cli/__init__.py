@@ -29,3 +29,9 @@ from tokendp.cli.tag import tag  # noqa: E402
 
 main.add_command(tag)
 main.add_command(eval_group)
+from tokendp.cli.model import model as _model_command  # noqa: E402
+
+main.add_command(_model_command)
+from tokendp.cli.sanitize import sanitize  # noqa: E402
+
+main.add_command(sanitize)

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import functools
+import json
+from typing import Any
 
 import click
 
@@ -28,3 +30,8 @@ def library_errors(command):
             raise CLIError(str(err)) from None
 
     return wrapper
+
+
+def echo_json(data: Any) -> None:
+    """Print ``data`` as indented JSON."""
+    click.echo(json.dumps(data, indent=2, ensure_ascii=False))

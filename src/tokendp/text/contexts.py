@@ -67,11 +67,15 @@ class GroupInfo:
 
 @dataclass(frozen=True)
 class DocumentContexts:
-    """The 1 + m rows of one document (row 0 public) and the m groups they are about."""
+    """The 1 + m rows of one document (row 0 public) and the m groups they are about.
+
+    ``original`` is the document with nothing hidden (for comparisons without privacy).
+    """
 
     rows: tuple[tuple[int, ...], ...]
     groups: tuple[GroupInfo, ...]
     document_tokens: int
+    original: tuple[int, ...]
 
     @property
     def length(self) -> int:
@@ -211,4 +215,5 @@ def build_contexts(text: str, spans: Sequence[Span], tokenizer: Any, *, template
     rows = [np.where(hidden_any, placeholder, doc)]
     rows += [np.where(hidden_any & ~only[g], placeholder, doc) for g in range(len(names))]
     info = tuple(GroupInfo(n, n_spans[g], int(member[g].sum())) for g, n in enumerate(names))
-    return DocumentContexts(tuple(template.wrap(r.tolist()) for r in rows), info, len(ids))
+    return DocumentContexts(tuple(template.wrap(r.tolist()) for r in rows), info, len(ids),
+                            template.wrap(ids))

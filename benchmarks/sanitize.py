@@ -1,0 +1,196 @@
+"""Benchmark: DP-Fusion sanitization against the bare forward passes and against dp-fusion-lib.
+
+Setting (issue 3): a 2-layer model built from a config with the Qwen2.5-0.5B shapes
+(hidden 896, vocabulary 151,936) and random weights, one TAB test document with its gold
+spans in 6 privacy groups, 150 new tokens, float32 on CPU.
+
+Timings, each the best of ``--repeats`` runs, all in this process with the same threads:
+
+* ``forward``: prefill + 150 decode steps of the same 7 rows through the backend, sampling
+  from the public row (no mechanism) - the floor for any DP-Fusion implementation;
+* ``tokendp``: ``tokendp.sanitize_batch`` end to end (contexts, DP-Fusion step, ledger);
+  required: tokendp / forward <= 1.10;
+* ``prefill shared`` vs ``prefill unshared``: the prompt pass with and without the shared
+  prefix cache;
+* ``dp-fusion-lib``: if a Python with ``dp-fusion-lib==0.1.0`` is given (``--dpf-python``,
+  default ``/tmp/dpf/bin/python``), its ``dp_fusion_groups_incremental`` on the same token
+  rows, betas, model weights and threads, run as a subprocess; required: tokendp / it <= 0.6.
+
+Run: ``PYTHONPATH=src python benchmarks/sanitize.py`` (a few minutes on 2 CPU cores).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import tempfile
+import textwrap
+import time
+from pathlib import Path
+
+import torch
+
+TAB = Path("/work/shared/data/tab")
+GROUPS, NEW_TOKENS, BETA, ALPHA = 6, 150, 0.05, 2.0
+
+
+def build_tokenizer(texts: list[str], out: Path):
+    """A byte-level BPE tokenizer trained on the TAB texts (8k entries; ids fit the 152k head)."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    tok.train_from_iterator(texts, trainers.BpeTrainer(
+        vocab_size=8000, special_tokens=["<|endoftext|>", "<|mask|>"], show_progress=False,
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet()))
+    fast = PreTrainedTokenizerFast(tokenizer_object=tok, eos_token="<|endoftext|>", pad_token="<|endoftext|>")
+    fast.save_pretrained(out)
+    return fast
+
+
+def build_model(out: Path):
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+
+    torch.manual_seed(0)
+    cfg = Qwen2Config(vocab_size=151_936, hidden_size=896, intermediate_size=4864, num_hidden_layers=2,
+                      num_attention_heads=14, num_key_value_heads=2, max_position_embeddings=32_768,
+                      tie_word_embeddings=True)
+    model = Qwen2ForCausalLM(cfg).eval()
+    model.save_pretrained(out)
+    return model
+
+
+def pick_document(texts: dict[str, str], gold: dict[str, list]) -> tuple[str, str, list[dict]]:
+    """The shortest TAB test document whose gold spans have at least 6 labels."""
+    ok = [d for d in sorted(texts) if len({s[2] for s in gold[d]}) >= GROUPS]
+    doc = min(ok, key=lambda d: len(texts[d]))
+    return doc, texts[doc], [{"start": s, "end": e, "label": lab} for s, e, lab in gold[doc]]
+
+
+def group_mapping(spans: list[dict]) -> dict[str, str]:
+    """6 groups: the 5 most frequent labels, and every other label together."""
+    counts: dict[str, int] = {}
+    for s in spans:
+        counts[s["label"]] = counts.get(s["label"], 0) + 1
+    top = sorted(counts, key=lambda k: -counts[k])[:GROUPS - 1]
+    return {lab: lab if lab in top else "OTHER" for lab in counts}
+
+
+def best_of(repeats: int, fn, label: str) -> float:
+    times = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t0)
+        print(f"{label}: {times[-1]:.2f} s", file=sys.stderr, flush=True)
+    return min(times)
+
+
+DPF_SCRIPT = textwrap.dedent("""
+    import json, sys, time, torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from dp_fusion_lib.utils import dp_fusion_groups_incremental
+    cfg = json.load(open(sys.argv[1]))
+    torch.set_num_threads(cfg["threads"])
+    model = AutoModelForCausalLM.from_pretrained(cfg["model"], dtype=torch.float32).eval()
+    tok = AutoTokenizer.from_pretrained(cfg["tokenizer"])
+    times = []
+    for _ in range(cfg["repeats"]):
+        rows = {name: torch.tensor(ids) for name, ids in cfg["rows"].items()}
+        torch.manual_seed(0)
+        t0 = time.perf_counter()
+        dp_fusion_groups_incremental(rows, cfg["betas"], cfg["alpha"], model, tok,
+                                     temperature=1.0, max_new_tokens=cfg["new_tokens"])
+        times.append(time.perf_counter() - t0)
+    print(json.dumps({"seconds": min(times)}))
+""")
+
+
+def run_dp_fusion_lib(python: str, work: Path, rows: dict, betas: dict, repeats: int) -> float | None:
+    if not Path(python).exists():
+        return None
+    cfg = work / "dpf.json"
+    cfg.write_text(json.dumps({"model": str(work / "model"), "tokenizer": str(work / "tok"), "rows": rows,
+                               "betas": betas, "alpha": ALPHA, "new_tokens": NEW_TOKENS,
+                               "threads": torch.get_num_threads(), "repeats": repeats}))
+    script = work / "dpf_run.py"
+    script.write_text(DPF_SCRIPT)
+    out = subprocess.run([python, str(script), str(cfg)], capture_output=True, text=True, check=False)
+    if out.returncode != 0:
+        print(out.stderr[-2000:], file=sys.stderr)
+        return None
+    return json.loads(out.stdout.strip().splitlines()[-1])["seconds"]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--repeats", type=int, default=2)
+    parser.add_argument("--dpf-python", default="/tmp/dpf/bin/python")
+    parser.add_argument("--threads", type=int, default=2)
+    args = parser.parse_args()
+    torch.set_num_threads(args.threads)
+
+    from tokendp.backends import HFBackend, RowSequence
+    from tokendp.generation import generate, make_generator
+    from tokendp.mechanisms import MechanismStep
+    from tokendp.sanitize import sanitize_batch
+    from tokendp.text.contexts import build_contexts, placeholder_id, prompt_template
+    from tokendp.text.spans import Span
+
+    texts = json.loads((TAB / "texts.json").read_text())
+    gold = json.loads((TAB / "gold_spans.json").read_text())
+    doc_id, text, spans = pick_document(texts, gold)
+    mapping = group_mapping(spans)
+    work = Path(tempfile.mkdtemp(prefix="tokendp-bench-"))
+    tok = build_tokenizer(list(texts.values()), work / "tok")
+    backend = HFBackend(build_model(work / "model"), tok, name="qwen2-2layer-152k (random)")
+
+    ctx = build_contexts(text, [Span.from_dict(s) for s in spans], tok, template=prompt_template(tok),
+                         placeholder=placeholder_id(tok), groups=mapping)
+    seq = RowSequence.from_ids(ctx.rows)
+
+    def bare_step(logits, docs, temperature):
+        return MechanismStep(torch.log_softmax(logits[:, 0] / temperature, -1), {})  # (N, V)
+
+    def run_forward():
+        generate(backend, [seq], bare_step, max_new_tokens=NEW_TOKENS, generator=make_generator(0), eos_ids=[])
+
+    def run_tokendp():
+        res = sanitize_batch([text], spans=[spans], model=backend, beta=BETA, alpha=ALPHA, groups=mapping,
+                             max_new_tokens=NEW_TOKENS, seed=0)
+        return res[0]
+
+    print(f"{doc_id}: {len(text)} characters, {ctx.length} prompt tokens, {len(ctx.rows)} rows, "
+          f"shared prefix {seq.shared_prefix_length()} tokens", file=sys.stderr, flush=True)
+    run_forward()  # warm-up (allocations, lazy inits)
+    t_forward, t_tokendp = [], []
+    for _ in range(args.repeats):  # interleaved, so that load changes hit both alike
+        t_forward.append(best_of(1, run_forward, "forward"))
+        t_tokendp.append(best_of(1, run_tokendp, "tokendp"))
+    t_forward, t_tokendp = min(t_forward), min(t_tokendp)
+    t_shared = best_of(args.repeats, lambda: backend.prefill([seq], share_prefix=True), "prefill shared")
+    t_unshared = best_of(args.repeats, lambda: backend.prefill([seq], share_prefix=False), "prefill unshared")
+    report = run_tokendp().report
+    names = [g.name for g in ctx.groups]
+    rows = {"PUBLIC": list(ctx.rows[0]), **{n: list(r) for n, r in zip(names, ctx.rows[1:])}}
+    t_dpf = run_dp_fusion_lib(args.dpf_python, work, rows, dict.fromkeys(names, BETA), args.repeats)
+
+    result = {
+        "document": doc_id, "characters": len(text), "prompt_tokens": ctx.length,
+        "shared_prefix_tokens": seq.shared_prefix_length(), "groups": names, "rows": len(ctx.rows),
+        "new_tokens": NEW_TOKENS, "tokens_generated": report.tokens_generated, "threads": args.threads,
+        "seconds": {"forward": t_forward, "tokendp": t_tokendp, "prefill_shared": t_shared,
+                    "prefill_unshared": t_unshared, "dp_fusion_lib": t_dpf},
+        "ratio_tokendp_over_forward": t_tokendp / t_forward,
+        "prefill_saving": 1 - t_shared / t_unshared,
+        "ratio_tokendp_over_dp_fusion_lib": None if t_dpf is None else t_tokendp / t_dpf,
+    }
+    print(json.dumps(result, indent=2))
+
+
+if __name__ == "__main__":
+    main()

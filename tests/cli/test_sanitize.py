@@ -1,0 +1,83 @@
+"""`tokendp sanitize`: JSON shape, readable report, JSONL batches, exit code 2 on bad input."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from click.testing import CliRunner
+
+import tinylm
+from tokendp.cli import main
+
+OPTIONS = '{"prompt_template": "<|doc|>{document}<|rewrite|>", "placeholder": "<|mask|>"}'
+TEXT = "Dear Dr Helen Marsh, I am writing about my patient Mr Tomas Lindqvist."
+SPANS = [{"start": 8, "end": 19, "label": "PERSON"}, {"start": 54, "end": 70, "label": "PERSON"}]
+
+
+@pytest.fixture(scope="module")
+def files(tmp_path_factory):
+    d = tmp_path_factory.mktemp("cli")
+    (d / "doc.txt").write_text(TEXT)
+    (d / "doc.spans.json").write_text(json.dumps(SPANS))
+    lines = [{"id": "a", "text": TEXT, "spans": SPANS}, {"id": "b", "text": "The court sat in Leeds.",
+                                                         "spans": [{"start": 17, "end": 22, "label": "LOC"}]}]
+    (d / "docs.jsonl").write_text("\n".join(json.dumps(x) for x in lines) + "\n")
+    return d
+
+
+def _run(*args, input=None):
+    return CliRunner().invoke(main, ["sanitize", *args], input=input)
+
+
+def _model():
+    return str(tinylm.model_dir(OPTIONS))
+
+
+def test_json_output_shape(files):
+    res = _run(str(files / "doc.txt"), "--spans", str(files / "doc.spans.json"), "--model", _model(),
+               "--epsilon", "8", "--max-new-tokens", "8", "--seed", "0", "--json")
+    assert res.exit_code == 0, res.output
+    out = json.loads(res.stdout)
+    assert set(out) == {"text", "report"} and isinstance(out["text"], str)
+    rep = out["report"]
+    assert rep["mechanism"] == "dp-fusion" and rep["max_new_tokens"] == 8 and rep["alpha"] > 2
+    assert rep["groups"] == [{"label": "PERSON", "n_spans": 2, "n_tokens": rep["groups"][0]["n_tokens"],
+                              "beta": rep["groups"][0]["beta"], "epsilon": rep["groups"][0]["epsilon"]}]
+    assert 7.9 < rep["groups"][0]["epsilon"] <= 8
+
+
+def test_readable_output_and_stdin(files):
+    res = _run("-", "--model", _model(), "--beta", "0.1", "--max-new-tokens", "4", "--seed", "0",
+               "--method", "public", "--tagger", "patterns", input="Call me on 07700 900123 please.")
+    assert res.exit_code == 0, res.output
+    assert "privacy report" in res.output and "guarantee: epsilon 0" in res.output
+
+
+def test_jsonl_to_out_file(files, tmp_path):
+    out = tmp_path / "out.jsonl"
+    res = _run(str(files / "docs.jsonl"), "--model", _model(), "--beta", "0.05", "--max-new-tokens", "4",
+               "--seed", "1", "--out", str(out))
+    assert res.exit_code == 0, res.output
+    rows = [json.loads(line) for line in out.read_text().splitlines()]
+    assert [r["id"] for r in rows] == ["a", "b"] and all(set(r) == {"id", "text", "report"} for r in rows)
+    assert rows[1]["report"]["groups"][0]["label"] == "LOC"
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--max-new-tokens", "4"], "exactly one of beta= or epsilon="),
+    (["--beta", "0.1", "--epsilon", "1"], "exactly one"),
+    (["--beta", "-1"], "beta"),
+])
+def test_errors_exit_2(files, args, message):
+    res = _run(str(files / "doc.txt"), "--spans", str(files / "doc.spans.json"), "--model", _model(), *args)
+    assert res.exit_code == 2 and message in res.output and "Helen" not in res.output
+
+
+def test_bad_spans_and_missing_input_exit_2(files, tmp_path):
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps([{"start": 60, "end": 999, "label": "PERSON"}]))
+    res = _run(str(files / "doc.txt"), "--spans", str(bad), "--model", _model(), "--beta", "0.1")
+    assert res.exit_code == 2 and "Lindqvist" not in res.output
+    res = _run(str(tmp_path / "none.txt"), "--model", _model(), "--beta", "0.1")
+    assert res.exit_code == 2

@@ -1,0 +1,167 @@
+"""tokendp.sanitize: the certificate equals the accountant, no leak at beta 0, clear errors."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+import tinylm
+from tokendp.accounting import dp_fusion_epsilon
+from tokendp.backends import HFBackend
+from tokendp.errors import InvalidInputError, InvalidParameterError
+from tokendp.sanitize import choose_alpha, sanitize, sanitize_batch
+from tokendp.text.spans import Span
+
+OPTIONS = {"prompt_template": "<|doc|>{document}<|rewrite|>", "placeholder": "<|mask|>"}
+LETTER = ("Dear Dr Helen Marsh, I am writing about my patient Mr Tomas Lindqvist, born in 1961, "
+          "who lives in Leeds. Yours sincerely, Dr Amir Patel.")
+SPANS = [Span(8, 19, "PERSON"), Span(54, 69, "PERSON"), Span(79, 83, "DATETIME"),
+         Span(98, 103, "LOC"), Span(121, 131, "PERSON")]
+
+
+@pytest.fixture(scope="module")
+def copier():
+    return HFBackend(tinylm.CopyLM(tinylm.tokenizer()), tinylm.tokenizer(), name="copy", options=OPTIONS)
+
+
+@pytest.fixture(scope="module")
+def tiny():
+    return HFBackend(tinylm.model(), tinylm.tokenizer(), name="tiny", options=OPTIONS)
+
+
+def _span_texts(text, spans):
+    return {text[s.start:s.end] for s in spans}
+
+
+def test_copier_sees_what_its_rows_show(copier):
+    original = sanitize(LETTER, spans=SPANS, model=copier, method="original", temperature=0)
+    assert original.text == LETTER and original.report.stop_reason == "eos"
+    assert original.report.guarantee.startswith("none")
+    assert all(g.epsilon is None for g in original.report.groups)
+
+
+@pytest.mark.parametrize("kwargs", [dict(method="public"), dict(beta=0.0), dict(epsilon=0.0)])
+def test_no_span_text_reaches_the_output_at_epsilon_zero(copier, kwargs):
+    res = sanitize(LETTER, spans=SPANS, model=copier, seed=3, **kwargs)
+    public = sanitize(LETTER, spans=SPANS, model=copier, method="public", temperature=0).text
+    for s in _span_texts(LETTER, SPANS):
+        if len(s) > 3 and s not in public:
+            assert s not in res.text
+    assert "I am writing about my patient" in res.text
+    assert all(g.epsilon == 0 for g in res.report.groups)
+
+
+def test_a_large_budget_lets_private_tokens_through(copier):
+    res = sanitize(LETTER, spans=SPANS, model=copier, beta=50.0, seed=0, groups="single")
+    # with one group and a huge cap, lambda reaches 1: the copier rewrites the private row
+    assert "Helen Marsh" in res.text and res.report.groups[0].epsilon > 100
+
+
+def test_report_epsilon_equals_the_accountant(tiny):
+    res = sanitize(LETTER, spans=SPANS, model=tiny, beta=0.05, alpha=3.0, delta=1e-6, seed=0)
+    rep = res.report
+    doc_tokens = len(tinylm.tokenizer()(LETTER, add_special_tokens=False)["input_ids"])
+    assert rep.max_new_tokens == math.ceil(1.2 * doc_tokens) + 16
+    assert [g.label for g in rep.groups] == ["DATETIME", "LOC", "PERSON"]
+    assert [g.n_spans for g in rep.groups] == [1, 1, 3]
+    for g in rep.groups:
+        assert g.beta == 0.05
+        assert g.epsilon == dp_fusion_epsilon(alpha=3.0, beta=0.05, groups=3, max_tokens=rep.max_new_tokens,
+                                              delta=1e-6)
+    assert rep.mechanism == "dp-fusion" and rep.model == "tiny" and rep.alpha == 3.0 and rep.delta == 1e-6
+    assert 1 <= rep.tokens_generated <= rep.max_new_tokens
+    diag = rep.diagnostics
+    assert "NOT part of the privacy guarantee" in diag["note"]
+    assert set(diag["mean_lambda"]) == {"DATETIME", "LOC", "PERSON"}
+    assert all(0 <= v <= 1 for v in diag["mean_lambda"].values())
+    d = rep.to_dict()
+    assert set(d) >= {"mechanism", "model", "alpha", "delta", "max_new_tokens", "tokens_generated",
+                      "groups", "diagnostics"}
+    assert set(d["groups"][0]) == {"label", "n_spans", "n_tokens", "beta", "epsilon"}
+
+
+def test_epsilon_target_is_met_per_group(tiny):
+    res = sanitize(LETTER, spans=SPANS, model=tiny, epsilon={"PERSON": 8.0, "LOC": 4.0, "DATETIME": 2.0},
+                   max_new_tokens=20, seed=0)
+    alpha = res.report.alpha
+    assert alpha == choose_alpha([(2.0, 3, 20)], delta=1e-5) and alpha > 2  # 2 cannot reach epsilon 2
+    for g in res.report.groups:
+        target = {"PERSON": 8.0, "LOC": 4.0, "DATETIME": 2.0}[g.label]
+        assert g.epsilon <= target and g.epsilon > 0.99 * target
+        assert g.epsilon == dp_fusion_epsilon(alpha=alpha, beta=g.beta, groups=3, max_tokens=20, delta=1e-5)
+
+
+def test_alpha_choice_maximises_beta():
+    from tokendp.accounting import dp_fusion_beta
+    from tokendp.sanitize import ALPHA_GRID
+
+    best = choose_alpha([(8.0, 6, 200)], delta=1e-5)
+    beta = dp_fusion_beta(epsilon=8.0, alpha=best, groups=6, max_tokens=200, delta=1e-5)
+    for a in ALPHA_GRID:
+        try:
+            assert dp_fusion_beta(epsilon=8.0, alpha=a, groups=6, max_tokens=200, delta=1e-5) <= beta
+        except InvalidParameterError:
+            pass
+    with pytest.raises(InvalidParameterError, match="raise epsilon or delta"):
+        choose_alpha([(0.01, 1, 100)], delta=1e-9)
+
+
+def test_batch_with_different_numbers_of_groups(tiny):
+    texts = [LETTER, "The court held a hearing in Leeds.", "Please review him in clinic."]
+    spans = [SPANS, [Span(28, 33, "LOC")], []]
+    res = sanitize_batch(texts, spans=spans, model=tiny, beta=0.1, max_new_tokens=6, seed=1)
+    assert [len(r.report.groups) for r in res] == [3, 1, 0]
+    assert res[1].report.groups[0].epsilon == dp_fusion_epsilon(alpha=2.0, beta=0.1, groups=1, max_tokens=6,
+                                                                delta=1e-5)
+    one = sanitize_batch(texts, spans=spans, model=tiny, beta=0.1, max_new_tokens=6, seed=1)
+    assert [r.text for r in res] == [r.text for r in one]
+
+
+def test_seeded_runs_repeat(tiny):
+    a = sanitize(LETTER, spans=SPANS, model=tiny, beta=0.2, max_new_tokens=10, seed=5)
+    b = sanitize(LETTER, spans=SPANS, model=tiny, beta=0.2, max_new_tokens=10, seed=5)
+    assert a.text == b.text and a.report == b.report
+
+
+def test_bad_parameters(tiny):
+    with pytest.raises(InvalidParameterError, match="exactly one of beta= or epsilon="):
+        sanitize(LETTER, spans=SPANS, model=tiny)
+    with pytest.raises(InvalidParameterError, match="exactly one"):
+        sanitize(LETTER, spans=SPANS, model=tiny, beta=0.1, epsilon=1.0)
+    with pytest.raises(InvalidParameterError, match="greedy"):
+        sanitize(LETTER, spans=SPANS, model=tiny, beta=0.1, temperature=0)
+    with pytest.raises(InvalidParameterError, match="alpha"):
+        sanitize(LETTER, spans=SPANS, model=tiny, beta=0.1, alpha=1.0)
+    with pytest.raises(InvalidParameterError, match="is not above"):
+        sanitize(LETTER, spans=SPANS, model=tiny, epsilon=8.0, alpha=2.0)
+    with pytest.raises(InvalidParameterError, match="method"):
+        sanitize(LETTER, spans=SPANS, model=tiny, method="magic")
+    with pytest.raises(InvalidInputError, match="FOO"):
+        sanitize(LETTER, spans=SPANS, model=tiny, epsilon={"PERSON": 1.0, "LOC": 1.0, "DATETIME": 1.0, "FOO": 1.0})
+    with pytest.raises(InvalidInputError, match="LOC"):
+        sanitize(LETTER, spans=SPANS, model=tiny, epsilon={"PERSON": 1.0, "DATETIME": 1.0})
+
+
+def test_bad_inputs_never_echo_private_text(tiny):
+    with pytest.raises(InvalidInputError, match="empty"):
+        sanitize("  \n", spans=[], model=tiny, beta=0.1)
+    with pytest.raises(InvalidInputError, match="past the end") as err:
+        sanitize(LETTER, spans=[Span(54, 500, "PERSON")], model=tiny, beta=0.1)
+    assert "Lindqvist" not in str(err.value)
+    small = HFBackend(tinylm.model(max_positions=64), tinylm.tokenizer(), options=OPTIONS)
+    with pytest.raises(InvalidInputError, match="context of 64 tokens") as err:
+        sanitize(LETTER * 3, spans=SPANS, model=small, beta=0.1)
+    assert "Lindqvist" not in str(err.value)
+    with pytest.raises(InvalidInputError, match="max_new_tokens"):
+        sanitize("Short text.", spans=[], model=small, beta=0.1, max_new_tokens=100)
+
+
+def test_streaming_callback_and_package_export(tiny):
+    import tokendp
+
+    seen = []
+    res = tokendp.sanitize(LETTER, spans=SPANS, model=tiny, beta=0.1, max_new_tokens=5, seed=0,
+                           on_token=lambda doc, tok: seen.append((doc, tok)))
+    assert len(seen) == res.report.tokens_generated and {d for d, _ in seen} == {0}
+    assert isinstance(res, tokendp.SanitizeResult)
