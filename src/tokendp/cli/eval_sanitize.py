@@ -41,7 +41,7 @@ def _floats(value: str) -> tuple[float, ...]:
 @click.option("--delta", type=float, default=1e-5, show_default=True)
 @click.option("--min-k", type=float, default=0.2, show_default=True, help="k of the Min-K% attack.")
 @click.option("--seed", type=int, default=0, show_default=True)
-@click.option("--batch-docs", type=int, default=10, show_default=True,
+@click.option("--batch-docs", type=int, default=20, show_default=True,
               help="Documents generated together (also the unit of the sampling seeds).")
 @click.option("--model", default=None, help="Model directory (default: the embedded model).")
 @click.option("--out", "out_dir", required=True, type=click.Path(file_okay=False, path_type=Path),

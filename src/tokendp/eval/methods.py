@@ -30,13 +30,13 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-import numpy as np
 import torch
 
-from tokendp.accounting import (conversion_offset, dp_decoding_epsilon, dp_decoding_lam, dp_fusion_beta,
-                                dp_fusion_epsilon, dp_prompt_epsilon, dp_prompt_temperature)
+from tokendp.accounting import (dp_decoding_epsilon, dp_decoding_lam, dp_fusion_beta, dp_fusion_epsilon,
+                                dp_prompt_epsilon, dp_prompt_temperature)
 from tokendp.errors import InvalidParameterError
 from tokendp.mechanisms import DPDecoding, DPFusion, DPPrompt, MechanismStep
+from tokendp.sanitize import choose_alpha
 from tokendp.text.contexts import PromptTemplate, build_contexts
 from tokendp.text.spans import Span
 
@@ -47,7 +47,6 @@ PAPER_DP_PROMPT = (50.0, 1.75)  # clip width w, temperature tau
 PAPER_DP_FUSION_CAPS = (0.01, 0.1)  # alpha * beta
 PAPER_DP_FUSION_ALPHA = 2.0
 DP_PROMPT_WIDTH = PAPER_DP_PROMPT[0]
-FUSION_ORDERS = (1.5, 2.0, 2.5, 3.0, 3.5, 4.0, 5.0, 6.0, 8.0, 10.0, 16.0, 32.0)
 
 
 @dataclass(frozen=True)
@@ -101,25 +100,13 @@ class Setting:
         return f"{self.method}__{self.name}".replace("*", "x").replace("=", "-").replace(",", "_")
 
 
-def fusion_alpha(epsilon: float, *, delta: float) -> float:
-    """The Renyi order DP-Fusion uses at a target ``epsilon``.
-
-    For small mixing weights the divergence of lam P + (1-lam) Q from Q is about
-    (alpha/2) lam^2 chi2(P||Q) at every order, so the feasible lam grows like sqrt(c / alpha)
-    with the per-token cap c = (eps - offset(alpha)) / T (one group). We pick the order of
-    :data:`FUSION_ORDERS` that maximises (eps - offset(alpha)) / alpha; T cancels.
-    """
-    orders = np.asarray(FUSION_ORDERS)
-    gain = (epsilon - conversion_offset(orders, delta)) / orders
-    if not (gain > 0).any():
-        raise InvalidParameterError(
-            f"epsilon {epsilon:g} is too small for DP-Fusion at delta={delta:g} with T tokens; raise it")
-    return float(orders[int(np.argmax(gain))])
-
-
 def make_settings(methods: Sequence[str], *, epsilons: Sequence[float], paper: bool, vocab_size: int,
-                  max_new_tokens: int, delta: float) -> list[Setting]:
-    """Every setting to evaluate, in ``methods`` order."""
+                  max_new_tokens: int, delta: float, group_counts: Sequence[int] = (1,)) -> list[Setting]:
+    """Every setting to evaluate, in ``methods`` order.
+
+    DP-Fusion's Renyi order at a target epsilon is :func:`tokendp.sanitize.choose_alpha` for the
+    numbers of groups ``group_counts`` of the evaluated documents (public parameters).
+    """
     unknown = sorted(set(methods) - set(METHODS))
     if unknown:
         raise InvalidParameterError(f"unknown methods {unknown}; choose from {', '.join(METHODS)}")
@@ -129,13 +116,14 @@ def make_settings(methods: Sequence[str], *, epsilons: Sequence[float], paper: b
             out.append(Setting(m, "-"))
             continue
         for eps in epsilons:
-            out.append(_calibrated(m, float(eps), vocab_size, max_new_tokens, delta))
+            out.append(_calibrated(m, float(eps), vocab_size, max_new_tokens, delta, group_counts))
         if paper:
             out += _paper(m)
     return out
 
 
-def _calibrated(method: str, eps: float, vocab_size: int, tokens: int, delta: float) -> Setting:
+def _calibrated(method: str, eps: float, vocab_size: int, tokens: int, delta: float,
+                group_counts: Sequence[int]) -> Setting:
     name = f"eps={eps:g}"
     if method == "dp-decoding":
         return Setting(method, name, lam=dp_decoding_lam(epsilon=eps, vocab_size=vocab_size, max_tokens=tokens),
@@ -143,7 +131,8 @@ def _calibrated(method: str, eps: float, vocab_size: int, tokens: int, delta: fl
     if method == "dp-prompt":
         tau = dp_prompt_temperature(epsilon=eps, clip_width=DP_PROMPT_WIDTH, max_tokens=tokens)
         return Setting(method, name, clip_width=DP_PROMPT_WIDTH, temperature=tau, target=eps)
-    return Setting(method, name, alpha=fusion_alpha(eps, delta=delta), target=eps)
+    targets = [(eps, m, tokens) for m in sorted({max(1, m) for m in group_counts})]
+    return Setting(method, name, alpha=choose_alpha(targets, delta=delta), target=eps)
 
 
 def _paper(method: str) -> list[Setting]:

@@ -6,9 +6,10 @@ For each TAB document (truncated span-safely to ``max_chars``) and each method s
    teacher forcing (:mod:`tokendp.eval.scoring`): one forward pass over the method's rows
    followed by the true document, then the mechanism's step vectorised over positions
    (``(n, R, V) -> (n, V)``); NLLs and token counts are pooled over documents.
-2. **Release**: the method's sampled rewrite of the true document (``max_new_tokens`` T, a
-   generator seeded per batch of documents, identical for every method, so methods whose
-   distributions agree also agree on their samples).
+2. **Release**: the method's sampled rewrite of the true document (``max_new_tokens`` T).
+   All pending settings of a batch of documents are generated together in one batched
+   decoding loop (each setting's mechanism applied to its own sequences), with a generator
+   seeded from (seed, batch).
 3. **Token-recovery game** for PERSON, CODE and DATETIME (:mod:`tokendp.eval.candidates`):
    the white-box attacker (the same model) scores the release under each of the 5 candidates
    as the prompt's document with LOSS and Min-K%; success when candidate 0 scores best.
@@ -37,10 +38,12 @@ from tokendp.backends import HFBackend, RowSequence
 from tokendp.errors import InvalidInputError
 from tokendp.eval.candidates import ATTACK_LABELS, attack_candidates, truncate_document
 from tokendp.eval.methods import BoundMethod, DocumentRows, Setting, document_rows, make_settings
+from tokendp.mechanisms import MechanismStep
 from tokendp.eval.metrics import attack_success, loss_score, min_k_score, pooled_perplexity, target_logprobs
 from tokendp.eval.scoring import continuation_logits
 from tokendp.eval.tab import load_tab
 from tokendp.generation import generate, make_generator
+from tokendp.sanitize import load_backend
 from tokendp.text.contexts import placeholder_id, prompt_template
 
 DEFAULT_MAX_CHARS = 1200
@@ -66,7 +69,7 @@ class EvalConfig:
     min_k: float = 0.2
     n_candidates: int = 5
     seed: int = 0
-    batch_docs: int = 10
+    batch_docs: int = 20
 
     def run_hash(self) -> str:
         """Hash of what changes results (not the method list or limit: those only select)."""
@@ -111,14 +114,23 @@ def prepare_documents(config: EvalConfig, backend: HFBackend) -> list[EvalDocume
     return docs
 
 
-def _perplexity_parts(backend: HFBackend, bound: BoundMethod, i: int) -> tuple[float, int]:
-    """(total NLL, tokens) of document i's original text under the bound method, by teacher forcing."""
-    doc = bound.docs[i]
-    logits = continuation_logits(backend, bound.rows(doc), doc.target)  # (R, n, V)
+def _perplexities(backend: HFBackend, bounds: Sequence[BoundMethod], i: int) -> list[tuple[float, int]]:
+    """(total NLL, tokens) of document i's original text under each bound method, by teacher forcing.
+
+    One forward pass over the distinct rows the methods read (the original, public, scrubbed
+    and group views), then each method's step vectorised over positions ``(n, R, V) -> (n, V)``.
+    """
+    doc = bounds[0].docs[i]
+    views = list(dict.fromkeys(r for b in bounds for r in b.rows(doc)))  # distinct rows, in order
+    logits = continuation_logits(backend, views, doc.target)  # (D, n, V)
     n = logits.shape[1]
-    step = bound.step(logits.transpose(0, 1), torch.full((n,), i, dtype=torch.long))  # logprobs (n, V)
-    target = torch.tensor(doc.target, device=step.logprobs.device)
-    return float(-target_logprobs(step.logprobs, target).double().sum()), n
+    target = torch.tensor(doc.target, device=logits.device)  # (n,)
+    out = []
+    for bound in bounds:
+        index = torch.tensor([views.index(r) for r in bound.rows(doc)], device=logits.device)
+        step = bound.step(logits[index].transpose(0, 1), torch.full((n,), i, dtype=torch.long))  # (n, V)
+        out.append((float(-target_logprobs(step.logprobs, target).double().sum()), n))
+    return out
 
 
 def _attack(backend: HFBackend, doc: EvalDocument, released: Sequence[int], k: float) -> dict[str, dict[str, float]]:
@@ -177,54 +189,80 @@ def evaluate_sanitization(config: EvalConfig, out_dir: str | Path, *, backend: H
                           progress: bool = True) -> list[dict[str, Any]]:
     """Run the evaluation (resuming from ``out_dir``'s cache); one result row per setting."""
     started = time.perf_counter()
-    backend = backend or HFBackend.load(config.model)
+    backend = load_backend(backend or config.model)
     docs = prepare_documents(config, backend)
     if not docs:
         raise InvalidInputError("no documents to evaluate: check --data, --split and --limit")
     settings = make_settings(config.methods, epsilons=config.epsilons, paper=config.paper_settings,
-                             vocab_size=backend.vocab_size, max_new_tokens=config.max_new_tokens, delta=config.delta)
+                             vocab_size=backend.vocab_size, max_new_tokens=config.max_new_tokens, delta=config.delta,
+                             group_counts=[len(d.rows.groups) for d in docs])
     cache = _Cache(Path(out_dir), config)
-    bar = tqdm(total=len(settings) * len(docs), desc="eval sanitize", unit="doc", disable=not progress)
-    records = {}
-    for setting in settings:
-        bar.set_postfix_str(f"{setting.method} {setting.name}")
-        records[setting] = _run_setting(config, backend, docs, setting, cache, bar)
+    bar = tqdm(total=len(settings) * len(docs), desc="eval sanitize", unit="run", disable=not progress)
+    records: dict[tuple[Setting, str], dict] = {}
+    for c in range(0, len(docs), config.batch_docs):
+        _run_chunk(config, backend, docs[c:c + config.batch_docs], c, settings, cache, records, bar)
     bar.close()
-    rows = [summarise(s, records[s], config) for s in settings]
+    rows = [summarise(s, [records[s, d.doc_id] for d in docs], config) for s in settings]
     for r in rows:
         r["seconds_total"] = round(time.perf_counter() - started, 1)
     return rows
 
 
-def _run_setting(config: EvalConfig, backend: HFBackend, docs: list[EvalDocument], setting: Setting,
-                 cache: _Cache, bar: tqdm) -> list[dict]:
-    results: dict[str, dict] = {}
-    for c in range(0, len(docs), config.batch_docs):
-        chunk = docs[c:c + config.batch_docs]
-        pending = {d.doc_id for d in chunk if cache.get(setting, d.doc_id) is None}
+class _AllSettingsStep:
+    """One step function over the sequences of several settings (setting-major, ``n`` documents each).
+
+    Each setting's mechanism sees only its own documents and rows: logits ``# (Na, R, V)`` are
+    split by setting, cut to the setting's row count, and the log-probs put back in order.
+    """
+
+    def __init__(self, bounds: Sequence[BoundMethod], n: int) -> None:
+        self.bounds, self.n = list(bounds), n
+        self.widths = [max(len(b.rows(d)) for d in b.docs) for b in self.bounds]
+
+    def __call__(self, logits: torch.Tensor, docs: torch.Tensor, temperature: float) -> MechanismStep:
+        out = torch.empty(logits.shape[0], logits.shape[-1], dtype=torch.float32, device=logits.device)  # (Na, V)
+        which = torch.div(docs, self.n, rounding_mode="floor").cpu()  # (Na,) setting of each sequence
+        for s, (bound, width) in enumerate(zip(self.bounds, self.widths)):
+            rows = (which == s).nonzero().squeeze(-1)
+            if len(rows):
+                step = bound.step(logits[rows.to(logits.device), :width], docs[rows.to(docs.device)] % self.n,
+                                  temperature)
+                out[rows.to(logits.device)] = step.logprobs.float()
+        return MechanismStep(out, {})
+
+
+def _run_chunk(config: EvalConfig, backend: HFBackend, chunk: list[EvalDocument], first: int,
+               settings: Sequence[Setting], cache: _Cache, records: dict, bar: tqdm) -> None:
+    """Release every pending setting's rewrite of the chunk's documents in one batched generation,
+    then score each (document, setting) and cache it."""
+    for s in settings:
         for d in chunk:
-            if d.doc_id not in pending:
-                results[d.doc_id] = cache.get(setting, d.doc_id)
+            found = cache.get(s, d.doc_id)
+            if found is not None:
+                records[s, d.doc_id] = found
                 bar.update(1)
-        if not pending:
-            continue
-        bound = BoundMethod(setting, [d.rows for d in chunk], vocab_size=backend.vocab_size,
-                            max_new_tokens=config.max_new_tokens, delta=config.delta)
-        sequences = [RowSequence.from_ids(bound.rows(d.rows)) for d in chunk]
-        released = generate(backend, sequences, bound.step, max_new_tokens=config.max_new_tokens,
-                            generator=make_generator(_seed(config.seed, "release", c)), eos_ids=_eos_ids(backend),
-                            stop_strings=backend.options.get("stop", []))
-        for i, d in enumerate(chunk):
-            if d.doc_id not in pending:
-                continue
-            nll, n = _perplexity_parts(backend, bound, i)
-            record = {"doc": d.doc_id, "nll": nll, "tokens": n, "epsilon": bound.epsilon(d.rows),
-                      "groups": len(d.rows.groups), "released_tokens": len(released[i].token_ids),
-                      "attacks": _attack(backend, d, released[i].token_ids, config.min_k)}
-            cache.put(setting, d.doc_id, record)
-            results[d.doc_id] = record
+    pending = [s for s in settings if any((s, d.doc_id) not in records for d in chunk)]
+    if not pending:
+        return
+    bounds = [BoundMethod(s, [d.rows for d in chunk], vocab_size=backend.vocab_size,
+                          max_new_tokens=config.max_new_tokens, delta=config.delta) for s in pending]
+    sequences = [RowSequence.from_ids(b.rows(d.rows)) for b in bounds for d in chunk]
+    bar.set_postfix_str(f"releasing {len(sequences)} rewrites")
+    released = generate(backend, sequences, _AllSettingsStep(bounds, len(chunk)),
+                        max_new_tokens=config.max_new_tokens, generator=make_generator(_seed(config.seed, "release", first)),
+                        eos_ids=_eos_ids(backend), stop_strings=backend.options.get("stop", []))
+    for i, d in enumerate(chunk):
+        bar.set_postfix_str("scoring")
+        todo = [k for k, s in enumerate(pending) if (s, d.doc_id) not in records]
+        ppl = _perplexities(backend, [bounds[k] for k in todo], i)
+        for (nll, n), k in zip(ppl, todo):
+            out = released[k * len(chunk) + i]
+            record = {"doc": d.doc_id, "nll": nll, "tokens": n, "epsilon": bounds[k].epsilon(d.rows),
+                      "groups": len(d.rows.groups), "released_tokens": len(out.token_ids),
+                      "attacks": _attack(backend, d, out.token_ids, config.min_k)}
+            cache.put(pending[k], d.doc_id, record)
+            records[pending[k], d.doc_id] = record
             bar.update(1)
-    return [results[d.doc_id] for d in docs]
 
 
 def summarise(setting: Setting, records: list[dict], config: EvalConfig) -> dict[str, Any]:
