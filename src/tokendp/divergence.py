@@ -114,15 +114,12 @@ class _Problem:
 
 
 def _prepare(logp_priv: Tensor, logp_pub: Tensor, alpha: float, cap: Tensor) -> _Problem:
-    # float32 keeps relative precision here: log P - log Q is rounded relative to its own value,
-    # and every later sum at a = 2 has non-negative terms.
-    work = logp_priv.dtype if alpha == 2.0 and logp_priv.dtype in (torch.float32, torch.float64) else torch.float64
-    logq = logp_pub.to(work)
+    logq = logp_pub.to(torch.float64)
     logq = (logq - torch.logsumexp(logq, dim=-1, keepdim=True)).unsqueeze(-2)  # (..., 1, V)
     q = logq.exp()  # (..., 1, V)
-    ratio = logp_priv.to(work) - logq  # (..., m, V)
+    ratio = logp_priv.to(torch.float64) - logq  # (..., m, V)
     ratio.exp_()
-    # +inf: P(y) > 0 = Q(y) (or P/Q beyond the dtype's range, where the optimum is below 1e-15):
+    # +inf: P(y) > 0 = Q(y) (or P/Q beyond float64's range, which needs log Q < -700):
     # D(P_lam || Q) is infinite for every lam > 0; the group's sums become NaN and it is forced
     # to lam = 0. NaN: P(y) = Q(y) = 0, a token that plays no role.
     ratio.nan_to_num_(nan=1.0, posinf=math.inf)
@@ -131,14 +128,22 @@ def _prepare(logp_priv: Tensor, logp_pub: Tensor, alpha: float, cap: Tensor) -> 
     r = torch.sub(ratio, 1.0, out=scratch)  # (..., m, V)
     qr2 = (q * r).mul_(r)  # (..., m, V)
     qr3 = r.mul_(qr2)  # (..., m, V), in the scratch buffer
-    moments = torch.stack((qr2.sum(-1), qr3.sum(-1)), dim=-1).to(torch.float64)  # (..., m, 2)
+    moments = torch.stack((qr2.sum(-1), qr3.sum(-1)), dim=-1)  # (..., m, 2)
     forced_zero = ~torch.isfinite(moments[..., 0]) | (cap <= 0)  # (..., m)
     level = torch.where(forced_zero, 0.0, cap * (1.0 - _MARGIN))  # (..., m)
-    if alpha == 2.0:
-        terms = (qr2.unsqueeze(-2), qr3.unsqueeze(-2))
-    else:
-        terms = (q.unsqueeze(-2), (ratio - 1.0).mul_(q).unsqueeze(-2))
-    return _Problem(alpha, level, ratio.unsqueeze(-2), terms, moments, forced_zero)
+    if alpha != 2.0:
+        return _Problem(alpha, level, ratio.unsqueeze(-2), (q.unsqueeze(-2), (ratio - 1.0).mul_(q).unsqueeze(-2)), moments, forced_zero)
+    # float32 passes keep full relative precision (all terms >= 0) while P/Q stays in range;
+    # one check per call decides.
+    work = torch.float64
+    if logp_priv.dtype != torch.float64 and bool((ratio.masked_fill(forced_zero.unsqueeze(-1), 1.0) <= _FLOAT32_RATIO).all()):
+        work = torch.float32
+    terms = (qr2.to(work).unsqueeze(-2), qr3.to(work).unsqueeze(-2))
+    return _Problem(alpha, level, ratio.to(work).unsqueeze(-2), terms, moments, forced_zero)
+
+
+_FLOAT32_RATIO = 1e12
+"""Largest P/Q for float32 passes at alpha = 2 (then Q r^3 <= P (P/Q)^2 stays far from overflow)."""
 
 
 @dataclass(frozen=True)
