@@ -35,7 +35,7 @@ import torch
 from tokendp.accounting import (dp_decoding_epsilon, dp_decoding_lam, dp_fusion_beta, dp_fusion_epsilon,
                                 dp_prompt_epsilon, dp_prompt_temperature)
 from tokendp.errors import InvalidParameterError
-from tokendp.mechanisms import DPDecoding, DPFusion, DPPrompt, MechanismStep
+from tokendp.mechanisms import DPDecoding, DPFusion, DPPrompt, MechanismStep, Original, Public
 from tokendp.sanitize import choose_alpha
 from tokendp.text.contexts import PromptTemplate, build_contexts
 from tokendp.text.spans import Span
@@ -162,6 +162,10 @@ class BoundMethod:
             self.mechanism = DPDecoding(lam=setting.lam)
         elif setting.method == "dp-prompt":
             self.mechanism = DPPrompt(clip_width=setting.clip_width, temperature=setting.temperature)
+        elif setting.method == "public":
+            self.mechanism = Public()
+        else:  # original, and scrub: the original mechanism on the scrubbed view
+            self.mechanism = Original()
 
     # ------------------------------------------------------------------ rows
     def rows(self, doc: DocumentRows) -> list[tuple[int, ...]]:
@@ -183,10 +187,14 @@ class BoundMethod:
             betas = self.betas[docs.cpu(), :width].to(logits.device)  # (N, m)
             mask = self.group_mask[docs.cpu(), :width].to(logits.device)  # (N, m)
             return self.fusion.step(logits, betas=betas, group_mask=mask, temperature=temperature)
-        if method in ("dp-decoding", "dp-prompt"):
-            return self.mechanism.step(logits[..., :1, :])
-        lp = torch.log_softmax(logits[..., 0, :].float() / temperature, dim=-1)  # (N, V)
-        return MechanismStep(lp, {})
+        if method == "public":
+            return self.mechanism.step(logits[..., :1, :], temperature=temperature)
+        # The other mechanisms read the private row 1 and ignore row 0; the one row these methods
+        # read stands in for both (a view, no extra forward pass).
+        view = logits[..., :1, :].expand(*logits.shape[:-2], 2, logits.shape[-1])  # (..., 2, V)
+        if method == "dp-prompt":
+            return self.mechanism.step(view)
+        return self.mechanism.step(view, temperature=temperature)
 
     def _bind_fusion(self) -> None:
         s = self.setting
