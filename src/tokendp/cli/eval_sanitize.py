@@ -43,6 +43,9 @@ def _floats(value: str) -> tuple[float, ...]:
 @click.option("--seed", type=int, default=0, show_default=True)
 @click.option("--batch-docs", type=int, default=20, show_default=True,
               help="Documents generated together (also the unit of the sampling seeds).")
+@click.option("--threads", type=int, default=1, show_default=True,
+              help="Torch CPU threads. 1 is fastest on a shared, busy CPU (threads spin waiting for each "
+                   "other); raise it on an idle machine.")
 @click.option("--model", default=None, help="Model directory (default: the embedded model).")
 @click.option("--out", "out_dir", required=True, type=click.Path(file_okay=False, path_type=Path),
               help="Output folder (results, plots and the resume cache).")
@@ -50,11 +53,13 @@ def _floats(value: str) -> tuple[float, ...]:
 @library_errors
 def eval_sanitize(data_dir: Path, candidates: Path, split: str, methods: str, epsilons: str, paper_settings: bool,
                   limit: int | None, max_chars: int, max_new_tokens: int, delta: float, min_k: float, seed: int,
-                  batch_docs: int, model: str | None, out_dir: Path, as_json: bool) -> None:
+                  batch_docs: int, threads: int, model: str | None, out_dir: Path, as_json: bool) -> None:
     """Compare sanitization methods: teacher-forced perplexity of the original document, LOSS and
     Min-K% success in the 5-candidate token-recovery game (PERSON, CODE, DATETIME), and the
     certified epsilon. A killed run resumes from OUT's cache.
     """
+    import torch
+
     from tokendp.eval.report import markdown_table, write_results
     from tokendp.eval.sanitization import EvalConfig, evaluate_sanitization
     from tokendp.models import DEFAULT_MODEL_DIR
@@ -64,6 +69,9 @@ def eval_sanitize(data_dir: Path, candidates: Path, split: str, methods: str, ep
                         epsilons=_floats(epsilons), paper_settings=paper_settings, split=split, limit=limit,
                         max_chars=max_chars, max_new_tokens=max_new_tokens, delta=delta, min_k=min_k, seed=seed,
                         batch_docs=batch_docs)
+    if threads < 1:
+        raise InvalidParameterError(f"--threads must be >= 1, got {threads}")
+    torch.set_num_threads(threads)
     rows = evaluate_sanitization(config, out_dir, progress=not as_json)
     command = "tokendp eval " + " ".join(shlex.quote(a) for a in sys.argv[sys.argv.index("sanitize"):]) \
         if "sanitize" in sys.argv else ""
