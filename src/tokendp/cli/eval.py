@@ -13,3 +13,7 @@ def eval_group() -> None:
 
 
 eval_group.add_command(eval_tagger)
+
+from tokendp.cli.eval_sanitize import eval_sanitize  # noqa: E402
+
+eval_group.add_command(eval_sanitize)
