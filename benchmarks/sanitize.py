@@ -80,12 +80,13 @@ def group_mapping(spans: list[dict]) -> dict[str, str]:
     return {lab: lab if lab in top else "OTHER" for lab in counts}
 
 
-def best_of(repeats: int, fn) -> float:
+def best_of(repeats: int, fn, label: str) -> float:
     times = []
     for _ in range(repeats):
         t0 = time.perf_counter()
         fn()
         times.append(time.perf_counter() - t0)
+        print(f"{label}: {times[-1]:.2f} s", file=sys.stderr, flush=True)
     return min(times)
 
 
@@ -135,6 +136,7 @@ def main() -> None:
 
     from tokendp.backends import HFBackend, RowSequence
     from tokendp.generation import generate, make_generator
+    from tokendp.mechanisms import MechanismStep
     from tokendp.sanitize import sanitize_batch
     from tokendp.text.contexts import build_contexts, placeholder_id, prompt_template
     from tokendp.text.spans import Span
@@ -152,8 +154,6 @@ def main() -> None:
     seq = RowSequence.from_ids(ctx.rows)
 
     def bare_step(logits, docs, temperature):
-        from tokendp.mechanisms.base import MechanismStep
-
         return MechanismStep(torch.log_softmax(logits[:, 0] / temperature, -1), {})  # (N, V)
 
     def run_forward():
@@ -164,11 +164,16 @@ def main() -> None:
                              max_new_tokens=NEW_TOKENS, seed=0)
         return res[0]
 
+    print(f"{doc_id}: {len(text)} characters, {ctx.length} prompt tokens, {len(ctx.rows)} rows, "
+          f"shared prefix {seq.shared_prefix_length()} tokens", file=sys.stderr, flush=True)
     run_forward()  # warm-up (allocations, lazy inits)
-    t_forward = best_of(args.repeats, run_forward)
-    t_tokendp = best_of(args.repeats, run_tokendp)
-    t_shared = best_of(args.repeats, lambda: backend.prefill([seq], share_prefix=True))
-    t_unshared = best_of(args.repeats, lambda: backend.prefill([seq], share_prefix=False))
+    t_forward, t_tokendp = [], []
+    for _ in range(args.repeats):  # interleaved, so that load changes hit both alike
+        t_forward.append(best_of(1, run_forward, "forward"))
+        t_tokendp.append(best_of(1, run_tokendp, "tokendp"))
+    t_forward, t_tokendp = min(t_forward), min(t_tokendp)
+    t_shared = best_of(args.repeats, lambda: backend.prefill([seq], share_prefix=True), "prefill shared")
+    t_unshared = best_of(args.repeats, lambda: backend.prefill([seq], share_prefix=False), "prefill unshared")
     report = run_tokendp().report
     names = [g.name for g in ctx.groups]
     rows = {"PUBLIC": list(ctx.rows[0]), **{n: list(r) for n, r in zip(names, ctx.rows[1:])}}

@@ -96,3 +96,11 @@ def test_parameter_validation(backend):
         generate(backend, SEQS, public_step, max_new_tokens=0, generator=make_generator(0))
     with pytest.raises(InvalidParameterError, match="temperature"):
         generate(backend, SEQS, public_step, max_new_tokens=2, temperature=-1, generator=make_generator(0))
+
+
+def test_per_document_limits(backend):
+    res = generate(backend, SEQS, public_step, max_new_tokens=[2, 5, 3], generator=make_generator(0), eos_ids=[])
+    assert [len(r.token_ids) for r in res] == [2, 5, 3]
+    assert all(r.stop_reason == "max_new_tokens" for r in res)
+    with pytest.raises(InvalidParameterError, match="one per sequence"):
+        generate(backend, SEQS, public_step, max_new_tokens=[2, 5], generator=make_generator(0))

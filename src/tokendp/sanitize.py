@@ -29,11 +29,11 @@ from typing import Any, Literal
 
 import torch
 
-from tokendp.accounting import Ledger, RdpEvent, dp_fusion_beta, dp_fusion_epsilon, dp_fusion_rdp_per_token
+from tokendp.accounting import Ledger, dp_fusion_beta, dp_fusion_epsilon
 from tokendp.backends import HFBackend, RowSequence
 from tokendp.errors import InvalidInputError, InvalidParameterError
 from tokendp.generation import Generated, generate, make_generator
-from tokendp.mechanisms import DPFusion
+from tokendp.mechanisms import DPFusion, MechanismStep
 from tokendp.text.contexts import (DocumentContexts, GroupSpec, build_contexts, placeholder_id,
                                    prompt_template)
 from tokendp.text.spans import Span
@@ -171,9 +171,12 @@ def choose_alpha(targets: Sequence[tuple[float, int, int]], *, delta: float) -> 
 
 
 # ---------------------------------------------------------------------------- model
+DEFAULT_MODEL_NAME = "tokendp-default"
+
+
 @functools.lru_cache(maxsize=2)
-def _load_backend(model: str, device: str | None, dtype: str | None) -> HFBackend:
-    return HFBackend.load(model, device=device, dtype=dtype)
+def _load_backend(model: str, device: str | None, dtype: str | None, name: str | None) -> HFBackend:
+    return HFBackend.load(model, device=device, dtype=dtype, name=name)
 
 
 def load_backend(model: str | Path | HFBackend | None = None, *, device: str | None = None,
@@ -186,8 +189,8 @@ def load_backend(model: str | Path | HFBackend | None = None, *, device: str | N
 
         if not (Path(DEFAULT_MODEL_DIR) / "config.json").is_file():
             raise InvalidInputError("the embedded default model is not installed; pass model= (a directory or hub id)")
-        model = DEFAULT_MODEL_DIR
-    return _load_backend(str(model), device, dtype)
+        return _load_backend(str(DEFAULT_MODEL_DIR), device, dtype, DEFAULT_MODEL_NAME)
+    return _load_backend(str(model), device, dtype, None)
 
 
 # ---------------------------------------------------------------------------- the job
@@ -310,6 +313,8 @@ class _Job:
                       if method == "dp-fusion" else None for c, t in zip(contexts, limits)]
         self.ledgers = [self._ledger(c, b, t) for c, b, t in zip(contexts, self.betas, limits)]
         self.mechanism = DPFusion(alpha=alpha) if method == "dp-fusion" else None
+        self.events = [self.mechanism.event(betas={g.name: x for g, x in zip(c.groups, b)}) if b else {}
+                       for c, b in zip(contexts, self.betas)]
         width = max(max(len(c.groups) for c in contexts), 1)
         self.beta_t = torch.zeros((len(contexts), width), dtype=torch.float32)  # (N, m_max)
         self.mask_t = torch.zeros((len(contexts), width), dtype=torch.bool)  # (N, m_max)
@@ -343,9 +348,7 @@ class _Job:
 
     def step(self, logits: torch.Tensor, docs: torch.Tensor, temperature: float) -> Any:
         """logits ``# (Na, R, V)`` -> the mechanism's step for the active documents ``docs``."""
-        if self.mechanism is None:
-            from tokendp.mechanisms.base import MechanismStep
-
+        if self.mechanism is None:  # original / public: the one row's own distribution
             return MechanismStep(torch.log_softmax(logits[:, 0].float() / temperature, -1), {})  # (Na, V)
         d = docs.to(self.beta_t.device)
         betas = self.beta_t[d][:, :logits.shape[1] - 1].to(logits.device)  # (Na, m)
@@ -356,9 +359,7 @@ class _Job:
         """Charge each active document's ledger for one token, before it is sampled."""
         for i in docs:
             if self.ledgers[i] is not None:
-                m = len(self.contexts[i].groups)
-                self.ledgers[i].charge({g.name: RdpEvent(self.alpha, dp_fusion_rdp_per_token(
-                    alpha=self.alpha, beta=b, groups=m)) for g, b in zip(self.contexts[i].groups, self.betas[i])})
+                self.ledgers[i].charge(self.events[i])
 
     def report(self, i: int, out: Generated, model_name: str) -> SanitizeReport:
         c = self.contexts[i]

@@ -81,3 +81,16 @@ def test_bad_spans_and_missing_input_exit_2(files, tmp_path):
     assert res.exit_code == 2 and "Lindqvist" not in res.output
     res = _run(str(tmp_path / "none.txt"), "--model", _model(), "--beta", "0.1")
     assert res.exit_code == 2
+
+
+def test_report_epsilon_equals_tokendp_account(files):
+    res = _run(str(files / "doc.txt"), "--spans", str(files / "doc.spans.json"), "--model", _model(),
+               "--beta", "0.07", "--alpha", "3", "--delta", "1e-6", "--max-new-tokens", "5", "--seed", "0",
+               "--groups", "single", "--json")
+    assert res.exit_code == 0, res.output
+    rep = json.loads(res.stdout)["report"]
+    acc = CliRunner().invoke(main, ["account", "dp-fusion", "--alpha", "3", "--beta", "0.07", "--groups",
+                                    str(len(rep["groups"])), "--max-tokens", "5", "--delta", "1e-6", "--json"])
+    assert acc.exit_code == 0, acc.output
+    assert [g["epsilon"] for g in rep["groups"]] == [json.loads(acc.stdout)["epsilon"]]
+    assert rep["groups"][0]["label"] == "ALL" and rep["groups"][0]["n_spans"] == 2

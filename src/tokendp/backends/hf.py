@@ -78,8 +78,11 @@ class HFBackend:
 
     @classmethod
     def load(cls, model: str | Path, *, device: str | torch.device | None = None,
-             dtype: str | torch.dtype | None = None) -> HFBackend:
-        """Load ``model`` (a local directory or a hub id) with its tokenizer and ``tokendp.json``."""
+             dtype: str | torch.dtype | None = None, name: str | None = None) -> HFBackend:
+        """Load ``model`` (a local directory or a hub id) with its tokenizer and ``tokendp.json``.
+
+        ``name`` is how reports refer to the model (default: ``model`` as given).
+        """
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
         dev = resolve_device(device)
@@ -93,7 +96,7 @@ class HFBackend:
                 f"in the local Hugging Face cache ({type(exc).__name__})") from None
         options_path = Path(model) / OPTIONS_FILE
         options = json.loads(options_path.read_text()) if options_path.is_file() else {}
-        return cls(lm.to(dev), tokenizer, name=str(model), options=options)
+        return cls(lm.to(dev), tokenizer, name=name or str(model), options=options)
 
     @property
     def vocab_size(self) -> int:

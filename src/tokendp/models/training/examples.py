@@ -48,13 +48,14 @@ def masked_ids(tokenizer: PreTrainedTokenizerFast, text: str, spans: list[Span])
 
 
 def curriculum_max_doc(progress: float, *, start: int, end: int, ramp: float) -> int:
-    """Longest source length (tokens) at ``progress`` in [0, 1]: linear from start to end."""
-    return int(start + (end - start) * min(1.0, progress / ramp))
+    """Longest source length (tokens) at ``progress`` in [0, 1]: quadratic from start to end
+    (reached at ``ramp``), so copying is learned on short, cheap sequences first."""
+    return int(start + (end - start) * min(1.0, progress / ramp) ** 2)
 
 
 def kind_weights(progress: float) -> list[float]:
-    """Mixture over KINDS: random sequences dominate early and fall to 10% by 30%."""
-    r = max(0.1, 0.6 - 0.5 * progress / 0.3)
+    """Mixture over KINDS: random sequences are 60% up to 15% progress, then fall to 15% at 40%."""
+    r = min(0.6, max(0.15, 0.6 - 0.45 * (progress - 0.15) / 0.25))
     rest = 1.0 - r
     return [r, 0.3 * rest, 0.25 * rest, 0.3 * rest, 0.15 * rest]
 
@@ -64,7 +65,7 @@ class ExampleStream:
 
     def __init__(self, tokenizer: PreTrainedTokenizerFast, paragraphs: list[str], *,
                  seed: int, lm_weight: float = 0.1, max_doc: int = 512,
-                 min_doc: int = 16, ramp: float = 0.5) -> None:
+                 min_doc: int = 16, ramp: float = 0.6) -> None:
         self.tok = tokenizer
         self.paragraphs = paragraphs
         self.rng = random.Random(seed)

@@ -1,9 +1,12 @@
 """Training loop, checkpoints and export of the default model.
 
 Objective: weighted next-token cross-entropy (see :mod:`examples`), AdamW with linear warm-up
-and cosine decay to 10%, gradient clipping at 1.0, fixed seeds. Resumable: a checkpoint holds
-model, optimiser, scheduler, step and RNG states; the data stream is re-seeded from
-(seed, step), so the curriculum position is the step.
+and cosine decay to 10%, gradient clipping at 1.0, fixed seeds. The curriculum position
+advances with the steps, but not past ``gate_progress`` until the random-copy loss (an
+exponential moving average) is below ``copy_gate``: longer and natural sequences are only
+worth their cost once the model copies. Resumable: a checkpoint holds model, optimiser,
+scheduler, step, curriculum position, copy-loss average and RNG states; the data stream is
+re-seeded from (seed, step).
 """
 
 from __future__ import annotations
@@ -19,7 +22,7 @@ from pathlib import Path
 import torch
 from transformers import AutoTokenizer, GenerationConfig, LlamaConfig, LlamaForCausalLM
 
-from tokendp.models.training.examples import KINDS, Example, ExampleStream
+from tokendp.models.training.examples import KINDS, Example, ExampleStream, curriculum_max_doc
 from tokendp.models.training.synthetic import SyntheticDocs
 from tokendp.models.training.tokenizer import END, PAD, SPECIAL_TOKENS, train_tokenizer
 from tokendp.models.training.wikitext import paragraphs
@@ -45,17 +48,19 @@ class TrainConfig:
     heads: int = 8
     ffn: int = 704
     max_positions: int = 2048
-    total_steps: int = 900
+    total_steps: int = 800
     warmup: int = 100
     lr: float = 1e-3
     weight_decay: float = 0.01
-    token_budget: int = 2560
-    max_batch: int = 32
+    token_budget: int = 1536
+    max_batch: int = 24
     min_doc: int = 16
     max_doc: int = 400
-    ramp: float = 0.5
+    ramp: float = 0.6
     seed: int = 1234
     threads: int = 2
+    copy_gate: float = 1.0  # random-copy loss (nats/token) needed to lengthen past gate_progress
+    gate_progress: float = 0.15
     checkpoint_minutes: float = 5.0
     log_every: int = 20
     max_paragraphs: int | None = None
@@ -116,12 +121,20 @@ def collate(batch: list[Example], pad_id: int) -> tuple[torch.Tensor, torch.Tens
     return ids, attn, weights
 
 
-def token_losses(model, ids: torch.Tensor, attn: torch.Tensor) -> torch.Tensor:
-    """Cross-entropy of predicting ids[:, t] from ids[:, :t]; (B, T) with column 0 zero."""
-    logits = model(input_ids=ids, attention_mask=attn).logits  # (B, T, V)
-    ce = torch.nn.functional.cross_entropy(
-        logits[:, :-1].float().transpose(1, 2), ids[:, 1:], reduction="none")  # (B, T-1)
-    return torch.nn.functional.pad(ce, (1, 0))  # (B, T)
+def token_losses(model, ids: torch.Tensor, attn: torch.Tensor,
+                 weights: torch.Tensor) -> torch.Tensor:
+    """Cross-entropy of predicting ids[:, t] from ids[:, :t], (B, T), zero where weights is 0.
+
+    The output layer (half of this model's compute at an 8k vocabulary) runs only at the
+    positions that carry loss.
+    """
+    hidden = model.model(input_ids=ids, attention_mask=attn).last_hidden_state  # (B, T, H)
+    keep = weights[:, 1:] > 0  # (B, T-1)
+    logits = model.lm_head(hidden[:, :-1][keep]).float()  # (N, V)
+    ce = torch.zeros_like(weights)  # (B, T)
+    ce[:, 1:][keep] = torch.nn.functional.cross_entropy(logits, ids[:, 1:][keep],
+                                                        reduction="none")  # (N,)
+    return ce
 
 
 def save_checkpoint(path: Path, state: dict) -> None:
@@ -145,12 +158,15 @@ def train(cfg: TrainConfig) -> Path:
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: lr_factor(s, cfg))
     ckpt_path = out / "checkpoint.pt"
     step, elapsed, tokens_seen = 0, 0.0, 0
+    curriculum, copy_ema = 0, float("inf")
     if ckpt_path.exists():
         state = torch.load(ckpt_path, weights_only=False)
         model.load_state_dict(state["model"])
         opt.load_state_dict(state["optimizer"])
         sched.load_state_dict(state["scheduler"])
         step, elapsed, tokens_seen = state["step"], state["elapsed"], state["tokens_seen"]
+        curriculum = state.get("curriculum", min(step, int(cfg.gate_progress * cfg.total_steps)))
+        copy_ema = state.get("copy_ema", float("inf"))
         torch.set_rng_state(state["torch_rng"])
         random.setstate(state["python_rng"])
         print(f"resumed at step {step}", flush=True)
@@ -164,16 +180,17 @@ def train(cfg: TrainConfig) -> Path:
     def checkpoint() -> None:
         save_checkpoint(ckpt_path, {
             "model": model.state_dict(), "optimizer": opt.state_dict(),
-            "scheduler": sched.state_dict(), "step": step,
+            "scheduler": sched.state_dict(), "step": step, "curriculum": curriculum,
+            "copy_ema": copy_ema,
             "elapsed": start_elapsed + time.time() - t0, "tokens_seen": tokens_seen,
             "torch_rng": torch.get_rng_state(), "python_rng": random.getstate(),
             "config": asdict(cfg)})
 
     while step < cfg.total_steps:
-        batch = stream.batch(step / cfg.total_steps, token_budget=cfg.token_budget,
+        batch = stream.batch(curriculum / cfg.total_steps, token_budget=cfg.token_budget,
                              max_batch=cfg.max_batch)
         ids, attn, weights = collate(batch, tok.pad_token_id)
-        ce = token_losses(model, ids, attn)  # (B, T)
+        ce = token_losses(model, ids, attn, weights)  # (B, T)
         target = (weights == 1.0).float()  # (B, T)
         loss = (ce * weights).sum() / target.sum()
         opt.zero_grad(set_to_none=True)
@@ -187,11 +204,14 @@ def train(cfg: TrainConfig) -> Path:
         for e, value in zip(batch, per_example):
             sums[e.kind][0] += value
             sums[e.kind][1] += 1
+            if e.kind == "random":
+                copy_ema = value if math.isinf(copy_ema) else 0.95 * copy_ema + 0.05 * value
+        curriculum += copy_ema < cfg.copy_gate or curriculum < cfg.gate_progress * cfg.total_steps
         if step % cfg.log_every == 0 or step == cfg.total_steps:
             losses = " ".join(f"{k}={s / n:.3f}" for k, (s, n) in sums.items() if n)
             wall = start_elapsed + time.time() - t0
-            print(f"step {step} wall {wall / 60:.1f}m lr {sched.get_last_lr()[0]:.2e} "
-                  f"T {ids.shape[1]} B {ids.shape[0]} tokens {tokens_seen} {losses}", flush=True)
+            print(f"step {step} curriculum {curriculum} copy_ema {copy_ema:.2f} "
+                  f"wall {wall / 60:.1f}m lr {sched.get_last_lr()[0]:.2e} T {ids.shape[1]} B {ids.shape[0]} tokens {tokens_seen} {losses}", flush=True)
             sums = {k: [0.0, 0] for k in KINDS}
         if time.time() - last_ckpt > 60 * cfg.checkpoint_minutes:
             checkpoint()
@@ -229,7 +249,9 @@ def export(out_dir: str | Path, dest: str | Path) -> Path:
     _portable_tokenizer_config(dest / "tokenizer_config.json")
     (dest / "tokendp.json").write_text(json.dumps(TOKENDP_JSON, indent=2) + "\n")
     info = {"parameters": sum(p.numel() for p in model.parameters()),
-            "trained_context": 2 * cfg.max_doc + 3, "data": DATA, "objective": OBJECTIVE,
+            "trained_context": 2 * curriculum_max_doc(
+                min(1.0, state["step"] / cfg.total_steps), start=cfg.min_doc, end=cfg.max_doc,
+                ramp=cfg.ramp) + 3, "data": DATA, "objective": OBJECTIVE,
             "hardware": cfg.hardware, "step": state["step"], "total_steps": cfg.total_steps,
             "train_minutes": round(state["elapsed"] / 60, 1), "tokens_seen": state["tokens_seen"],
             "special_tokens": SPECIAL_TOKENS, "config": state["config"]}
