@@ -81,3 +81,29 @@ def exact_lambda(logp: torch.Tensor, logq: torch.Tensor, alpha: float, cap: torc
         ok = symmetric_divergence64(logp, logq, mid, alpha) <= cap
         lo, hi = torch.where(ok, mid, lo), torch.where(ok, hi, mid)
     return torch.where(at_one, 1.0, lo)
+
+
+def renyi64(logp: torch.Tensor, logq: torch.Tensor, alpha: float) -> torch.Tensor:
+    """Independent float64 D_alpha(P || Q) of the normalised distributions, (..., V) -> (...)."""
+    lp = torch.log_softmax(logp.double(), -1)
+    lq = torch.log_softmax(logq.double(), -1)
+    t = alpha * lp + (1 - alpha) * lq
+    t = torch.where(lp == -math.inf, -math.inf, torch.where(lq == -math.inf, math.inf, t))
+    return torch.logsumexp(t, -1) / (alpha - 1)
+
+
+def max_log_ratio64(logp: torch.Tensor, logq: torch.Tensor) -> torch.Tensor:
+    """max_y |log P(y) - log Q(y)| in float64 over tokens where either is positive, (..., V) -> (...)."""
+    lp, lq = logp.double(), logq.double()
+    diff = torch.where((lp == -math.inf) & (lq == -math.inf), 0.0, (lp - lq).abs())
+    return diff.amax(-1)
+
+
+def logits_batch(n: int, rows: int, vocab: int, gen: torch.Generator) -> torch.Tensor:
+    """n cases of (rows, V) logits, cycling through the families (row 0 from Q, the others from P)."""
+    per = -(-n // len(FAMILIES))
+    out = []
+    for family in FAMILIES:
+        lp, lq = pairs(per, rows - 1, vocab, gen, family)
+        out.append(torch.cat((lq.unsqueeze(1), lp), 1))
+    return torch.cat(out)[:n].float()

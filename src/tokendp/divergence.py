@@ -114,29 +114,36 @@ class _Problem:
 
 
 def _prepare(logp_priv: Tensor, logp_pub: Tensor, alpha: float, cap: Tensor) -> _Problem:
-    logq = logp_pub.to(torch.float64)  # (..., V)
+    logq = logp_pub.to(torch.float64)
     logq = (logq - torch.logsumexp(logq, dim=-1, keepdim=True)).unsqueeze(-2)  # (..., 1, V)
     q = logq.exp()  # (..., 1, V)
     ratio = logp_priv.to(torch.float64) - logq  # (..., m, V)
     ratio.exp_()
-    outside = torch.isinf(ratio)  # P(y) > 0 = Q(y): D(P_lam || Q) is infinite for every lam > 0
-    ratio.masked_fill_(outside | torch.isnan(ratio), 1.0)
-    # sum_y Q e = sum_y P, so this renormalises P in the ratio.
-    ratio.div_((ratio * q).sum(-1, keepdim=True))
-    r = ratio - 1.0  # (..., m, V)
-    qr = q * r  # (..., m, V)
-    qr2 = qr * r  # (..., m, V)
-    qr3 = qr2 * r  # (..., m, V)
+    # +inf: P(y) > 0 = Q(y) (or P/Q beyond float64's range, which needs log Q < -700):
+    # D(P_lam || Q) is infinite for every lam > 0; the group's sums become NaN and it is forced
+    # to lam = 0. NaN: P(y) = Q(y) = 0, a token that plays no role.
+    ratio.nan_to_num_(nan=1.0, posinf=math.inf)
+    scratch = ratio * q  # (..., m, V)
+    ratio.div_(scratch.sum(-1, keepdim=True))  # sum_y Q e = sum_y P: renormalises P
+    r = torch.sub(ratio, 1.0, out=scratch)  # (..., m, V)
+    qr2 = (q * r).mul_(r)  # (..., m, V)
+    qr3 = r.mul_(qr2)  # (..., m, V), in the scratch buffer
     moments = torch.stack((qr2.sum(-1), qr3.sum(-1)), dim=-1)  # (..., m, 2)
-    forced_zero = outside.any(-1) | (cap <= 0)  # (..., m)
+    forced_zero = ~torch.isfinite(moments[..., 0]) | (cap <= 0)  # (..., m)
     level = torch.where(forced_zero, 0.0, cap * (1.0 - _MARGIN))  # (..., m)
-    if alpha == 2.0:
-        work = logp_priv.dtype if logp_priv.dtype == torch.float64 else torch.float32
-        terms = (qr2.to(work).unsqueeze(-2), qr3.to(work).unsqueeze(-2))
-    else:
-        work = torch.float64
-        terms = (q.unsqueeze(-2), qr.unsqueeze(-2))
+    if alpha != 2.0:
+        return _Problem(alpha, level, ratio.unsqueeze(-2), (q.unsqueeze(-2), (ratio - 1.0).mul_(q).unsqueeze(-2)), moments, forced_zero)
+    # float32 passes keep full relative precision (all terms >= 0) while P/Q stays in range;
+    # one check per call decides.
+    work = torch.float64
+    if logp_priv.dtype != torch.float64 and bool((ratio.masked_fill(forced_zero.unsqueeze(-1), 1.0) <= _FLOAT32_RATIO).all()):
+        work = torch.float32
+    terms = (qr2.to(work).unsqueeze(-2), qr3.to(work).unsqueeze(-2))
     return _Problem(alpha, level, ratio.to(work).unsqueeze(-2), terms, moments, forced_zero)
+
+
+_FLOAT32_RATIO = 1e12
+"""Largest P/Q for float32 passes at alpha = 2 (then Q r^3 <= P (P/Q)^2 stays far from overflow)."""
 
 
 @dataclass(frozen=True)
@@ -153,9 +160,10 @@ def _evaluate_order2(prob: _Problem, lam: Tensor) -> _Evaluation:
     """One pass over V for K candidates per group at a = 2 (see :class:`_Problem`)."""
     qr2, qr3 = prob.terms
     lam_w = lam.to(prob.ratio.dtype).unsqueeze(-1)  # (..., m, K, 1)
-    inv_w = torch.addcmul(1.0 - lam_w, lam_w, prob.ratio).reciprocal_()  # (..., m, K, V)
-    s = (inv_w * qr2).sum(-1).to(torch.float64)  # sum Q r^2 / w   (..., m, K)
-    t = inv_w.square_().mul_(qr3).sum(-1).to(torch.float64)  # sum Q r^3 / w^2
+    w = torch.addcmul(1.0 - lam_w, lam_w, prob.ratio)  # (..., m, K, V)
+    scratch = torch.div(qr2, w)  # (..., m, K, V)
+    s = scratch.sum(-1).to(torch.float64)  # sum Q r^2 / w   (..., m, K)
+    t = torch.div(qr3, w.square_(), out=scratch).sum(-1).to(torch.float64)  # sum Q r^3 / w^2
     chi2 = prob.moments[..., :1]  # (..., m, 1)
     excess = lam * lam * s  # G - 1 with G = sum Q / w
     forward = torch.log1p(lam * lam * chi2)
@@ -246,12 +254,16 @@ def _bounds(lo: _End, hi: _End) -> tuple[Tensor, Tensor]:
     return lower, upper
 
 
+_NOISE = 1e-12
+"""Divergences below this are rounding noise in float64 sums near 1: no use for a log-scale model."""
+
+
 def _logit_point(end: _End, level: Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor]:
     """(x, y, dy/dx, valid) with x = logit(lam) and y = log(D / level)."""
     x = torch.log(end.lam) - torch.log1p(-end.lam)
     y = torch.log(end.div) - torch.log(level)
     dy = end.slope / end.div * end.lam * (1.0 - end.lam)
-    valid = (end.lam > 0) & (end.lam < 1) & torch.isfinite(y) & torch.isfinite(dy) & (dy > 0)
+    valid = (end.lam > 0) & (end.lam < 1) & (end.div > _NOISE) & torch.isfinite(y) & torch.isfinite(dy) & (dy > 0)
     return x, y, dy, valid
 
 
@@ -282,7 +294,9 @@ def _next_candidates(lo: _End, hi: _End, level: Tensor, *, final: bool) -> Tenso
     """
     lower, upper = _bounds(lo, hi)
     est = _estimate(lo, hi, level)
-    est = torch.where(torch.isfinite(est), est, (lower + upper) / 2)
+    # No usable model (e.g. D ~ 0 up to a pole at lam = 1): bisect in logit(lam) instead.
+    x_mid = (torch.logit(lower, eps=1e-9) + torch.logit(upper, eps=1e-9)) / 2
+    est = torch.where(torch.isfinite(est), est, torch.sigmoid(x_mid))
     est = torch.minimum(torch.maximum(est, lower), upper)
     third = est - _HEDGE * (est - lower) if final else upper
     return torch.stack((lower, third, est), dim=-1)
@@ -384,7 +398,7 @@ def mollify(
     lo = _End(zero, zero, zero, g0.squeeze(-1), g0_slope.squeeze(-1))
     hi = _End(hi, *(zero + math.nan,) * 4)
     if a == 2.0:  # hi is the closed-form forward root; the guess also accounts for the reverse
-        candidates = torch.stack((0.9 * guess, guess, hi.lam), dim=-1)  # (..., m, K)
+        candidates = torch.stack((guess, hi.lam), dim=-1)  # (..., m, 2)
     else:
         candidates = torch.stack((guess, torch.sqrt(guess * hi.lam), hi.lam), dim=-1)  # (..., m, K)
     level = prob.level.unsqueeze(-1)  # (..., m, 1)
@@ -397,5 +411,9 @@ def mollify(
         slope = torch.where(use_f, ev.forward_slope, ev.reverse_slope)
         cand = _End(lam, div, slope, *_slack(prob, ev))
         lo, hi = _update(lo, hi, cand, (ev.forward <= level) & (ev.reverse <= level))
+        if lam.device.type == "cpu" and bool((lo.lam >= hi.lam).all()):
+            # Every bracket is closed, so further passes cannot change the result. Reading the
+            # flag costs nothing on the CPU; on accelerators all passes run, with no sync.
+            break
         candidates = _next_candidates(lo, hi, prob.level, final=i == _SEARCH_PASSES - 1)
     return lo.lam.to(out_dtype)

@@ -1,6 +1,22 @@
 """Per-token private prediction mechanisms (one module each); row 0 of the logits is public."""
 
+from tokendp.mechanisms.amin import AminEtAl
 from tokendp.mechanisms.base import Mechanism, MechanismStep, NoGuaranteeError
+from tokendp.mechanisms.dp_decoding import DPDecoding
 from tokendp.mechanisms.dp_fusion import DPFusion
+from tokendp.mechanisms.dp_prompt import DPPrompt
+from tokendp.mechanisms.invisibleink import InvisibleInk
+from tokendp.mechanisms.reference import Original, Public
 
-__all__ = ["DPFusion", "Mechanism", "MechanismStep", "NoGuaranteeError"]
+__all__ = [
+    "AminEtAl",
+    "DPDecoding",
+    "DPFusion",
+    "DPPrompt",
+    "InvisibleInk",
+    "Mechanism",
+    "MechanismStep",
+    "NoGuaranteeError",
+    "Original",
+    "Public",
+]

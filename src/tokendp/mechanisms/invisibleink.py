@@ -1,0 +1,70 @@
+"""InvisibleInk (Vinod, Pillutla and Thakurta, NeurIPS 2025): DClip, Top-k+ and the exponential mechanism.
+
+Step, for logits (..., 1+B, V) with row 0 public (phi_pub) and rows 1..B the references:
+  DClip:  phi = phi_pub + (1/B) sum_i clip(phi_i - phi_pub, -C, C)   (only the private part is clipped)
+  Top-k+: S = {y : phi_pub(y) >= l_k - 2C/B}, l_k the k-th largest public logit; S contains
+          the public top-k and depends on public logits only, so choosing it costs nothing.
+  EM:     softmax(phi / tau) restricted to S (other tokens get probability 0).
+Claim. Adjacency: replace-by-null on one reference (its row becomes the public row). Unit:
+the reference; every reference in the batch is charged. Per step: phi moves by at most C/B
+in every coordinate, so sampling is an exponential mechanism with a bounded range of width
+2C/(B tau), hence rho-zCDP with rho = C^2 / (2 B^2 tau^2) (Cesar and Rogers 2021; DESIGN.md
+"InvisibleInk accounting"). Composition: rho adds over the T generated tokens.
+Caveat (DESIGN.md): a coordinate of phi can exceed the public one by up to C, not C/B, so
+the paper's threshold l_k - 2C/B is not always a superset of the private top-k. That costs
+utility, not privacy. C = 0 gives the public model's text.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import Tensor
+
+from tokendp.accounting.events import ZcdpEvent
+from tokendp.errors import InvalidParameterError
+from tokendp.mechanisms.base import MechanismStep, check_logits, check_nonnegative, check_positive
+
+__all__ = ["InvisibleInk"]
+
+
+def _rho(clip: float, batch_size: int, temperature: float) -> float:
+    # TODO(merge): use tokendp.accounting (InvisibleInk per-token rho)
+    return clip**2 / (2.0 * batch_size**2 * temperature**2)
+
+
+class InvisibleInk:
+    """InvisibleInk's per-token step with clip C, temperature tau and Top-k+ size k (None: no truncation)."""
+
+    name = "invisibleink"
+
+    def __init__(self, clip: float, temperature: float, top_k: int | None = None) -> None:
+        self.clip = check_nonnegative("clip", clip)
+        self.temperature = check_positive("temperature", temperature)
+        if top_k is not None and (isinstance(top_k, bool) or not isinstance(top_k, int) or top_k < 1):
+            raise InvalidParameterError(f"top_k must be an integer >= 1 or None, got {top_k!r}")
+        self.top_k = top_k
+
+    def step(self, logits: Tensor) -> MechanismStep:
+        """logits (..., 1+B, V) -> log-probabilities (..., V); diagnostics "topk_plus_size" (...)."""
+        check_logits(logits, min_rows=2)
+        logits = logits.float()
+        batch = logits.shape[-2] - 1
+        pub = logits[..., 0, :]  # (..., V)
+        shift = (logits[..., 1:, :] - pub.unsqueeze(-2)).clamp(-self.clip, self.clip).mean(-2)  # (..., V)
+        phi = pub + shift  # (..., V)
+        scores = phi / self.temperature
+        if self.top_k is not None and self.top_k < logits.shape[-1]:
+            kth = pub.topk(self.top_k, dim=-1).values[..., -1:]  # (..., 1)
+            keep = pub >= kth - 2.0 * self.clip / batch  # (..., V), public data only
+            scores = scores.masked_fill(~keep, -math.inf)
+        else:
+            keep = torch.ones_like(pub, dtype=torch.bool)
+        return MechanismStep(scores.log_softmax(-1), {"topk_plus_size": keep.sum(-1)})
+
+    def event(self, *, batch_size: int) -> dict[str, ZcdpEvent]:
+        """{"reference": ZcdpEvent(C^2 / (2 B^2 tau^2))} per token, charged to every reference in the batch."""
+        if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
+            raise InvalidParameterError(f"batch_size must be an integer >= 1, got {batch_size!r}")
+        return {"reference": ZcdpEvent(_rho(self.clip, batch_size, self.temperature))}
