@@ -3,14 +3,14 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 
-.PHONY: demo test install clean
+.PHONY: demo test install clean eval-results
 
 $(BIN)/tokendp: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
 	# The CPU build of torch; an unpinned torch would pull CUDA packages.
 	$(BIN)/pip install --quiet "torch==2.13.0"
-	$(BIN)/pip install --quiet -e ".[dev]"
+	$(BIN)/pip install --quiet -e ".[dev,eval]"
 	touch $@
 
 install: $(BIN)/tokendp
@@ -21,6 +21,17 @@ demo: install
 
 test: install
 	HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 $(BIN)/python -m pytest -q
+
+# The table and plots of docs/results.md (issue 7): 20 reporting-half TAB documents, every method.
+# Resumable: rerun the same command after an interruption. Then paste runs/eval/results.md into docs/results.md.
+EVAL_ARGS ?= --limit 20 --paper-settings
+DATA ?= ../shared/data
+eval-results: install
+	HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 $(BIN)/tokendp eval sanitize --data $(DATA)/tab \
+		--candidates $(DATA)/dpfusion/candidate_set_100.json --split report \
+		--methods original,public,scrub,dp-decoding,dp-prompt,dp-fusion --epsilon 10,50 \
+		$(EVAL_ARGS) --out runs/eval
+	mkdir -p docs/results && cp runs/eval/*.png runs/eval/results.md runs/eval/results.json docs/results/
 
 clean:
 	rm -rf $(VENV) build *.egg-info src/*.egg-info

@@ -1,7 +1,8 @@
 """tokendp: token-level differential privacy for large language models.
 
 The jobs are exported lazily (importing ``tokendp`` does not import torch):
-``tokendp.sanitize(text, epsilon=8)``, ``tokendp.sanitize_batch(texts, ...)``.
+``tokendp.sanitize(text, epsilon=8)``, ``tokendp.sanitize_batch(texts, ...)``,
+``tokendp.synthesize(references, epsilon=4, delta=1e-5, batch_size=8, max_tokens=200)``.
 """
 
 from __future__ import annotations
@@ -16,17 +17,20 @@ _LAZY = {
     "sanitize_batch": "tokendp.sanitize",
     "SanitizeResult": "tokendp.sanitize",
     "SanitizeReport": "tokendp.sanitize",
+    "synthesize": "tokendp.synthesize",
+    "SyntheticText": "tokendp.synthesize",
 }
 
 
 def __getattr__(name: str) -> Any:
-    if name == "sanitize":
-        # the module tokendp.sanitize is callable: tokendp.sanitize(text, ...) runs the job,
-        # whichever of the module or the function Python bound to the name first
-        return importlib.import_module("tokendp.sanitize")
+    if name in ("sanitize", "synthesize"):
+        # the modules tokendp.sanitize and tokendp.synthesize are callable: tokendp.sanitize(text, ...)
+        # runs the job, whichever of the module or the function Python bound to the name first
+        return importlib.import_module(f"tokendp.{name}")
     if name in _LAZY:
         return getattr(importlib.import_module(_LAZY[name]), name)
     raise AttributeError(f"module 'tokendp' has no attribute {name!r}")
 
 
-__all__ = ["SanitizeReport", "SanitizeResult", "__version__", "sanitize", "sanitize_batch"]
+__all__ = ["SanitizeReport", "SanitizeResult", "SyntheticText", "__version__", "sanitize", "sanitize_batch",
+           "synthesize"]

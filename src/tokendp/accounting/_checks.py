@@ -16,13 +16,6 @@ def _is_real(value: object) -> bool:
     return isinstance(value, numbers.Real) and not isinstance(value, bool)
 
 
-def check_finite(name: str, value: object) -> float:
-    """A finite real number."""
-    if not _is_real(value) or not math.isfinite(float(value)):
-        raise InvalidParameterError(f"{name} must be a finite number, got {value!r}")
-    return float(value)
-
-
 def check_nonnegative(name: str, value: object) -> float:
     """A finite number >= 0."""
     if not _is_real(value) or not math.isfinite(float(value)) or float(value) < 0:

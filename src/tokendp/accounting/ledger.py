@@ -46,7 +46,8 @@ class Ledger:
         budgets: unit -> epsilon budget (>= 0) at ``delta``. Units must be str or int for
             :meth:`state_dict` to be JSON-serialisable.
         delta: the delta every unit's epsilon refers to, in (0, 1).
-        orders: the grid of Renyi orders for the RDP bound (orders of charged RdpEvents are added).
+        orders: the grid of Renyi orders for the RDP bound; the orders of charged RdpEvents are
+            added to it (and removed again if the charge is refused).
     """
 
     def __init__(self, budgets: Mapping[Hashable, float], *, delta: float, orders: Sequence[float] = DEFAULT_ORDERS) -> None:
@@ -54,7 +55,8 @@ class Ledger:
         self._budgets = {unit: check_nonnegative(f"budget of unit {unit!r}", eps) for unit, eps in budgets.items()}
         self._rho_limits = {unit: epsilon_to_zcdp(epsilon=eps, delta=self._delta) for unit, eps in self._budgets.items()}
         self._counts: dict[Hashable, Counter[PrivacyEvent]] = {unit: Counter() for unit in self._budgets}
-        self._set_orders(orders)
+        self._base_orders = sorted({float(a) for a in orders})
+        self._set_orders(self._base_orders)
 
     # --- public API --------------------------------------------------------------------------
 
@@ -75,9 +77,10 @@ class Ledger:
                 raise InvalidInputError(
                     f"unknown privacy event type {type(event).__name__} for unit {unit!r}; charge a PureDpEvent, RdpEvent or ZcdpEvent"
                 )
-        new_orders = {float(e.alpha) for e in charges.values() if isinstance(e, RdpEvent)} - set(self._orders.tolist())
+        previous_orders = self._orders
+        new_orders = {float(e.alpha) for e in charges.values() if isinstance(e, RdpEvent)} - set(previous_orders.tolist())
         if new_orders:
-            self._set_orders(sorted(set(self._orders.tolist()) | new_orders))
+            self._set_orders(sorted(set(previous_orders.tolist()) | new_orders))
         refused = []
         for unit, event in charges.items():
             counts = self._counts[unit].copy()
@@ -85,6 +88,8 @@ class Ledger:
             if not self._within_budget(unit, counts):
                 refused.append(unit)
         if refused:
+            if new_orders:
+                self._set_orders(previous_orders)
             raise BudgetExceededError(
                 f"charging this step would exceed the budget of unit(s) {refused!r} (delta={self._delta:g}); "
                 "nothing was charged: stop generating or release only public output"
@@ -110,7 +115,7 @@ class Ledger:
                 raise InvalidInputError(f"unit {unit!r} is not a str or int and cannot be saved in a JSON state")
             events = [dict(_event_to_dict(event), count=count) for event, count in self._counts[unit].items()]
             units.append({"unit": unit, "budget": budget, "events": events})
-        return {"format": _FORMAT, "delta": self._delta, "orders": self._orders.tolist(), "units": units}
+        return {"format": _FORMAT, "delta": self._delta, "orders": list(self._base_orders), "units": units}
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         """Restore a :meth:`state_dict` snapshot (budgets, delta, orders and charges) in place."""
@@ -124,6 +129,8 @@ class Ledger:
                     if isinstance(count, bool) or not isinstance(count, int) or count < 1:
                         raise InvalidInputError("event counts in a ledger state must be integers >= 1")
                     restored._counts[u["unit"]][_event_from_dict(record)] += count
+            event_orders = {float(e.alpha) for counts in restored._counts.values() for e in counts if isinstance(e, RdpEvent)}
+            restored._set_orders(sorted(set(restored._base_orders) | event_orders))
         except (KeyError, TypeError, InvalidParameterError) as error:
             raise InvalidInputError(f"malformed ledger state: {error}") from error
         self.__dict__.update(restored.__dict__)

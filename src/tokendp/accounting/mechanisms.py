@@ -48,9 +48,15 @@ def dp_fusion_rdp_per_token(*, alpha: float, beta: float, groups: int) -> float:
     beta = check_nonnegative("beta", beta)
     m = check_count("groups", groups)
     x = (alpha - 1.0) * alpha * beta
+    if x == 0:
+        return 0.0
     if x <= _LOG_SPACE_SWITCH:
-        return math.log1p(math.expm1(x) / m) / (alpha - 1.0)
-    return (float(np.logaddexp(x, math.log(m - 1))) - math.log(m)) / (alpha - 1.0) if m > 1 else x / (alpha - 1.0)
+        r = math.log1p(math.expm1(x) / m) / (alpha - 1.0)
+    elif m > 1:
+        r = (float(np.logaddexp(x, math.log(m - 1))) - math.log(m)) / (alpha - 1.0)
+    else:
+        r = x / (alpha - 1.0)
+    return max(r, float(np.finfo(np.float64).tiny))  # a positive cap never rounds to "no loss"
 
 
 def dp_fusion_epsilon(*, alpha: float, beta: float, groups: int, max_tokens: int, delta: float) -> float:
@@ -91,7 +97,7 @@ def dp_fusion_beta(*, epsilon: float, alpha: float, groups: int, max_tokens: int
     if y <= _LOG_SPACE_SWITCH:
         cap = math.log1p(m * math.expm1(y)) / (alpha - 1.0)
     else:
-        cap = (y + math.log(m) + math.log1p(-(m - 1) / (m * math.exp(y)))) / (alpha - 1.0)
+        cap = (y + math.log(m) + math.log1p(-(m - 1) / m * math.exp(-y))) / (alpha - 1.0)
     return _step_down_until(
         lambda b: dp_fusion_epsilon(alpha=alpha, beta=b, groups=m, max_tokens=tokens, delta=delta) <= epsilon,
         cap / alpha,
@@ -180,9 +186,10 @@ def amin_switch_noise(
     """Laplace scales (threshold, query) of the sparse-vector switch for a total ``svt_epsilon``.
 
     Sparse vector with at most c = ``max_private_tokens`` positive answers and one noisy
-    threshold (Lyu, Su, Li 2017, Alg. 7, non-monotone queries): threshold noise Lap(Delta/eps1),
-    query noise Lap(2 c Delta/eps2), eps1 = share * svt_epsilon, eps2 = the rest; the whole
-    interaction is (eps1 + eps2)-DP. Delta from :func:`amin_switch_sensitivity`.
+    threshold, as proposed by Lyu, Su and Li 2017 ("Understanding the Sparse Vector Technique for
+    Differential Privacy"), for non-monotone queries: threshold noise Lap(Delta/eps1), query noise
+    Lap(2 c Delta/eps2), eps1 = share * svt_epsilon, eps2 = the rest; the whole interaction is
+    (eps1 + eps2)-DP. Delta from :func:`amin_switch_sensitivity`.
     """
     total = check_positive("svt_epsilon", svt_epsilon)
     c = check_count("max_private_tokens", max_private_tokens)

@@ -81,7 +81,7 @@ def rdp_to_epsilon_and_order(*, rdp: Sequence[float] | float, orders: Sequence[f
     Infinite RDP at an order (unknown or unbounded) simply never wins.
     """
     delta = check_delta(delta)
-    alphas = np.atleast_1d(_orders_array(np.atleast_1d(orders)))  # (K,)
+    alphas = _orders_array(np.atleast_1d(orders))  # (K,)
     values = np.atleast_1d(np.asarray(rdp, dtype=np.float64))  # (K,)
     if values.shape != alphas.shape:
         raise InvalidParameterError(f"rdp has {values.size} values but there are {alphas.size} orders; pass one per order")
@@ -99,23 +99,53 @@ def rdp_to_epsilon(*, rdp: Sequence[float] | float, orders: Sequence[float] | fl
     return rdp_to_epsilon_and_order(rdp=rdp, orders=orders, delta=delta)[0]
 
 
+def _log_cosh(x: np.ndarray) -> np.ndarray:
+    """log cosh(x) for x >= 0: log1p(2 sinh(x/2)^2), accurate near 0; x - log 2 + log1p(e^-2x) beyond."""
+    small = np.minimum(x, 20.0)
+    return np.where(x > 20.0, x - math.log(2.0) + np.log1p(np.exp(-2.0 * x)), np.log1p(2.0 * np.sinh(small / 2.0) ** 2))
+
+
 def pure_dp_to_rdp(*, epsilon: float, orders: Sequence[float]) -> np.ndarray:
     """The tight RDP curve of an epsilon-DP mechanism.
 
     r(a) = eps - log((1 + e^-eps) / (1 + e^-(2a-1)eps)) / (a-1), attained by randomized response
-    (Steinke 2024, "Tight RDP & zCDP bounds from pure DP", differentialprivacy.org, Thm. 4;
-    equivalently log(cosh((a-1/2)eps)/cosh(eps/2))/(a-1)). It is <= min(eps, a eps^2 / 2).
+    (Steinke 2024, "Tight RDP & zCDP bounds from pure DP", differentialprivacy.org, Thm. 4),
+    evaluated as log(cosh((a-1/2)eps) / cosh(eps/2)) / (a-1), which keeps its precision for small
+    eps. It is <= min(eps, a eps^2 / 2). A positive eps never yields exactly 0 (which the
+    conversion would read as "no privacy loss"): values lost to rounding become a eps^2/2.
     """
     epsilon = check_nonnegative("epsilon", epsilon)
     alphas = _orders_array(orders)  # (K,)
     if epsilon == 0:
         return np.zeros_like(alphas)
-    log_ratio = np.log1p(math.exp(-epsilon)) - np.log1p(np.exp(-(2 * alphas - 1) * epsilon))  # (K,)
-    return np.maximum(epsilon - log_ratio / (alphas - 1), 0.0)
+    curve = (_log_cosh((alphas - 0.5) * epsilon) - _log_cosh(np.float64(epsilon / 2.0))) / (alphas - 1.0)  # (K,)
+    curve = np.where(curve > 0, curve, alphas * epsilon**2 / 2.0)
+    return np.maximum(curve, np.finfo(np.float64).tiny)
 
 
 def _log_binom(n: np.ndarray, k: np.ndarray) -> np.ndarray:
     return gammaln(n + 1) - gammaln(k + 1) - gammaln(n - k + 1)
+
+
+def _log_expm1(x: np.ndarray) -> np.ndarray:
+    """log(e^x - 1) for x >= 0, stable for small and large x (-inf at x = 0)."""
+    with np.errstate(divide="ignore", over="ignore"):
+        return np.where(x > 30.0, x + np.log1p(-np.exp(-x)), np.log(np.expm1(np.minimum(x, 30.0))))
+
+
+def _binomial_moment_rdp(a: int, q: float, exponents: np.ndarray) -> float:
+    """1/(a-1) log A for A = P(K <= 1) + sum_{k=2}^{a} P(K = k) e^{x_k}, K ~ Binomial(a, q), x_k >= 0.
+
+    Since the binomial probabilities sum to 1, A - 1 = sum_{k>=2} P(K = k)(e^{x_k} - 1) >= 0; it is
+    summed in log space and log A = log(1 + (A - 1)) taken with logaddexp, so a tiny but positive
+    RDP never rounds to 0 (which the conversion would read as "no privacy loss").
+    """
+    k = np.arange(2, a + 1, dtype=np.float64)  # (a-1,)
+    log_pmf = _log_binom(np.float64(a), k) + k * math.log(q) + (a - k) * math.log1p(-q)
+    log_excess = logsumexp(log_pmf + _log_expm1(exponents))
+    if log_excess == -math.inf:
+        return 0.0
+    return max(float(np.logaddexp(0.0, log_excess)) / (a - 1), float(np.finfo(np.float64).tiny))
 
 
 def poisson_subsampled_rdp(
@@ -128,29 +158,23 @@ def poisson_subsampled_rdp(
         e'(a) <= 1/(a-1) log[ (1-q)^(a-1) (a q - q + 1) + C(a,2) q^2 (1-q)^(a-2) e^{e(2)}
                                + 3 sum_{l=3}^{a} C(a,l) q^l (1-q)^(a-l) e^{(l-1) e(l)} ].
 
-    Evaluated in log space with logsumexp, so large orders and tiny q stay finite. ``base_rdp``
-    returns the base mechanism's RDP at an integer order (may be +inf). Add/remove adjacency.
+    The first term is P(K <= 1) for K ~ Binomial(a, q), so the bracket is evaluated as
+    1 + sum_{l>=2} P(K = l)(w_l e^{(l-1) e(l)} - 1) with w_2 = 1, w_l = 3, in log space.
+    ``base_rdp`` returns the base mechanism's RDP at an integer order (may be +inf).
+    Add/remove adjacency.
     """
     q = check_rate("sampling_rate", sampling_rate)
     alphas = _integer_orders(orders)  # (K,)
     if q == 0:
         return np.zeros(alphas.shape, dtype=np.float64)
-    top = int(alphas.max())
-    ells = np.arange(2, top + 1)  # (L,)
+    ells = np.arange(2, int(alphas.max()) + 1)  # (L,)
     base = np.array([float(base_rdp(int(ell))) for ell in ells], dtype=np.float64)  # (L,)
     if np.any(np.isnan(base)) or np.any(base < 0):
         raise InvalidParameterError("base_rdp must return RDP values >= 0 (or +inf) at every integer order >= 2")
     if q == 1:
         return base[alphas - 2]
-    log_q, log_1mq = math.log(q), math.log1p(-q)
-    result = np.empty(alphas.shape, dtype=np.float64)
-    for index, a in enumerate(alphas):
-        ell = ells[: a - 1]  # (a-1,) orders 2..a
-        terms = _log_binom(np.float64(a), ell) + ell * log_q + (a - ell) * log_1mq + (ell - 1) * base[: a - 1]
-        terms[1:] += math.log(3.0)  # the factor 3 on l >= 3
-        head = (a - 1) * log_1mq + math.log1p((a - 1) * q)  # log[(1-q)^(a-1)(a q - q + 1)]
-        result[index] = logsumexp(np.concatenate(([head], terms))) / (a - 1)
-    return result
+    exponents = (ells - 1) * base + np.where(ells >= 3, math.log(3.0), 0.0)  # (L,)
+    return np.array([_binomial_moment_rdp(int(a), q, exponents[: a - 1]) for a in alphas])
 
 
 def subsampled_gaussian_rdp(*, sampling_rate: float, noise_multiplier: float, orders: Sequence[int] = INTEGER_ORDERS) -> np.ndarray:
@@ -167,13 +191,9 @@ def subsampled_gaussian_rdp(*, sampling_rate: float, noise_multiplier: float, or
         return np.zeros(alphas.shape, dtype=np.float64)
     if q == 1:
         return alphas / (2 * sigma**2)
-    log_q, log_1mq = math.log(q), math.log1p(-q)
-    result = np.empty(alphas.shape, dtype=np.float64)
-    for index, a in enumerate(alphas):
-        k = np.arange(0, a + 1, dtype=np.float64)  # (a+1,)
-        terms = _log_binom(np.float64(a), k) + k * log_q + (a - k) * log_1mq + (k * k - k) / (2 * sigma**2)
-        result[index] = max(logsumexp(terms) / (a - 1), 0.0)
-    return result
+    k = np.arange(2, int(alphas.max()) + 1, dtype=np.float64)  # (L,)
+    exponents = (k * k - k) / (2 * sigma**2)  # (L,)
+    return np.array([_binomial_moment_rdp(int(a), q, exponents[: a - 1]) for a in alphas])
 
 
 def dp_sgd_rdp(*, sampling_rate: float, noise_multipliers: Sequence[float], orders: Sequence[int] = INTEGER_ORDERS) -> np.ndarray:

@@ -22,11 +22,11 @@ def main() -> None:
 
 
 from tokendp.cli.account import account  # noqa: E402
-
-main.add_command(account)
-from tokendp.cli.model import model as _model_command  # noqa: E402
-
-main.add_command(_model_command)
+from tokendp.cli.eval import eval_group  # noqa: E402
+from tokendp.cli.model import model  # noqa: E402
 from tokendp.cli.sanitize import sanitize  # noqa: E402
+from tokendp.cli.synthesize import synthesize  # noqa: E402
+from tokendp.cli.tag import tag  # noqa: E402
 
-main.add_command(sanitize)
+for _command in (sanitize, synthesize, tag, account, model, eval_group):
+    main.add_command(_command)

@@ -33,5 +33,5 @@ def library_errors(command):
 
 
 def echo_json(data: Any) -> None:
-    """Print ``data`` as indented JSON."""
+    """Print ``data`` as indented JSON (non-ASCII kept as is)."""
     click.echo(json.dumps(data, indent=2, ensure_ascii=False))

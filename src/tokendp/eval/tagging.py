@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from tokendp.eval.tab import baseline_files, load_span_file, load_tab
 from tokendp.text.spans import Span
 
 
@@ -73,3 +74,16 @@ def char_scores(texts: Mapping[str, str], gold: Mapping[str, Iterable[Span]],
            for kind in ("recall", "precision")}
     return TaggingScores(_ratio(hit, n_gold), _ratio(hit, n_pred), n_gold, n_pred,
                          per["recall"], per["precision"])
+
+
+def compare_on_tab(data_dir, split: str, taggers: Mapping[str, object]) -> dict[str, TaggingScores]:
+    """Scores of each tagger (name -> object with ``tag``) and of every file in ``baselines/``.
+
+    The baselines' labels are mapped to TAB's, so per-label precision compares like with like.
+    """
+    data = load_tab(data_dir, split)
+    results = {name: char_scores(data.texts, data.gold, {d: tagger.tag(t) for d, t in data.texts.items()})
+               for name, tagger in taggers.items()}
+    for name, path in baseline_files(data_dir).items():
+        results[name] = char_scores(data.texts, data.gold, load_span_file(path, list(data.texts), name))
+    return results

@@ -25,17 +25,13 @@ from collections.abc import Mapping
 import torch
 from torch import Tensor
 
+from tokendp.accounting import dp_fusion_rdp_per_token
 from tokendp.accounting.events import RdpEvent
 from tokendp.divergence import _check_alpha, mollify, symmetric_renyi_divergence
 from tokendp.errors import InvalidInputError, InvalidParameterError
 from tokendp.mechanisms.base import MechanismStep, check_logits, check_nonnegative, check_positive, log_softmax_at
 
 __all__ = ["DPFusion"]
-
-
-def _rdp_per_token(alpha: float, cap: float, groups: int) -> float:
-    # TODO(merge): use tokendp.accounting.dp_fusion_rdp_per_token
-    return math.log1p(math.expm1((alpha - 1.0) * cap) / groups) / (alpha - 1.0)
 
 
 class DPFusion:
@@ -85,6 +81,6 @@ class DPFusion:
             raise InvalidParameterError("betas must name at least one privacy group")
         m = len(betas)
         return {
-            unit: RdpEvent(self.alpha, _rdp_per_token(self.alpha, self.alpha * check_nonnegative(f"beta[{unit}]", b), m))
+            unit: RdpEvent(self.alpha, dp_fusion_rdp_per_token(alpha=self.alpha, beta=check_nonnegative(f"beta[{unit}]", b), groups=m))
             for unit, b in betas.items()
         }

@@ -24,9 +24,9 @@ def get_tagger(name: str = "auto", **options) -> Tagger:
         from tokendp.text.taggers.combined import AutoTagger
         return AutoTagger(**options)
     if name == "presidio":
-        from tokendp.text.taggers.presidio import PresidioTagger
+        from tokendp.text.taggers.presidio_tagger import PresidioTagger
         return PresidioTagger(**options)
     if name == "spacy":
-        from tokendp.text.taggers.spacy import SpacyTagger
+        from tokendp.text.taggers.spacy_tagger import SpacyTagger
         return SpacyTagger(**options)
     raise InvalidParameterError(f"unknown tagger {name!r}; choose one of {', '.join(TAGGER_NAMES)}")

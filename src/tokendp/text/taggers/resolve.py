@@ -5,7 +5,8 @@ Precedence (documented in docs/tagging.md):
 1. Spans with the same label that overlap or touch are merged into one span covering their
    union; it keeps the highest score and the source of the highest-ranked member.
 2. Between different labels, spans are ranked by higher score, then longer span, then source
-   priority (the order of ``source_priority``; unknown sources last), then earlier start.
+   priority (the order of ``source_priority``, matched on the whole source or on its part
+   before ":"; unknown sources last), then earlier start.
    Spans are accepted in rank order; a lower-ranked span loses the characters already
    claimed, and each remaining piece that still holds a letter or digit is kept (so resolution
    never un-tags a character that some tagger found: recall is preserved).
@@ -20,7 +21,9 @@ from tokendp.text.spans import Span
 
 
 def _rank_key(span: Span, priority: dict[str, int]):
-    return (-span.score, -len(span), priority.get(span.source, len(priority)), span.start)
+    family = span.source.split(":", 1)[0]  # "patterns:email" ranks as "patterns"
+    return (-span.score, -len(span), priority.get(span.source, priority.get(family, len(priority))),
+            span.start)
 
 
 def merge_same_label(spans: Iterable[Span], source_priority: Sequence[str] = ()) -> list[Span]:

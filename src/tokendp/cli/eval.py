@@ -1,0 +1,19 @@
+"""`tokendp eval`: measure taggers and sanitizers. Each evaluation adds its sub-command here."""
+
+from __future__ import annotations
+
+import click
+
+from tokendp.cli.eval_tagger import eval_tagger
+
+
+@click.group("eval")
+def eval_group() -> None:
+    """Evaluate taggers and sanitizers on benchmark data."""
+
+
+eval_group.add_command(eval_tagger)
+
+from tokendp.cli.eval_sanitize import eval_sanitize  # noqa: E402
+
+eval_group.add_command(eval_sanitize)

@@ -1,0 +1,83 @@
+"""`tokendp eval sanitize`: perplexity, attack success and epsilon of every method on TAB."""
+
+from __future__ import annotations
+
+import json
+import shlex
+import sys
+from pathlib import Path
+
+import click
+
+from tokendp.cli._common import library_errors
+from tokendp.errors import InvalidParameterError
+
+
+def _floats(value: str) -> tuple[float, ...]:
+    try:
+        return tuple(float(v) for v in value.split(",") if v.strip())
+    except ValueError:
+        raise InvalidParameterError(f"--epsilon takes comma-separated numbers, got {value!r}") from None
+
+
+@click.command("sanitize")
+@click.option("--data", "data_dir", required=True, type=click.Path(file_okay=False, path_type=Path),
+              help="TAB data folder (texts.json, gold_spans.json).")
+@click.option("--candidates", required=True, type=click.Path(dir_okay=False, path_type=Path),
+              help="Attack candidate set (JSON: entity type -> strings), e.g. candidate_set_100.json.")
+@click.option("--split", type=click.Choice(["report", "tune", "all"]), default="report", show_default=True)
+@click.option("--methods", default="original,public,scrub,dp-decoding,dp-prompt,dp-fusion", show_default=True,
+              help="Comma-separated methods to compare.")
+@click.option("--epsilon", "epsilons", default="10,50", show_default=True,
+              help="Target epsilons (total at delta over max new tokens) the private methods are calibrated to.")
+@click.option("--paper-settings", is_flag=True,
+              help="Also run the papers' settings (DP-Decoding lambda 0.9; DP-Prompt w 50, tau 1.75; "
+                   "DP-Fusion alpha*beta 0.01 and 0.1), labelled with the epsilon they certify.")
+@click.option("--limit", type=int, default=None, help="Evaluate only the first N documents of the split.")
+@click.option("--max-chars", type=int, default=1200, show_default=True,
+              help="Truncate each document at a span-safe boundary at most this long.")
+@click.option("--max-new-tokens", type=int, default=400, show_default=True,
+              help="T: tokens generated per release, counted in full by every epsilon.")
+@click.option("--delta", type=float, default=1e-5, show_default=True)
+@click.option("--min-k", type=float, default=0.2, show_default=True, help="k of the Min-K% attack.")
+@click.option("--seed", type=int, default=0, show_default=True)
+@click.option("--batch-docs", type=int, default=20, show_default=True,
+              help="Documents generated together (also the unit of the sampling seeds).")
+@click.option("--threads", type=int, default=1, show_default=True,
+              help="Torch CPU threads. 1 is fastest on a shared, busy CPU (threads spin waiting for each "
+                   "other); raise it on an idle machine.")
+@click.option("--model", default=None, help="Model directory (default: the embedded model).")
+@click.option("--out", "out_dir", required=True, type=click.Path(file_okay=False, path_type=Path),
+              help="Output folder (results, plots and the resume cache).")
+@click.option("--json", "as_json", is_flag=True, help="Print the results as JSON.")
+@library_errors
+def eval_sanitize(data_dir: Path, candidates: Path, split: str, methods: str, epsilons: str, paper_settings: bool,
+                  limit: int | None, max_chars: int, max_new_tokens: int, delta: float, min_k: float, seed: int,
+                  batch_docs: int, threads: int, model: str | None, out_dir: Path, as_json: bool) -> None:
+    """Compare sanitization methods: teacher-forced perplexity of the original document, LOSS and
+    Min-K% success in the 5-candidate token-recovery game (PERSON, CODE, DATETIME), and the
+    certified epsilon. A killed run resumes from OUT's cache.
+    """
+    import torch
+
+    from tokendp.eval.report import markdown_table, write_results
+    from tokendp.eval.sanitization import EvalConfig, evaluate_sanitization
+    from tokendp.models import DEFAULT_MODEL_DIR
+
+    config = EvalConfig(data_dir=str(data_dir), candidates=str(candidates), model=str(model or DEFAULT_MODEL_DIR),
+                        methods=tuple(m.strip() for m in methods.split(",") if m.strip()),
+                        epsilons=_floats(epsilons), paper_settings=paper_settings, split=split, limit=limit,
+                        max_chars=max_chars, max_new_tokens=max_new_tokens, delta=delta, min_k=min_k, seed=seed,
+                        batch_docs=batch_docs)
+    if threads < 1:
+        raise InvalidParameterError(f"--threads must be >= 1, got {threads}")
+    torch.set_num_threads(threads)
+    rows = evaluate_sanitization(config, out_dir, progress=not as_json)
+    command = "tokendp eval " + " ".join(shlex.quote(a) for a in sys.argv[sys.argv.index("sanitize"):]) \
+        if "sanitize" in sys.argv else ""
+    paths = write_results(rows, out_dir, command=command)
+    if as_json:
+        click.echo(json.dumps(rows, indent=2))
+    else:
+        click.echo(markdown_table(rows))
+        click.echo("wrote " + ", ".join(str(p) for p in paths))

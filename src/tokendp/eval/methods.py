@@ -1,0 +1,235 @@
+"""The methods compared by ``tokendp eval sanitize``, each as rows + a next-token step + epsilon.
+
+Every method reads the same prompt template (the model's ``tokendp.json``) around some view of
+the document and turns the logits of its rows into one next-token distribution:
+
+==============  ====================================  =========================================
+method          rows it reads                         what it protects
+==============  ====================================  =========================================
+original        the document                          nothing (reference, epsilon = inf)
+public          every span -> placeholders            every span, perfectly (epsilon = 0)
+scrub           every span -> its label, "[PERSON]"   tagged spans, heuristically (no epsilon)
+dp-decoding     the document                          the whole document: q' = lam q + (1-lam)/V
+                                                      (Majmudar et al. 2022), pure DP per token
+dp-prompt       the document                          the whole document: logits clipped to a
+                                                      width w, softmax at temperature tau (Utpala
+                                                      et al. 2023), pure DP per token
+dp-fusion       public + one row per privacy group    each group's spans, with its own epsilon
+                                                      (Thareja et al., ICLR 2026)
+==============  ====================================  =========================================
+
+A :class:`Setting` fixes a method's parameters. :func:`make_settings` calibrates the private
+methods to target epsilons (total over the run's T = max new tokens at ``delta``: per group for
+DP-Fusion, for the whole output for DP-Decoding and DP-Prompt) and adds the paper's own
+settings labelled with the epsilon they certify.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from tokendp.accounting import (dp_decoding_epsilon, dp_decoding_lam, dp_fusion_beta, dp_fusion_epsilon,
+                                dp_prompt_epsilon, dp_prompt_temperature)
+from tokendp.errors import InvalidParameterError
+from tokendp.mechanisms import DPDecoding, DPFusion, DPPrompt, MechanismStep, Original, Public
+from tokendp.sanitize import choose_alpha
+from tokendp.text.contexts import PromptTemplate, build_contexts
+from tokendp.text.spans import Span
+
+METHODS = ("original", "public", "scrub", "dp-decoding", "dp-prompt", "dp-fusion")
+PRIVATE_METHODS = ("dp-decoding", "dp-prompt", "dp-fusion")
+PAPER_DP_DECODING_LAM = 0.9
+PAPER_DP_PROMPT = (50.0, 1.75)  # clip width w, temperature tau
+PAPER_DP_FUSION_CAPS = (0.01, 0.1)  # alpha * beta
+PAPER_DP_FUSION_ALPHA = 2.0
+DP_PROMPT_WIDTH = PAPER_DP_PROMPT[0]
+
+
+@dataclass(frozen=True)
+class DocumentRows:
+    """Token ids of one document and of every view of it that a method reads (prompt included)."""
+
+    target: tuple[int, ...]  # the document's tokens: the teacher-forcing target
+    original: tuple[int, ...]
+    public: tuple[int, ...]
+    groups: tuple[tuple[int, ...], ...]  # DP-Fusion's private rows, one per group (may be empty)
+    scrub: tuple[int, ...]
+
+
+def scrub_text(text: str, spans: Sequence[Span]) -> str:
+    """``text`` with each span (overlapping spans merged) replaced by ``[LABEL]``."""
+    out, last = [], 0
+    for s in sorted(spans):
+        if s.start < last:  # overlaps the previous replacement: already covered
+            continue
+        out += [text[last:s.start], f"[{s.label}]"]
+        last = s.end
+    return "".join(out) + text[last:]
+
+
+def document_rows(text: str, spans: Sequence[Span], tokenizer: Any, *, template: PromptTemplate,
+                  placeholder: int) -> DocumentRows:
+    """Tokenise ``text`` once and build every view of it (see :func:`build_contexts`)."""
+    ctx = build_contexts(text, spans, tokenizer, template=template, placeholder=placeholder)
+    target = tuple(tokenizer(text, add_special_tokens=False)["input_ids"])
+    scrubbed = tuple(tokenizer(scrub_text(text, spans), add_special_tokens=False)["input_ids"])
+    return DocumentRows(target, template.wrap(target), ctx.rows[0], tuple(ctx.rows[1:]),
+                        template.wrap(scrubbed))
+
+
+@dataclass(frozen=True)
+class Setting:
+    """A method with fixed parameters. ``target`` is the epsilon it was calibrated to, if any."""
+
+    method: str
+    name: str
+    lam: float | None = None
+    clip_width: float | None = None
+    temperature: float | None = None
+    alpha: float | None = None
+    cap: float | None = None  # DP-Fusion alpha * beta when fixed (paper settings)
+    target: float | None = None
+
+    @property
+    def key(self) -> str:
+        """A file-name-safe identifier of the setting."""
+        return f"{self.method}__{self.name}".replace("*", "x").replace("=", "-").replace(",", "_")
+
+
+def make_settings(methods: Sequence[str], *, epsilons: Sequence[float], paper: bool, vocab_size: int,
+                  max_new_tokens: int, delta: float, group_counts: Sequence[int] = (1,)) -> list[Setting]:
+    """Every setting to evaluate, in ``methods`` order.
+
+    DP-Fusion's Renyi order at a target epsilon is :func:`tokendp.sanitize.choose_alpha` for the
+    numbers of groups ``group_counts`` of the evaluated documents (public parameters).
+    """
+    unknown = sorted(set(methods) - set(METHODS))
+    if unknown:
+        raise InvalidParameterError(f"unknown methods {unknown}; choose from {', '.join(METHODS)}")
+    out: list[Setting] = []
+    for m in methods:
+        if m not in PRIVATE_METHODS:
+            out.append(Setting(m, "-"))
+            continue
+        for eps in epsilons:
+            out.append(_calibrated(m, float(eps), vocab_size, max_new_tokens, delta, group_counts))
+        if paper:
+            out += _paper(m)
+    return out
+
+
+def _calibrated(method: str, eps: float, vocab_size: int, tokens: int, delta: float,
+                group_counts: Sequence[int]) -> Setting:
+    name = f"eps={eps:g}"
+    if method == "dp-decoding":
+        return Setting(method, name, lam=dp_decoding_lam(epsilon=eps, vocab_size=vocab_size, max_tokens=tokens),
+                       target=eps)
+    if method == "dp-prompt":
+        tau = dp_prompt_temperature(epsilon=eps, clip_width=DP_PROMPT_WIDTH, max_tokens=tokens)
+        return Setting(method, name, clip_width=DP_PROMPT_WIDTH, temperature=tau, target=eps)
+    targets = [(eps, m, tokens) for m in sorted({max(1, m) for m in group_counts})]
+    return Setting(method, name, alpha=choose_alpha(targets, delta=delta), target=eps)
+
+
+def _paper(method: str) -> list[Setting]:
+    if method == "dp-decoding":
+        return [Setting(method, f"lambda={PAPER_DP_DECODING_LAM:g}", lam=PAPER_DP_DECODING_LAM)]
+    if method == "dp-prompt":
+        w, tau = PAPER_DP_PROMPT
+        return [Setting(method, f"w={w:g},tau={tau:g}", clip_width=w, temperature=tau)]
+    return [Setting(method, f"alpha*beta={c:g}", alpha=PAPER_DP_FUSION_ALPHA, cap=c) for c in PAPER_DP_FUSION_CAPS]
+
+
+class BoundMethod:
+    """A setting applied to a list of documents: their rows, a step function, their epsilons.
+
+    ``step(logits # (N, R, V), docs # (N,), temperature) -> MechanismStep`` where ``docs`` index
+    into the bound documents (this is :class:`tokendp.generation.StepFn`). Rows of a document
+    with fewer than R rows are padding (copies of its row 0) and are masked out.
+    """
+
+    def __init__(self, setting: Setting, docs: Sequence[DocumentRows], *, vocab_size: int,
+                 max_new_tokens: int, delta: float) -> None:
+        self.setting, self.docs = setting, list(docs)
+        self.tokens, self.delta, self.vocab_size = max_new_tokens, delta, vocab_size
+        if setting.method == "dp-fusion":
+            self._bind_fusion()
+        elif setting.method == "dp-decoding":
+            self.mechanism = DPDecoding(lam=setting.lam)
+        elif setting.method == "dp-prompt":
+            self.mechanism = DPPrompt(clip_width=setting.clip_width, temperature=setting.temperature)
+        elif setting.method == "public":
+            self.mechanism = Public()
+        else:  # original, and scrub: the original mechanism on the scrubbed view
+            self.mechanism = Original()
+
+    # ------------------------------------------------------------------ rows
+    def rows(self, doc: DocumentRows) -> list[tuple[int, ...]]:
+        """The rows the method reads for ``doc`` (row 0 first)."""
+        method = self.setting.method
+        if method == "public":
+            return [doc.public]
+        if method == "scrub":
+            return [doc.scrub]
+        if method == "dp-fusion":
+            return [doc.public, *(doc.groups or (doc.public,))]  # no group: one masked dummy row
+        return [doc.original]
+
+    # ------------------------------------------------------------------ step
+    def step(self, logits: torch.Tensor, docs: torch.Tensor, temperature: float = 1.0) -> MechanismStep:
+        method = self.setting.method
+        if method == "dp-fusion":
+            width = logits.shape[-2] - 1
+            betas = self.betas[docs.cpu(), :width].to(logits.device)  # (N, m)
+            mask = self.group_mask[docs.cpu(), :width].to(logits.device)  # (N, m)
+            return self.fusion.step(logits, betas=betas, group_mask=mask, temperature=temperature)
+        if method == "public":
+            return self.mechanism.step(logits[..., :1, :], temperature=temperature)
+        # The other mechanisms read the private row 1 and ignore row 0; the one row these methods
+        # read stands in for both (a view, no extra forward pass).
+        view = logits[..., :1, :].expand(*logits.shape[:-2], 2, logits.shape[-1])  # (..., 2, V)
+        if method == "dp-prompt":
+            return self.mechanism.step(view)
+        return self.mechanism.step(view, temperature=temperature)
+
+    def _bind_fusion(self) -> None:
+        s = self.setting
+        self.fusion = DPFusion(alpha=s.alpha)
+        counts = [len(d.groups) for d in self.docs]
+        width = max([1, *counts])
+        self.betas = torch.zeros((len(self.docs), width), dtype=torch.float32)  # (N, m_max)
+        self.group_mask = torch.zeros((len(self.docs), width), dtype=torch.bool)  # (N, m_max)
+        for i, m in enumerate(counts):
+            if m:
+                self.betas[i, :m] = self._beta(m)
+                self.group_mask[i, :m] = True
+
+    def _beta(self, groups: int) -> float:
+        s = self.setting
+        if s.cap is not None:
+            return s.cap / s.alpha
+        return dp_fusion_beta(epsilon=s.target, alpha=s.alpha, groups=groups, max_tokens=self.tokens,
+                              delta=self.delta)
+
+    # ------------------------------------------------------------------ epsilon
+    def epsilon(self, doc: DocumentRows) -> float | None:
+        """The certified epsilon for ``doc``: per group for DP-Fusion, whole output otherwise.
+
+        0 for public (the output ignores the private text), None where there is no guarantee.
+        """
+        s, t = self.setting, self.tokens
+        if s.method == "public":
+            return 0.0
+        if s.method == "dp-decoding":
+            return dp_decoding_epsilon(lam=s.lam, vocab_size=self.vocab_size, max_tokens=t)
+        if s.method == "dp-prompt":
+            return dp_prompt_epsilon(clip_width=s.clip_width, temperature=s.temperature, max_tokens=t)
+        if s.method == "dp-fusion":
+            m = len(doc.groups)
+            return dp_fusion_epsilon(alpha=s.alpha, beta=self._beta(m), groups=m, max_tokens=t,
+                                     delta=self.delta) if m else 0.0
+        return None

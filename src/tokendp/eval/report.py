@@ -1,0 +1,122 @@
+"""Write evaluation results: results.json, results.csv, results.md and PNG plots.
+
+The plots put each private method's settings on a log epsilon axis (perplexity; LOSS and
+Min-K% attack success) and draw the baselines without a finite epsilon (original, scrub) and
+public (epsilon 0) as horizontal lines, with random guessing (1/5) on the attack plots.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from tokendp.eval.candidates import ATTACK_LABELS
+
+COLUMNS = ("method", "setting", "epsilon", "ppl", "asr_loss", "asr_mink",
+           *(f"asr_{a}_{lab}" for a in ("loss", "mink") for lab in ATTACK_LABELS), "games", "docs")
+MD_COLUMNS = (("method", "method"), ("setting", "setting"), ("epsilon", "epsilon"), ("ppl", "perplexity"),
+              ("asr_loss", "ASR LOSS"), ("asr_mink", "ASR Min-K%"),
+              *((f"asr_loss_{lab}", f"LOSS {lab}") for lab in ATTACK_LABELS))
+
+
+def _fmt(value: Any) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, float):
+        if math.isinf(value):
+            return "inf"
+        return f"{value:.3g}" if abs(value) < 1e4 else f"{value:.3e}"
+    return str(value)
+
+
+def markdown_table(rows: Sequence[dict[str, Any]]) -> str:
+    """The results as a Markdown table (epsilon '-' = no formal guarantee)."""
+    head = "| " + " | ".join(t for _, t in MD_COLUMNS) + " |"
+    rule = "|" + "|".join("---" if k in ("method", "setting") else "---:" for k, _ in MD_COLUMNS) + "|"
+    body = ["| " + " | ".join(_fmt(r.get(k)) for k, _ in MD_COLUMNS) + " |" for r in rows]
+    return "\n".join([head, rule, *body])
+
+
+def write_results(rows: Sequence[dict[str, Any]], out_dir: str | Path, *, command: str = "",
+                  plots: bool = True) -> list[Path]:
+    """Write every output file into ``out_dir``; return their paths."""
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "results.json").write_text(json.dumps(list(rows), indent=2))
+    with (out / "results.csv").open("w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=COLUMNS, extrasaction="ignore")
+        writer.writeheader()
+        writer.writerows(rows)
+    meta = rows[0] if rows else {}
+    lines = ["# Sanitization evaluation", ""]
+    if command:
+        lines += ["```", command, "```", ""]
+    lines += [markdown_table(rows), "",
+              f"{meta.get('docs', 0)} documents, T = {meta.get('max_new_tokens')} max new tokens, "
+              f"delta = {meta.get('delta')}, {meta.get('seconds_total')} s. Perplexity: teacher-forced, "
+              "pooled over tokens. ASR: success rate of the attack in the 5-candidate token-recovery "
+              "game, pooled over PERSON, CODE and DATETIME (chance 0.2)."]
+    (out / "results.md").write_text("\n".join(lines) + "\n")
+    paths = [out / "results.json", out / "results.csv", out / "results.md"]
+    if plots and rows:
+        paths += plot_results(rows, out)
+    return paths
+
+
+def plot_results(rows: Sequence[dict[str, Any]], out: Path) -> list[Path]:
+    """``epsilon_vs_ppl.png`` and ``epsilon_vs_asr.png`` (LOSS and Min-K% panels)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    paths = []
+    fig, ax = plt.subplots(figsize=(6, 4))
+    _panel(ax, rows, "ppl", "perplexity (log)")
+    ax.set_yscale("log")
+    paths.append(_save(fig, out / "epsilon_vs_ppl.png"))
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4), sharey=True)
+    for ax, key, title in zip(axes, ("asr_loss", "asr_mink"), ("LOSS attack", "Min-K% attack")):
+        _panel(ax, rows, key, "attack success rate")
+        ax.axhline(0.2, color="grey", linestyle=":", label="random guess (0.2)")
+        ax.set_title(title)
+        ax.set_ylim(0, 1.02)
+    axes[0].legend(fontsize=7, loc="best")
+    paths.append(_save(fig, out / "epsilon_vs_asr.png"))
+    return paths
+
+
+def _panel(ax, rows: Sequence[dict[str, Any]], key: str, ylabel: str) -> None:
+    methods = list(dict.fromkeys(r["method"] for r in rows))
+    for method in methods:
+        pts = sorted((r["epsilon"], r[key], r["setting"]) for r in rows
+                     if r["method"] == method and r[key] is not None and r["epsilon"] not in (None, 0.0))
+        flat = [r for r in rows if r["method"] == method and r[key] is not None and r["epsilon"] in (None, 0.0)]
+        if pts:
+            line, = ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", label=method)
+            for x, y, name in pts:
+                ax.annotate(name, (x, y), fontsize=6, textcoords="offset points", xytext=(3, 3),
+                            color=line.get_color())
+        for r in flat:
+            suffix = " (eps 0)" if r["epsilon"] == 0.0 else " (no DP)"
+            ax.axhline(r[key], linestyle="--", linewidth=1, label=method + suffix,
+                       color={"original": "black", "public": "tab:green", "scrub": "tab:brown"}.get(method))
+    ax.set_xscale("log")
+    ax.set_xlabel("certified epsilon (log)")
+    ax.set_ylabel(ylabel)
+    ax.grid(alpha=0.3)
+    if key == "ppl":
+        ax.legend(fontsize=7, loc="best")
+
+
+def _save(fig, path: Path) -> Path:
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    import matplotlib.pyplot as plt
+
+    plt.close(fig)
+    return path

@@ -1,0 +1,287 @@
+"""``evaluate_sanitization``: utility and attack success of every method, side by side.
+
+For each TAB document (truncated span-safely to ``max_chars``) and each method setting:
+
+1. **Perplexity** of the original document under the method's next-token distribution, by
+   teacher forcing (:mod:`tokendp.eval.scoring`): one forward pass over the method's rows
+   followed by the true document, then the mechanism's step vectorised over positions
+   (``(n, R, V) -> (n, V)``); NLLs and token counts are pooled over documents.
+2. **Release**: the method's sampled rewrite of the true document (``max_new_tokens`` T).
+   All pending settings of a batch of documents are generated together in one batched
+   decoding loop (each setting's mechanism applied to its own sequences), with a generator
+   seeded from (seed, batch).
+3. **Token-recovery game** for PERSON, CODE and DATETIME (:mod:`tokendp.eval.candidates`):
+   the white-box attacker (the same model) scores the release under each of the 5 candidates
+   as the prompt's document with LOSS and Min-K%; success when candidate 0 scores best.
+4. The certified **epsilon** (:class:`tokendp.eval.methods.BoundMethod`), the largest over the
+   documents (for DP-Fusion it depends on a document's number of groups).
+
+Each (document, setting) result is cached as JSON in ``out/cache/<run-hash>/`` as soon as it is
+done (numbers only, no text), so a killed run resumes where it stopped.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import time
+import zlib
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+from tqdm.auto import tqdm
+
+from tokendp.backends import HFBackend, RowSequence
+from tokendp.errors import InvalidInputError
+from tokendp.eval.candidates import ATTACK_LABELS, attack_candidates, truncate_document
+from tokendp.eval.methods import BoundMethod, DocumentRows, Setting, document_rows, make_settings
+from tokendp.mechanisms import MechanismStep
+from tokendp.eval.metrics import attack_success, loss_score, min_k_score, pooled_perplexity, target_logprobs
+from tokendp.eval.scoring import continuation_logits
+from tokendp.eval.tab import load_tab
+from tokendp.generation import generate, make_generator
+from tokendp.sanitize import load_backend
+from tokendp.text.contexts import placeholder_id, prompt_template
+
+DEFAULT_MAX_CHARS = 1200
+DEFAULT_MAX_NEW_TOKENS = 400
+DEFAULT_DELTA = 1e-5
+
+
+@dataclass(frozen=True)
+class EvalConfig:
+    """Everything that determines an evaluation run (and its cache)."""
+
+    data_dir: str
+    candidates: str
+    model: str
+    methods: tuple[str, ...]
+    epsilons: tuple[float, ...] = (10.0, 50.0)
+    paper_settings: bool = False
+    split: str = "report"
+    limit: int | None = None
+    max_chars: int = DEFAULT_MAX_CHARS
+    max_new_tokens: int = DEFAULT_MAX_NEW_TOKENS
+    delta: float = DEFAULT_DELTA
+    min_k: float = 0.2
+    n_candidates: int = 5
+    seed: int = 0
+    batch_docs: int = 20
+
+    def run_hash(self) -> str:
+        """Hash of what changes results (not the method list or limit: those only select)."""
+        keys = ("data_dir", "candidates", "model", "split", "max_chars", "max_new_tokens", "delta", "min_k",
+                "n_candidates", "seed", "batch_docs")
+        blob = json.dumps({k: getattr(self, k) for k in keys}, sort_keys=True)
+        return hashlib.sha256(blob.encode()).hexdigest()[:12]
+
+
+@dataclass
+class EvalDocument:
+    """One document: its id, rows of every view, and the attack candidates' prompts per label."""
+
+    doc_id: str
+    rows: DocumentRows
+    candidates: dict[str, list[tuple[int, ...]]] = field(default_factory=dict)  # label -> prompts
+
+
+def _seed(*parts: object) -> int:
+    return zlib.crc32(":".join(map(str, parts)).encode())
+
+
+def prepare_documents(config: EvalConfig, backend: HFBackend) -> list[EvalDocument]:
+    """Load, truncate and tokenise the split's documents and build their attack candidates."""
+    tab = load_tab(config.data_dir, config.split)
+    pool = json.loads(Path(config.candidates).read_text(encoding="utf-8"))
+    ids = list(tab.texts)[: config.limit] if config.limit else list(tab.texts)
+    tok, opts = backend.tokenizer, backend.options
+    template = prompt_template(tok, options=opts)
+    placeholder = placeholder_id(tok, options=opts)
+    docs = []
+    for doc_id in ids:
+        text, spans = truncate_document(tab.texts[doc_id], tab.gold[doc_id], max_chars=config.max_chars)
+        doc = EvalDocument(doc_id, document_rows(text, spans, tok, template=template, placeholder=placeholder))
+        for label in ATTACK_LABELS:
+            if any(s.label == label for s in spans):
+                gen = torch.Generator().manual_seed(_seed(config.seed, doc_id, label))
+                cands = attack_candidates(text, spans, label, pool[label], n_candidates=config.n_candidates,
+                                          generator=gen)
+                doc.candidates[label] = [template.wrap(tok(c, add_special_tokens=False)["input_ids"]) for c in cands]
+        docs.append(doc)
+    return docs
+
+
+def _perplexities(backend: HFBackend, bounds: Sequence[BoundMethod], i: int) -> list[tuple[float, int]]:
+    """(total NLL, tokens) of document i's original text under each bound method, by teacher forcing.
+
+    One forward pass over the distinct rows the methods read (the original, public, scrubbed
+    and group views), then each method's step vectorised over positions ``(n, R, V) -> (n, V)``.
+    """
+    doc = bounds[0].docs[i]
+    views = list(dict.fromkeys(r for b in bounds for r in b.rows(doc)))  # distinct rows, in order
+    logits = continuation_logits(backend, views, doc.target)  # (D, n, V)
+    n = logits.shape[1]
+    target = torch.tensor(doc.target, device=logits.device)  # (n,)
+    out = []
+    for bound in bounds:
+        index = torch.tensor([views.index(r) for r in bound.rows(doc)], device=logits.device)
+        step = bound.step(logits[index].transpose(0, 1), torch.full((n,), i, dtype=torch.long))  # (n, V)
+        out.append((float(-target_logprobs(step.logprobs, target).double().sum()), n))
+    return out
+
+
+def _attack(backend: HFBackend, doc: EvalDocument, released: Sequence[int], k: float) -> dict[str, dict[str, float]]:
+    """Success of LOSS and Min-K% per attacked label on the released token ids."""
+    if not doc.candidates:
+        return {}
+    if not released:  # nothing released: every candidate ties, chance level
+        return {lab: {"loss": 1 / len(c), "mink": 1 / len(c)} for lab, c in doc.candidates.items()}
+    truth = next(iter(doc.candidates.values()))[0]
+    prompts = [truth] + [p for c in doc.candidates.values() for p in c[1:]]
+    logits = continuation_logits(backend, prompts, released)  # (P, n, V)
+    lp = target_logprobs(torch.log_softmax(logits, -1), torch.tensor(released, device=logits.device)
+                         .expand(len(prompts), -1))  # (P, n)
+    loss, mink = loss_score(lp).cpu(), min_k_score(lp, k=k).cpu()  # (P,)
+    out, start = {}, 1
+    for label, cands in doc.candidates.items():
+        idx = torch.tensor([0, *range(start, start + len(cands) - 1)])
+        start += len(cands) - 1
+        out[label] = {"loss": attack_success(loss[idx]), "mink": attack_success(mink[idx])}
+    return out
+
+
+def _eos_ids(backend: HFBackend) -> list[int]:
+    ids = {backend.tokenizer.eos_token_id}
+    for stop in backend.options.get("stop", []):
+        found = backend.tokenizer.convert_tokens_to_ids(stop)
+        if isinstance(found, int) and found != backend.tokenizer.unk_token_id:
+            ids.add(found)
+    return sorted(i for i in ids if i is not None)
+
+
+class _Cache:
+    """Per-(setting, document) JSON records under ``out/cache/<run-hash>/<setting>/``."""
+
+    def __init__(self, out: Path, config: EvalConfig) -> None:
+        self.root = out / "cache" / config.run_hash()
+        self.root.mkdir(parents=True, exist_ok=True)
+        (self.root / "config.json").write_text(json.dumps(asdict(config), indent=2))
+
+    def path(self, setting: Setting, doc_id: str) -> Path:
+        return self.root / setting.key / f"{doc_id}.json"
+
+    def get(self, setting: Setting, doc_id: str) -> dict | None:
+        p = self.path(setting, doc_id)
+        return json.loads(p.read_text()) if p.is_file() else None
+
+    def put(self, setting: Setting, doc_id: str, record: dict) -> None:
+        p = self.path(setting, doc_id)
+        p.parent.mkdir(parents=True, exist_ok=True)
+        tmp = p.with_suffix(".tmp")
+        tmp.write_text(json.dumps(record))
+        tmp.replace(p)
+
+
+def evaluate_sanitization(config: EvalConfig, out_dir: str | Path, *, backend: HFBackend | None = None,
+                          progress: bool = True) -> list[dict[str, Any]]:
+    """Run the evaluation (resuming from ``out_dir``'s cache); one result row per setting."""
+    started = time.perf_counter()
+    backend = load_backend(backend or config.model)
+    docs = prepare_documents(config, backend)
+    if not docs:
+        raise InvalidInputError("no documents to evaluate: check --data, --split and --limit")
+    settings = make_settings(config.methods, epsilons=config.epsilons, paper=config.paper_settings,
+                             vocab_size=backend.vocab_size, max_new_tokens=config.max_new_tokens, delta=config.delta,
+                             group_counts=[len(d.rows.groups) for d in docs])
+    cache = _Cache(Path(out_dir), config)
+    bar = tqdm(total=len(settings) * len(docs), desc="eval sanitize", unit="run", disable=not progress)
+    records: dict[tuple[Setting, str], dict] = {}
+    for c in range(0, len(docs), config.batch_docs):
+        _run_chunk(config, backend, docs[c:c + config.batch_docs], c, settings, cache, records, bar)
+    bar.close()
+    rows = [summarise(s, [records[s, d.doc_id] for d in docs], config) for s in settings]
+    for r in rows:
+        r["seconds_total"] = round(time.perf_counter() - started, 1)
+    return rows
+
+
+class _AllSettingsStep:
+    """One step function over the sequences of several settings (setting-major, ``n`` documents each).
+
+    Each setting's mechanism sees only its own documents and rows: logits ``# (Na, R, V)`` are
+    split by setting, cut to the setting's row count, and the log-probs put back in order.
+    """
+
+    def __init__(self, bounds: Sequence[BoundMethod], n: int) -> None:
+        self.bounds, self.n = list(bounds), n
+        self.widths = [max(len(b.rows(d)) for d in b.docs) for b in self.bounds]
+
+    def __call__(self, logits: torch.Tensor, docs: torch.Tensor, temperature: float) -> MechanismStep:
+        out = torch.empty(logits.shape[0], logits.shape[-1], dtype=torch.float32, device=logits.device)  # (Na, V)
+        which = torch.div(docs, self.n, rounding_mode="floor").cpu()  # (Na,) setting of each sequence
+        for s, (bound, width) in enumerate(zip(self.bounds, self.widths)):
+            rows = (which == s).nonzero().squeeze(-1)
+            if len(rows):
+                step = bound.step(logits[rows.to(logits.device), :width], docs[rows.to(docs.device)] % self.n,
+                                  temperature)
+                out[rows.to(logits.device)] = step.logprobs.float()
+        return MechanismStep(out, {})
+
+
+def _run_chunk(config: EvalConfig, backend: HFBackend, chunk: list[EvalDocument], first: int,
+               settings: Sequence[Setting], cache: _Cache, records: dict, bar: tqdm) -> None:
+    """Release every pending setting's rewrite of the chunk's documents in one batched generation,
+    then score each (document, setting) and cache it."""
+    for s in settings:
+        for d in chunk:
+            found = cache.get(s, d.doc_id)
+            if found is not None:
+                records[s, d.doc_id] = found
+                bar.update(1)
+    pending = [s for s in settings if any((s, d.doc_id) not in records for d in chunk)]
+    if not pending:
+        return
+    bounds = [BoundMethod(s, [d.rows for d in chunk], vocab_size=backend.vocab_size,
+                          max_new_tokens=config.max_new_tokens, delta=config.delta) for s in pending]
+    sequences = [RowSequence.from_ids(b.rows(d.rows)) for b in bounds for d in chunk]
+    bar.set_postfix_str(f"releasing {len(sequences)} rewrites")
+    released = generate(backend, sequences, _AllSettingsStep(bounds, len(chunk)),
+                        max_new_tokens=config.max_new_tokens, generator=make_generator(_seed(config.seed, "release", first)),
+                        eos_ids=_eos_ids(backend), stop_strings=backend.options.get("stop", []))
+    for i, d in enumerate(chunk):
+        bar.set_postfix_str("scoring")
+        todo = [k for k, s in enumerate(pending) if (s, d.doc_id) not in records]
+        ppl = _perplexities(backend, [bounds[k] for k in todo], i)
+        for (nll, n), k in zip(ppl, todo):
+            out = released[k * len(chunk) + i]
+            record = {"doc": d.doc_id, "nll": nll, "tokens": n, "epsilon": bounds[k].epsilon(d.rows),
+                      "groups": len(d.rows.groups), "released_tokens": len(out.token_ids),
+                      "attacks": _attack(backend, d, out.token_ids, config.min_k)}
+            cache.put(pending[k], d.doc_id, record)
+            records[pending[k], d.doc_id] = record
+            bar.update(1)
+
+
+def summarise(setting: Setting, records: list[dict], config: EvalConfig) -> dict[str, Any]:
+    """One result row: pooled perplexity, attack success pooled and per label, epsilon."""
+    eps = [r["epsilon"] for r in records]
+    row: dict[str, Any] = {
+        "method": setting.method, "setting": setting.name,
+        "epsilon": None if any(e is None for e in eps) else max(eps),
+        "target_epsilon": setting.target,
+        "ppl": pooled_perplexity((r["nll"], r["tokens"]) for r in records),
+    }
+    for attack in ("loss", "mink"):
+        games = [(lab, g[attack]) for r in records for lab, g in r["attacks"].items()]
+        row[f"asr_{attack}"] = sum(s for _, s in games) / len(games) if games else None
+        for label in ATTACK_LABELS:
+            per = [s for lab, s in games if lab == label]
+            row[f"asr_{attack}_{label}"] = sum(per) / len(per) if per else None
+    row.update({"games": sum(len(r["attacks"]) for r in records), "docs": len(records),
+                "mean_released_tokens": sum(r["released_tokens"] for r in records) / len(records),
+                "params": {k: v for k, v in asdict(setting).items() if k not in ("method", "name") and v is not None},
+                "max_new_tokens": config.max_new_tokens, "delta": config.delta})
+    return row

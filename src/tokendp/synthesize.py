@@ -1,0 +1,323 @@
+"""DP synthetic text: InvisibleInk (Vinod, Pillutla, Thakurta, NeurIPS 2025) and the Amin et
+al. 2024 baseline.
+
+``tokendp.synthesize(references, epsilon=..., delta=..., batch_size=B, max_tokens=T)`` writes
+new texts that resemble a private corpus. The guarantee is per reference: every synthetic text
+and everything reported with it is (epsilon, delta)-DP with respect to replacing any one
+reference by nothing (replace-by-null adjacency).
+
+How one synthetic text is made. The references are split, in order, into *disjoint* batches of
+B; batch j (references jB .. jB+B-1) drives one sequence of 1 + B rows through the decoding
+loop of :mod:`tokendp.generation`: row 0 is the public prompt (the template around an empty or
+placeholder document), row i the same template around reference i. At each of at most T steps
+the mechanism turns the 1 + B next-token logit vectors into one distribution:
+
+* InvisibleInk: DClip, phi = phi_pub + (1/B) sum_i clip(phi_i - phi_pub, -C, C), restricted to
+  the Top-k+ set computed from the public logits alone, sampled as the exponential mechanism
+  softmax(phi / tau). Per token rho_tok = C^2 / (2 B^2 tau^2)-zCDP per reference.
+* Amin et al.: each reference's full logits clipped to [-C, C] and averaged; per token
+  rho_tok = 2 C^2 / (B^2 tau^2) (:func:`tokendp.accounting.amin_rho_per_token`).
+
+Composition. T tokens compose to rho = T rho_tok (zCDP adds up, Bun and Steinke 2016, Lemma
+2.3), converted exactly to (epsilon, delta) (:func:`tokendp.accounting.zcdp_to_epsilon`); T is
+fixed before generation and counted in full even when a text stops early, since the stopping
+time depends on the references. Across batches the guarantee does not add up: each reference
+sits in exactly one batch, and the texts of the other batches do not read it (parallel
+composition), so the whole set of synthetic texts is (epsilon, delta)-DP per reference. The
+partition is fixed by position, before anything is read, so it leaks nothing. A reference is
+never used twice: ``num`` texts need ``num * B`` references, and asking for more texts than
+floor(N / B) is an error.
+
+Calibration. Given (epsilon, delta, T, B, tau), the clip C is the largest value meeting epsilon
+(:func:`tokendp.accounting.invisibleink_clip`; for Amin et al. the same zCDP budget with its own
+rho_tok). epsilon = 0 gives C = 0: InvisibleInk then samples the public model's Top-k (the
+references are never read by the distribution) and Amin et al. would sample uniformly, so at
+epsilon 0 both methods sample the public model's distribution and charge nothing.
+"""
+
+from __future__ import annotations
+
+import math
+import sys
+import types
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+import torch
+
+from tokendp.accounting import (
+    Ledger,
+    ZcdpEvent,
+    amin_epsilon,
+    amin_rho_per_token,
+    invisibleink_clip,
+    invisibleink_epsilon,
+    invisibleink_rho_per_token,
+)
+from tokendp.backends import HFBackend, RowSequence
+from tokendp.errors import InvalidInputError, InvalidParameterError
+from tokendp.generation import Generated, generate, make_generator
+from tokendp.mechanisms import AminEtAl, InvisibleInk
+from tokendp.mechanisms.base import MechanismStep
+from tokendp.sanitize import _eos_ids, load_backend  # TODO(merge): both belong in tokendp.backends
+from tokendp.text.contexts import PromptTemplate, prompt_template
+
+Method = Literal["invisibleink", "amin"]
+METHODS = ("invisibleink", "amin")
+DEFAULT_INSTRUCTION = ("Write a new text of the same kind, style and topic as the following example. "
+                       "Do not copy it.")
+
+
+@dataclass(frozen=True)
+class SyntheticText:
+    """One synthetic text and its certificate (public parameters and public-row diagnostics only).
+
+    ``epsilon`` is certified per reference at ``delta`` for all ``max_tokens`` possible tokens;
+    ``references`` are the indices (into the input list) of the B references its batch read.
+    ``topk_plus_mean`` is the mean size of InvisibleInk's Top-k+ candidate set; it is computed
+    from the public row only (the prompt and the already released tokens), so publishing it
+    costs no privacy.
+    """
+
+    text: str
+    method: str
+    epsilon: float
+    delta: float
+    clip: float
+    batch_size: int
+    max_tokens: int
+    temperature: float
+    top_k: int | None
+    tokens_generated: int
+    stop_reason: str
+    references: tuple[int, ...]
+    topk_plus_mean: float | None
+    model: str
+
+    def to_dict(self) -> dict[str, Any]:
+        out = asdict(self)
+        out["references"] = list(self.references)
+        return out
+
+
+# ---------------------------------------------------------------------------- parameters
+def _check_params(method: str, epsilon: float, delta: float, batch_size: int, max_tokens: int,
+                  temperature: float, top_k: int | None) -> None:
+    if method not in METHODS:
+        raise InvalidParameterError(f"method must be one of {METHODS}, got {method!r}")
+    if not (isinstance(epsilon, (int, float)) and math.isfinite(epsilon) and epsilon >= 0):
+        raise InvalidParameterError(f"epsilon (per reference) must be a finite number >= 0, got {epsilon!r}")
+    if not (isinstance(delta, (int, float)) and 0 < delta < 1):
+        raise InvalidParameterError(f"delta must be in (0, 1), e.g. below 1/(number of references); got {delta!r}")
+    for name, value in (("batch_size", batch_size), ("max_tokens", max_tokens)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise InvalidParameterError(f"{name} must be an integer >= 1, got {value!r}")
+    if not (isinstance(temperature, (int, float)) and math.isfinite(temperature) and temperature > 0):
+        raise InvalidParameterError(
+            f"temperature must be a finite number > 0 (the exponential mechanism needs it), got {temperature!r}")
+    if top_k is not None and (isinstance(top_k, bool) or not isinstance(top_k, int) or top_k < 1):
+        raise InvalidParameterError(f"top_k must be an integer >= 1 (or None for the whole vocabulary), got {top_k!r}")
+    if method == "amin" and top_k is not None:
+        raise InvalidParameterError("Amin et al. sample from the whole vocabulary; pass top_k=None with method='amin'")
+
+
+def partition(n_references: int, *, batch_size: int, num: int | None = None) -> list[tuple[int, ...]]:
+    """Disjoint batches of reference indices: batch j is (jB, ..., jB + B - 1), j < num.
+
+    With N references there are floor(N / B) disjoint batches; ``num`` (default: all of them)
+    may not exceed that, since a reference used by two texts would be charged twice.
+    """
+    available = n_references // batch_size
+    if available == 0:
+        raise InvalidInputError(
+            f"{n_references} reference(s) cannot fill one batch of {batch_size}; lower batch_size or add references")
+    if num is None:
+        num = available
+    if isinstance(num, bool) or not isinstance(num, int) or num < 1:
+        raise InvalidParameterError(f"num must be an integer >= 1, got {num!r}")
+    if num > available:
+        raise InvalidParameterError(
+            f"{n_references} references in disjoint batches of {batch_size} give at most {available} synthetic "
+            f"text(s), not {num}: each reference is used once; lower num or batch_size, or add references")
+    return [tuple(range(j * batch_size, (j + 1) * batch_size)) for j in range(num)]
+
+
+def calibrate_clip(*, method: Method, epsilon: float, delta: float, batch_size: int, temperature: float,
+                   max_tokens: int) -> float:
+    """The largest clip C whose T-token guarantee is (epsilon, delta) per reference; 0 at epsilon 0.
+
+    InvisibleInk: :func:`tokendp.accounting.invisibleink_clip`, C = B tau sqrt(2 rho* / T) with
+    rho* the largest zCDP meeting epsilon. Amin et al.: rho_tok = 2 C^2 / (B^2 tau^2) is
+    InvisibleInk's C^2 / (2 B^2 tau^2) at twice the clip, so their clip is half of it; in floating
+    point the two per-token rhos are then bit-identical (both evaluate the bounded range 2C/(B tau)
+    with 4 (C/2) = 2C exactly), so a ledger admits exactly T tokens for both.
+    """
+    if epsilon == 0:
+        return 0.0
+    clip = invisibleink_clip(epsilon=epsilon, delta=delta, batch_size=batch_size, temperature=temperature,
+                             max_tokens=max_tokens)
+    return clip if method == "invisibleink" else clip / 2.0
+
+
+def certified_epsilon(*, method: Method, clip: float, delta: float, batch_size: int, temperature: float,
+                      max_tokens: int) -> float:
+    """Epsilon per reference of T tokens at clip C (0 when C = 0: the references are not read)."""
+    if clip == 0:
+        return 0.0
+    fn = invisibleink_epsilon if method == "invisibleink" else amin_epsilon
+    return fn(clip=clip, batch_size=batch_size, temperature=temperature, max_tokens=max_tokens, delta=delta)
+
+
+def rho_per_token(*, method: Method, clip: float, batch_size: int, temperature: float) -> float:
+    """zCDP charged to each reference of a batch per generated token."""
+    fn = invisibleink_rho_per_token if method == "invisibleink" else amin_rho_per_token
+    return fn(clip=clip, batch_size=batch_size, temperature=temperature)
+
+
+# ---------------------------------------------------------------------------- model and rows
+def _token_ids(tokenizer: Any, text: str) -> tuple[int, ...]:
+    return tuple(tokenizer(text, add_special_tokens=False)["input_ids"]) if text else ()
+
+
+def batch_rows(references: Sequence[str], batch: Sequence[int], tokenizer: Any, template: PromptTemplate,
+               public_ids: Sequence[int]) -> RowSequence:
+    """The 1 + B rows of one batch: the public prompt, then the prompt around each reference."""
+    rows = [template.wrap(public_ids)]
+    rows += [template.wrap(_token_ids(tokenizer, references[i])) for i in batch]
+    return RowSequence.from_ids(rows)
+
+
+def _public_document(backend: HFBackend, public_document: str | None) -> str:
+    """What the public row shows in place of a reference: given, else the model's placeholder, else ""."""
+    if public_document is not None:
+        return public_document
+    return str(backend.options.get("placeholder", ""))
+
+
+# ---------------------------------------------------------------------------- the job
+def _check_references(references: Sequence[str]) -> list[str]:
+    if isinstance(references, str):
+        raise InvalidInputError("references must be a list of texts, not one string")
+    refs = list(references)
+    for i, ref in enumerate(refs):
+        if not isinstance(ref, str) or not ref.strip():
+            raise InvalidInputError(f"reference {i} is empty or not a string; every reference must be a non-empty text")
+    return refs
+
+
+class _Job:
+    """The mechanism bound to its parameters, a ledger with one unit per batch, and the step."""
+
+    def __init__(self, method: Method, clip: float, batch_size: int, temperature: float, top_k: int | None,
+                 epsilon: float, delta: float, n_batches: int) -> None:
+        self.public_only = method == "amin" and clip == 0  # clipping to [0, 0] would sample uniformly
+        self.temperature = float(temperature)
+        self.mechanism: Any = None
+        if method == "invisibleink":
+            self.mechanism = InvisibleInk(clip=clip, temperature=temperature, top_k=top_k)
+        elif not self.public_only:
+            self.mechanism = AminEtAl(clip=clip, temperature=temperature)
+        self.event = ZcdpEvent(rho_per_token(method=method, clip=clip, batch_size=batch_size,
+                                             temperature=temperature))
+        # Every reference of a batch is charged the same event at the same steps, so one ledger
+        # unit per batch holds exactly each of its references' spending.
+        self.ledger = Ledger({j: epsilon for j in range(n_batches)}, delta=delta)
+        self.offset = 0  # index of the first batch of the chunk being generated
+
+    def step(self, logits: torch.Tensor, docs: torch.Tensor, temperature: float) -> MechanismStep:
+        """logits ``# (Na, 1+B, V)`` of the active sequences -> their next-token log-probs."""
+        if self.public_only:  # the references are not read
+            return MechanismStep(torch.log_softmax(logits[:, 0].float() / self.temperature, -1), {})  # (Na, V)
+        return self.mechanism.step(logits)
+
+    def charge(self, docs: list[int]) -> None:
+        """Charge every reference of each active batch for one token, before it is sampled."""
+        self.ledger.charge({self.offset + d: self.event for d in docs})
+
+
+def synthesize(
+    references: Sequence[str], *, epsilon: float, delta: float, batch_size: int, max_tokens: int,
+    temperature: float = 1.0, top_k: int | None = 100, method: Method = "invisibleink", num: int | None = None,
+    model: str | Path | HFBackend | None = None, prompt: str | None = None, instruction: str | None = None,
+    public_document: str | None = None, seed: int | None = None, concurrency: int = 16,
+    stop: Sequence[str] = (), device: str | None = None, dtype: str | None = None,
+    on_token: Callable[[int, int], None] | None = None,
+) -> list[SyntheticText]:
+    """Generate ``num`` synthetic texts, each (epsilon, delta)-DP per reference (module docstring).
+
+    Args:
+        references: the private texts; each is read by exactly one synthetic text.
+        epsilon, delta: the guarantee per reference (epsilon 0: public-model text).
+        batch_size: B, references averaged per synthetic text.
+        max_tokens: T, tokens per text, fixed before generation and all counted.
+        temperature: tau (> 0) of the exponential mechanism.
+        top_k: k of InvisibleInk's Top-k+ set (None: the whole vocabulary). Amin et al. always
+            sample from the whole vocabulary: for them the default 100 means None, and any other
+            k is an error.
+        method: ``"invisibleink"`` or ``"amin"`` (Amin et al. 2024, full-logit clipping).
+        num: how many texts (default floor(N / B), the most disjoint batches allow).
+        model: a local model directory, a hub id in the local cache, an ``HFBackend``, or None
+            for the embedded default model.
+        prompt: a plain template with ``{document}`` (and optionally ``{instruction}``); default:
+            the model's ``tokendp.json`` template, else its chat template, else a plain one.
+        instruction: the instruction of chat and plain templates.
+        public_document: what the public row shows instead of a reference (default: the model's
+            ``tokendp.json`` placeholder, else nothing).
+        seed: reproducible sampling; None seeds from the OS.
+        concurrency: synthetic texts generated together (each 1 + B rows) in one batch.
+        stop: extra stop strings (the model's tokendp.json "stop" always apply).
+        device, dtype: where and how to run the model.
+        on_token: streaming callback ``(text index, token id)``.
+
+    Returns:
+        One :class:`SyntheticText` per batch, in batch order.
+    """
+    if method == "amin" and top_k == 100:
+        top_k = None  # the default k belongs to InvisibleInk; Amin et al. use the whole vocabulary
+    _check_params(method, epsilon, delta, batch_size, max_tokens, temperature, top_k)
+    if isinstance(concurrency, bool) or not isinstance(concurrency, int) or concurrency < 1:
+        raise InvalidParameterError(f"concurrency must be an integer >= 1, got {concurrency!r}")
+    refs = _check_references(references)
+    batches = partition(len(refs), batch_size=batch_size, num=num)
+    clip = calibrate_clip(method=method, epsilon=epsilon, delta=delta, batch_size=batch_size,
+                          temperature=temperature, max_tokens=max_tokens)
+    backend = load_backend(model, device=device, dtype=dtype)
+    tok = backend.tokenizer
+    template = prompt_template(tok, options=backend.options, template=prompt,
+                               instruction=DEFAULT_INSTRUCTION if instruction is None else instruction)
+    public_ids = _token_ids(tok, _public_document(backend, public_document))
+    sequences = [batch_rows(refs, b, tok, template, public_ids) for b in batches]
+    backend.check_fits(max(s.max_length for s in sequences), max_tokens)
+    job = _Job(method, clip, batch_size, temperature, top_k, epsilon, delta, len(batches))
+    generator = make_generator(seed, backend.device)
+    outputs: list[Generated] = []
+    for start in range(0, len(sequences), concurrency):
+        job.offset = start
+        stream = None if on_token is None else (lambda d, t, s=start: on_token(s + d, t))
+        outputs += generate(backend, sequences[start:start + concurrency], job.step, max_new_tokens=max_tokens,
+                            generator=generator, temperature=temperature, eos_ids=_eos_ids(backend),
+                            stop_strings=[*backend.options.get("stop", []), *stop], charge=job.charge,
+                            on_token=stream)
+    eps = certified_epsilon(method=method, clip=clip, delta=delta, batch_size=batch_size, temperature=temperature,
+                            max_tokens=max_tokens)
+    return [SyntheticText(out.text, method, eps, float(delta), clip, batch_size, max_tokens, float(temperature),
+                          top_k, len(out.token_ids), out.stop_reason, batch, _topk_plus_mean(out), backend.name)
+            for out, batch in zip(outputs, batches)]
+
+
+def _topk_plus_mean(out: Generated) -> float | None:
+    size = out.diagnostics.get("topk_plus_size")
+    return None if size is None else float(size.float().mean())
+
+
+class _CallableModule(types.ModuleType):
+    """``tokendp.synthesize`` is both this module and the function: importing the module as an
+    attribute of the package (which Python does on first import) must not break the call."""
+
+    def __call__(self, references: Sequence[str], **kwargs: Any) -> list[SyntheticText]:
+        return synthesize(references, **kwargs)
+
+
+sys.modules[__name__].__class__ = _CallableModule

@@ -1,0 +1,81 @@
+"""Reading user documents: a UTF-8 text file, or JSONL with one {"id", "text"} per line.
+
+Every problem becomes an :class:`~tokendp.errors.InvalidInputError` that names the file, the
+line or byte position and the problem, never the document's content.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+from tokendp.errors import InvalidInputError
+
+JSONL_SUFFIXES = (".jsonl", ".ndjson")
+
+
+@dataclass(frozen=True)
+class Document:
+    id: str
+    text: str
+
+
+def is_jsonl(path: str | Path) -> bool:
+    """Whether ``path`` is read as JSONL (by its suffix: .jsonl or .ndjson)."""
+    return Path(path).suffix.lower() in JSONL_SUFFIXES
+
+
+def _decode(path: Path) -> str:
+    try:
+        data = path.read_bytes()
+    except FileNotFoundError:
+        raise InvalidInputError(f"input file not found: {path}") from None
+    except IsADirectoryError:
+        raise InvalidInputError(f"input is a directory, not a file: {path}") from None
+    if b"\x00" in data[:8192]:
+        raise InvalidInputError(f"{path} looks like a binary file (it holds NUL bytes); give a UTF-8 text file")
+    try:
+        return data.decode("utf-8-sig")
+    except UnicodeDecodeError as err:
+        raise InvalidInputError(f"{path} is not valid UTF-8 (bad byte at offset {err.start}); "
+                                "convert it, e.g. iconv -t UTF-8") from None
+
+
+def _check_text(text: str, where: str) -> str:
+    if not text.strip():
+        raise InvalidInputError(f"{where} is empty: there is no text to tag")
+    return text
+
+
+def read_text_file(path: str | Path) -> str:
+    """The whole file as text (UTF-8, BOM allowed), which must not be empty."""
+    path = Path(path)
+    return _check_text(_decode(path), str(path))
+
+
+def read_jsonl(path: str | Path) -> list[Document]:
+    """Documents from JSONL: each non-blank line an object with a string "text" (and an "id")."""
+    path = Path(path)
+    documents = []
+    for number, line in enumerate(_decode(path).splitlines(), start=1):
+        if not line.strip():
+            continue
+        where = f"{path} line {number}"
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError as err:
+            raise InvalidInputError(f"{where} is not valid JSON ({err.msg} at column {err.colno})") from None
+        if not isinstance(record, dict) or not isinstance(record.get("text"), str):
+            raise InvalidInputError(f'{where} needs an object with a string "text" field')
+        documents.append(Document(str(record.get("id", number)), _check_text(record["text"], where)))
+    if not documents:
+        raise InvalidInputError(f"{path} holds no documents")
+    return documents
+
+
+def read_documents(path: str | Path) -> list[Document]:
+    """JSONL documents, or the text file as one document whose id is the file name."""
+    if is_jsonl(path):
+        return read_jsonl(path)
+    return [Document(Path(path).name, read_text_file(path))]

@@ -1,0 +1,33 @@
+"""``auto``: the pattern recognisers and the learned CRF, combined.
+
+Every span either tagger finds is kept (a missed span is a leak; an extra one only costs
+utility); overlaps are resolved by :func:`~tokendp.text.taggers.resolve.resolve_overlaps`
+with source priority patterns > model, so a validated pattern (an IBAN, a date) keeps its
+label when scores tie, and no character either tagger found is dropped.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from tokendp.text.spans import Span
+from tokendp.text.taggers.model import ModelTagger
+from tokendp.text.taggers.patterns import PatternTagger
+from tokendp.text.taggers.resolve import resolve_overlaps
+
+SOURCE_PRIORITY = ("patterns", "model")
+
+
+class AutoTagger:
+    """Patterns plus the shipped CRF (or the one in ``model_dir``)."""
+
+    name = "auto"
+
+    def __init__(self, model_dir: str | Path | None = None, *, threshold: float | None = None) -> None:
+        self.patterns = PatternTagger()
+        self.model = ModelTagger(model_dir, threshold=threshold)
+
+    def tag(self, text: str) -> list[Span]:
+        candidates = self.patterns.candidates(text)
+        found = self.model.predict(text, resolve_overlaps(candidates, text))
+        return resolve_overlaps(candidates + found, text, source_priority=SOURCE_PRIORITY)

@@ -1,0 +1,131 @@
+"""Tokens and CRF features for the learned tagger.
+
+Tokens are maximal runs of word characters or single other non-space characters, with their
+character offsets. Each token gets word-identity, affix, shape, casing, context (two tokens
+either side), layout (line start, all-caps heading) and gazetteer features, plus the label of
+the pattern span covering it (from :class:`~tokendp.text.taggers.patterns.PatternTagger`), so
+the model learns when to trust each recogniser.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from tokendp.text.spans import Span
+
+TOKEN_RE = re.compile(r"\w+|[^\w\s]", re.UNICODE)
+
+TITLES = frozenset("mr mrs ms miss dr judge lord lady sir messrs mme mlle m prof professor "
+                   "baroness baron dame president".split())
+MONTHS = frozenset("january february march april may june july august september october "
+                   "november december".split())
+ORG_WORDS = frozenset(
+    "court courts tribunal ministry office department agency board council police prosecutor "
+    "prosecutor's government commission committee authority authorities service services hospital "
+    "university bank company ltd plc inc party association union bureau directorate gendarmerie "
+    "command headquarters station prison registry parliament assembly administration institute "
+    "centre center foundation organisation organization federation chamber army navy unit "
+    "inspectorate ombudsman society church municipality".split())
+LOC_WORDS = frozenset("street road avenue city town village district province county region "
+                      "island airport square river".split())
+COUNTRIES = frozenset(
+    "albania andorra armenia austria azerbaijan belarus belgium bosnia bulgaria croatia cyprus "
+    "czech denmark england estonia finland france georgia germany greece hungary iceland ireland "
+    "italy kosovo latvia liechtenstein lithuania luxembourg macedonia malta moldova monaco "
+    "montenegro netherlands norway poland portugal romania russia scotland serbia slovakia "
+    "slovenia spain sweden switzerland turkey ukraine wales kingdom america canada iran iraq "
+    "syria lebanon israel palestine egypt libya tunisia algeria morocco nigeria ghana kenya "
+    "somalia ethiopia sudan afghanistan pakistan india china japan chechnya ingushetia dagestan "
+    "kurdistan istanbul ankara izmir london warsaw stockholm copenhagen helsinki oslo paris "
+    "berlin rome madrid moscow kiev kyiv athens vienna brussels nicosia strasbourg".split())
+DEMONYMS = frozenset(
+    "albanian armenian austrian azerbaijani belarusian belgian bosnian british bulgarian croatian "
+    "cypriot czech danish dutch english estonian finnish french georgian german greek hungarian "
+    "icelandic irish italian latvian lithuanian maltese moldovan polish portuguese romanian "
+    "russian scottish serbian slovak slovenian spanish swedish swiss turkish ukrainian welsh "
+    "american canadian iranian iraqi syrian lebanese israeli palestinian egyptian libyan "
+    "algerian moroccan nigerian somali ethiopian sudanese afghan pakistani indian chinese "
+    "japanese chechen kurdish kurd kurds muslim christian jewish catholic orthodox roma "
+    "gypsy".split())
+
+
+@dataclass(frozen=True)
+class Token:
+    start: int
+    end: int
+    text: str
+
+
+def tokenize(text: str) -> list[Token]:
+    """Word-character runs and single punctuation characters, with offsets."""
+    return [Token(m.start(), m.end(), m.group()) for m in TOKEN_RE.finditer(text)]
+
+
+def _shape(word: str) -> str:
+    """Character classes with runs collapsed: "Mr" -> "Xx", "36110" -> "d", "K.1" -> "X.d"."""
+    classes = re.sub(r"[A-ZÀ-Þ]", "X", word)
+    classes = re.sub(r"[a-zß-ÿ]", "x", classes)
+    classes = re.sub(r"\d", "d", classes)
+    return re.sub(r"(.)\1+", r"\1", classes)
+
+
+def _word_features(word: str, prefix: str) -> dict[str, float | str]:
+    lower = word.lower()
+    return {f"{prefix}w": lower, f"{prefix}shape": _shape(word), f"{prefix}title": float(word.istitle()),
+            f"{prefix}upper": float(word.isupper())}
+
+
+def _gazetteer(lower: str) -> list[str]:
+    tables = (("title", TITLES), ("month", MONTHS), ("orgw", ORG_WORDS), ("locw", LOC_WORDS),
+              ("place", COUNTRIES), ("demonym", DEMONYMS))
+    return [name for name, table in tables if lower in table]
+
+
+def _token_features(tokens: list[Token], i: int, text: str, pattern_tags: list[str]) -> dict:
+    tok = tokens[i]
+    word, lower = tok.text, tok.text.lower()
+    line_start = text.rfind("\n", 0, tok.start) + 1
+    line_end = text.find("\n", tok.end)
+    line = text[line_start:len(text) if line_end < 0 else line_end]
+    feats: dict = {"bias": 1.0, **_word_features(word, ""),
+                   "suf2": lower[-2:], "suf3": lower[-3:], "suf4": lower[-4:], "pre2": lower[:2],
+                   "pre3": lower[:3], "digit": float(word.isdigit()), "len": str(min(len(word), 8)),
+                   "line_start": float(not text[line_start:tok.start].strip()),
+                   "caps_line": float(line.isupper()), "pat": pattern_tags[i]}
+    for name in _gazetteer(lower):
+        feats[f"gaz_{name}"] = 1.0
+    for offset in (-2, -1, 1, 2):
+        j = i + offset
+        if 0 <= j < len(tokens):
+            other = tokens[j].text
+            feats.update(_word_features(other, f"{offset}:"))
+            feats[f"{offset}:pat"] = pattern_tags[j]
+            for name in _gazetteer(other.lower()):
+                feats[f"{offset}:gaz_{name}"] = 1.0
+        else:
+            feats[f"{offset}:edge"] = 1.0
+    if i > 0:
+        feats["bigram"] = f"{tokens[i - 1].text.lower()}|{lower}"
+    if i + 1 < len(tokens):
+        feats["bigram+"] = f"{lower}|{tokens[i + 1].text.lower()}"
+    return feats
+
+
+def bio_from_spans(tokens: list[Token], spans: list[Span]) -> list[str]:
+    """BIO tags: a token inside a span gets its label, B- when it starts the span."""
+    tags = ["O"] * len(tokens)
+    ordered = sorted(spans, key=lambda s: (s.start, -s.end))
+    for span in ordered:
+        first = True
+        for i, tok in enumerate(tokens):
+            if tok.start < span.end and span.start < tok.end and tags[i] == "O":
+                tags[i] = ("B-" if first else "I-") + span.label
+                first = False
+    return tags
+
+
+def sentence_features(text: str, tokens: list[Token], pattern_spans: list[Span]) -> list[dict]:
+    """CRF feature dictionaries, one per token."""
+    pattern_tags = [t.split("-", 1)[-1] for t in bio_from_spans(tokens, pattern_spans)]
+    return [_token_features(tokens, i, text, pattern_tags) for i in range(len(tokens))]

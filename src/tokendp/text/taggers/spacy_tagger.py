@@ -1,0 +1,49 @@
+"""Adapter for a spaCy NER pipeline the user has installed (nothing is downloaded).
+
+Entity labels (OntoNotes: PERSON, GPE, ORG, DATE, ...) are mapped to TAB's with
+:func:`~tokendp.text.taggers.labels.to_tab`; a label tokendp does not know becomes MISC.
+"""
+
+from __future__ import annotations
+
+from tokendp.errors import InvalidInputError, InvalidParameterError
+from tokendp.text.spans import Span
+from tokendp.text.taggers.labels import to_tab
+from tokendp.text.taggers.resolve import resolve_overlaps
+
+
+def _load(model: str):
+    try:
+        import spacy
+    except ImportError:
+        raise InvalidParameterError("the spacy tagger needs spaCy and a trained pipeline: "
+                                    f"pip install spacy, then install the model {model!r}") from None
+    try:
+        return spacy.load(model)
+    except OSError:
+        raise InvalidParameterError(
+            f"spaCy model {model!r} is not installed; install it (python -m spacy download {model}) "
+            "or use --tagger auto, which ships with tokendp") from None
+
+
+def _tab_label(label: str) -> str:
+    try:
+        return to_tab(label)
+    except InvalidInputError:
+        return "MISC"
+
+
+class SpacyTagger:
+    """Named entities from the spaCy pipeline ``model`` (a package name or a folder)."""
+
+    name = "spacy"
+
+    def __init__(self, *, model: str = "en_core_web_sm") -> None:
+        self._nlp = _load(model)
+        if not {"ner", "entity_ruler"} & set(self._nlp.pipe_factories.values()):
+            raise InvalidParameterError(f"spaCy pipeline {model!r} has no 'ner' or 'entity_ruler' component")
+
+    def tag(self, text: str) -> list[Span]:
+        doc = self._nlp(text)
+        spans = [Span(e.start_char, e.end_char, _tab_label(e.label_), 1.0, f"spacy:{e.label_}") for e in doc.ents]
+        return resolve_overlaps(spans, text)

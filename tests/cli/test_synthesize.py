@@ -1,0 +1,71 @@
+"""`tokendp synthesize`: JSON records, the clip of `tokendp account`, --out, errors -> exit 2."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from click.testing import CliRunner
+
+import tinylm
+from tokendp.cli import main
+
+KEYS = {"text", "epsilon", "clip", "batch_size", "max_tokens", "topk_plus_mean", "delta", "method",
+        "temperature", "top_k", "tokens_generated", "stop_reason", "references", "model"}
+
+
+@pytest.fixture()
+def refs(tmp_path):
+    path = tmp_path / "refs.jsonl"
+    path.write_text("".join(json.dumps({"text": t}) + "\n" for t in tinylm.CORPUS) + "\n")
+    return path
+
+
+def run(*args):
+    return CliRunner().invoke(main, [str(a) for a in args])
+
+
+def test_json_records_and_clip_equal_to_tokendp_account(refs):
+    model = tinylm.model_dir()
+    res = run("synthesize", "--references", refs, "--epsilon", 3, "--delta", 1e-5, "--batch-size", 2,
+              "--max-tokens", 4, "--temperature", 0.9, "--top-k", 20, "--seed", 0, "--model", model, "--json")
+    assert res.exit_code == 0, res.output
+    records = [json.loads(line) for line in res.stdout.splitlines()]
+    assert len(records) == 2  # 5 references in disjoint batches of 2
+    assert all(set(r) == KEYS for r in records)
+    assert [r["references"] for r in records] == [[0, 1], [2, 3]]
+    account = run("account", "invisibleink", "--epsilon", 3, "--delta", 1e-5, "--batch-size", 2,
+                  "--temperature", 0.9, "--max-tokens", 4, "--json")
+    certificate = json.loads(account.stdout)
+    for r in records:
+        assert r["clip"] == certificate["clip"] and r["epsilon"] == certificate["epsilon"]
+        assert (r["batch_size"], r["max_tokens"], r["top_k"]) == (2, 4, 20)
+
+
+def test_out_file_readable_output_and_epsilon_zero(refs, tmp_path):
+    out = tmp_path / "synthetic.txt"
+    res = run("synthesize", "--references", refs, "--epsilon", 0, "--delta", 1e-5, "--batch-size", 5,
+              "--max-tokens", 3, "--method", "amin", "--model", tinylm.model_dir(), "--out", out)
+    assert res.exit_code == 0, res.output
+    assert res.stdout == ""
+    assert out.read_text().startswith("# amin: epsilon 0 per reference")
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--num", 3], "at most 2"),
+    (["--temperature", 0], "temperature"),
+    (["--delta", 2], "delta"),
+])
+def test_errors_exit_2_with_a_message(refs, args, message):
+    base = {"--epsilon": 1, "--delta": 1e-5, "--batch-size": 2, "--max-tokens": 2}
+    base.update(dict(zip(args[::2], args[1::2])))
+    res = run("synthesize", "--references", refs, "--model", tinylm.model_dir(), *sum(map(list, base.items()), []))
+    assert res.exit_code == 2 and message in res.output
+
+
+def test_malformed_references_exit_2_without_their_text(tmp_path):
+    path = tmp_path / "refs.jsonl"
+    path.write_text('{"text": "fine"}\n{"note": "SECRET-NAME"}\n')
+    res = run("synthesize", "--references", path, "--epsilon", 1, "--delta", 1e-5, "--batch-size", 1,
+              "--max-tokens", 2, "--model", tinylm.model_dir())
+    assert res.exit_code == 2 and "line 2" in res.output and "SECRET" not in res.output
