@@ -48,7 +48,7 @@ class TrainConfig:
     heads: int = 8
     ffn: int = 704
     max_positions: int = 2048
-    total_steps: int = 3000
+    total_steps: int = 5000
     warmup: int = 100
     lr: float = 1e-3
     weight_decay: float = 0.01
