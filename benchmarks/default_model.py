@@ -18,6 +18,7 @@ import argparse
 import difflib
 import json
 import math
+import os
 import sys
 import time
 from pathlib import Path
@@ -153,6 +154,8 @@ def main(argv: list[str] | None = None) -> int:
         "wikitext2_test_ppl": round(perplexity(model, tokenizer, 40 if args.quick else 400), 2),
         "wikitext2_test_paragraphs": 40 if args.quick else 400,
         **timing,
+        "cpu_load_avg_1m": round(os.getloadavg()[0], 1),
+        "threads": args.threads,
     }
     examples = rewrite_examples(model, tokenizer, fmt, items, 2 if args.quick else 3)
     print(json.dumps({"metrics": metrics, "rewrite_examples": examples}, indent=2,

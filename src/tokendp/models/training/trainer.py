@@ -48,7 +48,7 @@ class TrainConfig:
     heads: int = 8
     ffn: int = 704
     max_positions: int = 2048
-    total_steps: int = 800
+    total_steps: int = 5000
     warmup: int = 100
     lr: float = 1e-3
     weight_decay: float = 0.01
@@ -250,7 +250,8 @@ def export(out_dir: str | Path, dest: str | Path) -> Path:
     (dest / "tokendp.json").write_text(json.dumps(TOKENDP_JSON, indent=2) + "\n")
     info = {"parameters": sum(p.numel() for p in model.parameters()),
             "trained_context": 2 * curriculum_max_doc(
-                min(1.0, state["step"] / cfg.total_steps), start=cfg.min_doc, end=cfg.max_doc,
+                min(1.0, state.get("curriculum", state["step"]) / cfg.total_steps),
+                start=cfg.min_doc, end=cfg.max_doc,
                 ramp=cfg.ramp) + 3, "data": DATA, "objective": OBJECTIVE,
             "hardware": cfg.hardware, "step": state["step"], "total_steps": cfg.total_steps,
             "train_minutes": round(state["elapsed"] / 60, 1), "tokens_seen": state["tokens_seen"],
