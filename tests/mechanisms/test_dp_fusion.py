@@ -72,6 +72,16 @@ def test_padding_and_batching_match_exactly() -> None:
     assert torch.equal(empty, torch.log_softmax(logits[:, 0], -1))
 
 
+def test_skipping_the_realised_divergence_changes_nothing_else() -> None:
+    gen = torch.Generator().manual_seed(8)
+    logits = logits_batch(5, 4, 40, gen)  # (5, 1+3, V)
+    mech = DPFusion(alpha=3.0)
+    full = mech.step(logits, betas=torch.full((5, 3), 0.02))
+    lean = mech.step(logits, betas=torch.full((5, 3), 0.02), realised_divergence=False)
+    assert torch.equal(full.logprobs, lean.logprobs) and torch.equal(full.diagnostics["lam"], lean.diagnostics["lam"])
+    assert "divergence" in full.diagnostics and "divergence" not in lean.diagnostics
+
+
 def test_event_is_public_and_validated() -> None:
     events = DPFusion(alpha=3.0).event(betas={"PERSON": 0.01, "DATE": 0.0})
     assert events["PERSON"] == RdpEvent(3.0, math.log1p(math.expm1(2 * 0.03) / 2) / 2)

@@ -186,7 +186,7 @@ class BoundMethod:
             width = logits.shape[-2] - 1
             betas = self.betas[docs.cpu(), :width].to(logits.device)  # (N, m)
             mask = self.group_mask[docs.cpu(), :width].to(logits.device)  # (N, m)
-            return self.fusion.step(logits, betas=betas, group_mask=mask, temperature=temperature)
+            return self.fusion.step(logits, betas=betas, group_mask=mask, temperature=temperature, realised_divergence=False)
         if method == "public":
             return self.mechanism.step(logits[..., :1, :], temperature=temperature)
         # The other mechanisms read the private row 1 and ignore row 0; the one row these methods

@@ -49,13 +49,16 @@ class DPFusion:
         betas: Tensor,  # (..., m)
         group_mask: Tensor | None = None,  # (..., m) bool, False = padding
         temperature: float = 1.0,
+        realised_divergence: bool = True,
     ) -> MechanismStep:
         """Mix each group toward the public distribution within alpha * beta_i, then average.
 
         p_pub and p_i are softmaxes of the rows at ``temperature``; lam_i = mollify(p_i, p_pub,
         cap = alpha beta_i); the output is log mean_i (lam_i p_i + (1 - lam_i) p_pub) over the
-        real groups (all rows padding: p_pub). Diagnostics: "lam" (..., m) and "divergence"
-        (..., m), the realised symmetric divergence of each mixture to p_pub (0 for padding).
+        real groups (all rows padding: p_pub). Diagnostics: "lam" (..., m) and, unless
+        ``realised_divergence`` is False (it costs two more passes over the vocabulary),
+        "divergence" (..., m), the realised symmetric divergence of each mixture to p_pub (0 for
+        padding).
         """
         check_logits(logits, min_rows=2)
         temperature = check_positive("temperature", temperature)
@@ -72,8 +75,10 @@ class DPFusion:
         log_weight = torch.where(mask, -torch.log(count.clamp_min(1).to(torch.float32)), -math.inf)  # (..., m)
         out = torch.logsumexp(log_weight.unsqueeze(-1) + mixed, dim=-2)  # (..., V)
         out = torch.where(count > 0, out, pub)
-        divergence = torch.where(mask, symmetric_renyi_divergence(mixed, pub.unsqueeze(-2), self.alpha), 0.0)
-        return MechanismStep(out, {"lam": lam.to(torch.float32), "divergence": divergence})
+        diagnostics = {"lam": lam.to(torch.float32)}
+        if realised_divergence:
+            diagnostics["divergence"] = torch.where(mask, symmetric_renyi_divergence(mixed, pub.unsqueeze(-2), self.alpha), 0.0)
+        return MechanismStep(out, diagnostics)
 
     def event(self, *, betas: Mapping[str, float]) -> dict[str, RdpEvent]:
         """{group: RdpEvent(alpha, r_i)} for one generated token; m = len(betas) groups."""
