@@ -71,14 +71,15 @@ def test_tokenizer_special_tokens_and_unicode_round_trip(tokenizer):
 
 
 def test_examples_put_loss_on_the_rewrite_only(tokenizer, synth):
-    stream = ExampleStream(tokenizer, ["A first sentence. A second one follows here."] * 3, seed=3)
+    paragraph = "In 1990 the team moved to Paris, where it met Ozawa and Sega in 1994."
+    stream = ExampleStream(tokenizer, [paragraph] * 3, seed=3)
     rewrite = tokenizer.convert_tokens_to_ids("<|rewrite|>")
-    for kind in ("random", "wiki", "synth", "fill", "partial"):
+    for kind in ("random", "wiki", "synth", "fill", "partial", "wikifill"):
         ex = stream.example(kind, 30)
         cut = ex.ids.index(rewrite)
         assert ex.ids[0] == tokenizer.convert_tokens_to_ids("<|doc|>")
         assert ex.ids[-1] == tokenizer.eos_token_id
         assert all(w == 1.0 for w in ex.weights[cut + 1:])
         assert all(w < 1.0 for w in ex.weights[:cut + 1])
-        if kind in ("fill", "partial"):
+        if kind in ("fill", "partial", "wikifill"):
             assert tokenizer.convert_tokens_to_ids(MASK) in ex.ids[:cut]

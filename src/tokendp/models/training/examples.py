@@ -12,12 +12,16 @@ Kinds of example:
 - ``fill`` / ``partial``: the source has EVERY token that overlaps an (every / some) entity
   span replaced by one ``<|mask|>`` id (token count kept, as in the engine's public context);
   the target is the document with FRESH entities in those slots, so the model learns to write
-  plausible fillers and never to decode masked values.
+  plausible fillers and never to decode masked values;
+- ``wikifill``: the same on WikiText prose, masking some pseudo-entities (capitalised word
+  runs, numbers) and filling them with fresh Faker names, places, organisations or numbers,
+  so copying-with-fillers is also learned on natural text, not only on templates.
 """
 
 from __future__ import annotations
 
 import random
+import re
 from dataclasses import dataclass
 
 from transformers import PreTrainedTokenizerFast
@@ -27,7 +31,9 @@ from tokendp.models.training.tokenizer import DOC, END, MASK, REWRITE
 from tokendp.models.training.wikitext import sentences
 from tokendp.text.spans import Span
 
-KINDS = ("random", "wiki", "synth", "fill", "partial")
+KINDS = ("random", "wiki", "synth", "fill", "partial", "wikifill")
+# Pseudo-entities in WikiText: runs of capitalised words (not sentence-initial) and numbers.
+_PSEUDO_ENTITY = re.compile(r"(?<=[a-z,;:(] )[A-Z][\w'-]+(?: [A-Z][\w'-]+)*|\b\d[\d,./]*\b")
 
 
 @dataclass(frozen=True)
@@ -57,7 +63,7 @@ def kind_weights(progress: float) -> list[float]:
     """Mixture over KINDS: random sequences are 60% up to 15% progress, then fall to 15% at 40%."""
     r = min(0.6, max(0.15, 0.6 - 0.45 * (progress - 0.15) / 0.25))
     rest = 1.0 - r
-    return [r, 0.3 * rest, 0.25 * rest, 0.3 * rest, 0.15 * rest]
+    return [r, 0.22 * rest, 0.18 * rest, 0.2 * rest, 0.1 * rest, 0.3 * rest]
 
 
 class ExampleStream:
@@ -117,6 +123,8 @@ class ExampleStream:
         if kind == "wiki":
             ids = self._encode(self._wiki_text(n_tokens))[:n_tokens]
             return self._example(kind, ids, ids, self.lm_weight)
+        if kind == "wikifill":
+            return self._wikifill(n_tokens)
         doc, ids = self._synth_doc(n_tokens)
         if kind == "synth":
             return self._example(kind, ids, ids, self.lm_weight)
@@ -127,6 +135,29 @@ class ExampleStream:
         source = masked_ids(self.tok, doc.text, [doc.spans[i] for i in sorted(fresh)])
         target = self._encode(self.synth.refill(doc, fresh).text)
         return self._example(kind, source, target, 0.0)
+
+    def _fresh_like(self, value: str) -> str:
+        """A fresh Faker value of the same broad shape (number, year or capitalised name)."""
+        if value[0].isdigit():
+            if len(value) == 4 and value.isdigit():
+                return str(self.rng.randint(1800, 2024))
+            return "".join(str(self.rng.randint(0, 9)) if c.isdigit() else c for c in value)
+        return self.synth.value(self.rng.choice(["name", "city", "company", "country", "name"]))
+
+    def _wikifill(self, n_tokens: int) -> Example:
+        text = self.tok.decode(self._encode(self._wiki_text(n_tokens))[:n_tokens])
+        found = [m for m in _PSEUDO_ENTITY.finditer(text) if self.rng.random() < 0.6]
+        if not found:
+            ids = self._encode(text)
+            return self._example("wikifill", ids, ids, 0.0)
+        spans = [Span(m.start(), m.end(), "MISC") for m in found]
+        target, pos = "", 0
+        for m in found:
+            target += text[pos:m.start()] + self._fresh_like(m.group())
+            pos = m.end()
+        target += text[pos:]
+        return self._example("wikifill", masked_ids(self.tok, text, spans),
+                             self._encode(target), 0.0)
 
     def batch(self, progress: float, *, token_budget: int, max_batch: int) -> list[Example]:
         """Examples of similar length for one step: their count fits the token budget."""
