@@ -22,7 +22,7 @@ from tokendp.eval.tagging import char_scores
 from tokendp.text.taggers.combined import AutoTagger
 from tokendp.text.taggers.model import META_FILE, MODEL_FILE, TrainingSettings, default_model_dir, train_crf
 
-THRESHOLDS = (0.04, 0.06, 0.08, 0.1, 0.15, 0.2, 0.3, 0.5)
+THRESHOLDS = (0.02, 0.03, 0.04, 0.05, 0.06, 0.08, 0.1, 0.15, 0.2, 0.3, 0.5)
 
 
 def cross_validate(texts: dict, gold: dict, folds: int, settings: TrainingSettings) -> dict:

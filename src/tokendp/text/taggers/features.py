@@ -82,7 +82,24 @@ def _gazetteer(lower: str) -> list[str]:
     return [name for name, table in tables if lower in table]
 
 
-def _token_features(tokens: list[Token], i: int, text: str, pattern_tags: list[str]) -> dict:
+def capitalisation_rates(tokens: list[Token]) -> dict[str, float]:
+    """Per lower-cased word, the share of its occurrences not after a full stop that are capitalised.
+
+    A proper noun is capitalised everywhere in a document; a common word only where a sentence
+    starts, so this document-level rate separates "Court" the party from "court" the noun.
+    """
+    seen: dict[str, list[int]] = {}
+    for i, tok in enumerate(tokens):
+        if i == 0 or tokens[i - 1].text in ".:;!?\"“(":
+            continue
+        counts = seen.setdefault(tok.text.lower(), [0, 0])
+        counts[0] += tok.text[:1].isupper()
+        counts[1] += 1
+    return {word: up / total for word, (up, total) in seen.items()}
+
+
+def _token_features(tokens: list[Token], i: int, text: str, pattern_tags: list[str],
+                    cap_rate: dict[str, float]) -> dict:
     tok = tokens[i]
     word, lower = tok.text, tok.text.lower()
     line_start = text.rfind("\n", 0, tok.start) + 1
@@ -92,7 +109,9 @@ def _token_features(tokens: list[Token], i: int, text: str, pattern_tags: list[s
                    "suf2": lower[-2:], "suf3": lower[-3:], "suf4": lower[-4:], "pre2": lower[:2],
                    "pre3": lower[:3], "digit": float(word.isdigit()), "len": str(min(len(word), 8)),
                    "line_start": float(not text[line_start:tok.start].strip()),
-                   "caps_line": float(line.isupper()), "pat": pattern_tags[i]}
+                   "caps_line": float(line.isupper()), "pat": pattern_tags[i],
+                   "cap_rate": str(round(cap_rate.get(lower, -0.25) * 4)),
+                   "sent_start": float(i == 0 or tokens[i - 1].text in ".:;!?")}
     for name in _gazetteer(lower):
         feats[f"gaz_{name}"] = 1.0
     for offset in (-2, -1, 1, 2):
@@ -128,4 +147,5 @@ def bio_from_spans(tokens: list[Token], spans: list[Span]) -> list[str]:
 def sentence_features(text: str, tokens: list[Token], pattern_spans: list[Span]) -> list[dict]:
     """CRF feature dictionaries, one per token."""
     pattern_tags = [t.split("-", 1)[-1] for t in bio_from_spans(tokens, pattern_spans)]
-    return [_token_features(tokens, i, text, pattern_tags) for i in range(len(tokens))]
+    cap_rate = capitalisation_rates(tokens)
+    return [_token_features(tokens, i, text, pattern_tags, cap_rate) for i in range(len(tokens))]
