@@ -10,7 +10,9 @@ the model learns when to trust each recogniser.
 from __future__ import annotations
 
 import re
+from bisect import bisect_right
 from dataclasses import dataclass
+from functools import lru_cache
 
 from tokendp.text.spans import Span
 
@@ -62,24 +64,29 @@ def tokenize(text: str) -> list[Token]:
     return [Token(m.start(), m.end(), m.group()) for m in TOKEN_RE.finditer(text)]
 
 
+_UPPER, _LOWER, _DIGIT, _RUN = (re.compile(p) for p in (r"[A-ZÀ-Þ]", r"[a-zß-ÿ]", r"\d", r"(.)\1+"))
+
+
+@lru_cache(maxsize=1 << 16)
 def _shape(word: str) -> str:
     """Character classes with runs collapsed: "Mr" -> "Xx", "36110" -> "d", "K.1" -> "X.d"."""
-    classes = re.sub(r"[A-ZÀ-Þ]", "X", word)
-    classes = re.sub(r"[a-zß-ÿ]", "x", classes)
-    classes = re.sub(r"\d", "d", classes)
-    return re.sub(r"(.)\1+", r"\1", classes)
+    classes = _DIGIT.sub("d", _LOWER.sub("x", _UPPER.sub("X", word)))
+    return _RUN.sub(r"\1", classes)
 
 
+@lru_cache(maxsize=1 << 16)
 def _word_features(word: str, prefix: str) -> dict[str, float | str]:
+    """Cached: callers must not mutate the returned dict."""
     lower = word.lower()
     return {f"{prefix}w": lower, f"{prefix}shape": _shape(word), f"{prefix}title": float(word.istitle()),
             f"{prefix}upper": float(word.isupper())}
 
 
-def _gazetteer(lower: str) -> list[str]:
+@lru_cache(maxsize=1 << 16)
+def _gazetteer(lower: str) -> tuple[str, ...]:
     tables = (("title", TITLES), ("month", MONTHS), ("orgw", ORG_WORDS), ("locw", LOC_WORDS),
               ("place", COUNTRIES), ("demonym", DEMONYMS))
-    return [name for name, table in tables if lower in table]
+    return tuple(name for name, table in tables if lower in table)
 
 
 def capitalisation_rates(tokens: list[Token]) -> dict[str, float]:
@@ -134,13 +141,15 @@ def _token_features(tokens: list[Token], i: int, text: str, pattern_tags: list[s
 def bio_from_spans(tokens: list[Token], spans: list[Span]) -> list[str]:
     """BIO tags: a token inside a span gets its label, B- when it starts the span."""
     tags = ["O"] * len(tokens)
-    ordered = sorted(spans, key=lambda s: (s.start, -s.end))
-    for span in ordered:
+    ends = [tok.end for tok in tokens]
+    for span in sorted(spans, key=lambda s: (s.start, -s.end)):
         first = True
-        for i, tok in enumerate(tokens):
-            if tok.start < span.end and span.start < tok.end and tags[i] == "O":
+        i = bisect_right(ends, span.start)  # first token ending after the span starts
+        while i < len(tokens) and tokens[i].start < span.end:
+            if tags[i] == "O":
                 tags[i] = ("B-" if first else "I-") + span.label
                 first = False
+            i += 1
     return tags
 
 
