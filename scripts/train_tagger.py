@@ -22,7 +22,7 @@ from tokendp.eval.tagging import char_scores
 from tokendp.text.taggers.combined import AutoTagger
 from tokendp.text.taggers.model import META_FILE, MODEL_FILE, TrainingSettings, default_model_dir, train_crf
 
-THRESHOLDS = (0.04, 0.06, 0.08, 0.1, 0.15, 0.2, 0.3, 0.5)
+THRESHOLDS = (0.02, 0.03, 0.04, 0.05, 0.06, 0.08, 0.1, 0.15, 0.2, 0.3, 0.5)
 
 
 def cross_validate(texts: dict, gold: dict, folds: int, settings: TrainingSettings) -> dict:
@@ -57,15 +57,17 @@ def main() -> None:
     parser.add_argument("--c1", type=float, default=TrainingSettings.c1)
     parser.add_argument("--c2", type=float, default=TrainingSettings.c2)
     parser.add_argument("--iterations", type=int, default=TrainingSettings.max_iterations)
+    parser.add_argument("--threshold", type=float,
+                        help="skip cross-validation and use this threshold (e.g. one a previous CV run chose)")
     args = parser.parse_args()
 
     tune = load_tab(args.data, "tune")
     settings = TrainingSettings(c1=args.c1, c2=args.c2, max_iterations=args.iterations)
-    scores = cross_validate(tune.texts, tune.gold, args.folds, settings)
+    scores = {} if args.threshold else cross_validate(tune.texts, tune.gold, args.folds, settings)
     for t, s in scores.items():
         print(f"threshold {t:.2f}: CV recall {s.recall:.3f} precision {s.precision:.3f}")
-    threshold = choose_threshold(scores, args.min_precision)
-    print(f"chosen threshold {threshold}")
+    threshold = args.threshold or choose_threshold(scores, args.min_precision)
+    print(f"threshold {threshold}", flush=True)
 
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -77,7 +79,7 @@ def main() -> None:
         "documents": len(ids),
         "doc_ids_sha256": hashlib.sha256("\n".join(ids).encode()).hexdigest(),
         "settings": vars(settings),
-        "folds": args.folds,
+        "folds": None if args.threshold else args.folds,
         "min_precision": args.min_precision,
         "cv": {str(t): {"recall": round(s.recall, 4), "precision": round(s.precision, 4)}
                for t, s in scores.items()},

@@ -61,3 +61,11 @@ def test_the_shipped_model_loads_and_tags():
     auto = get_tagger("auto").tag(text)
     assert ("30 May 1996", "DATETIME") in {(text[s.start:s.end], s.label) for s in auto}
     assert all(a.end <= b.start for a, b in zip(auto, auto[1:]))
+
+
+def test_capitalisation_rate_separates_proper_nouns_from_sentence_starts():
+    from tokendp.text.taggers.features import capitalisation_rates
+    rates = capitalisation_rates(tokenize("The court met. The Court and Smith saw Smith and the court."))
+    assert rates["smith"] == 1.0
+    assert rates["court"] == 1 / 3  # "court", "Court", "court" away from sentence starts
+    assert "the" in rates and rates["the"] == 0.0  # the sentence-initial "The"s are not counted

@@ -19,7 +19,7 @@ def _fmt(value: float) -> str:
 
 def _table(results: dict[str, TaggingScores]) -> str:
     names = list(results)
-    width = max(10, *(len(n) for n in names))
+    width = max(10, *(len(n) + 2 for n in names))
     head = "".join(f"{n:>{width}}" for n in names)
     lines = [f"{'':<22}{head}",
              f"{'recall':<22}" + "".join(f"{_fmt(r.recall):>{width}}" for r in results.values()),

@@ -10,7 +10,9 @@ the model learns when to trust each recogniser.
 from __future__ import annotations
 
 import re
+from bisect import bisect_right
 from dataclasses import dataclass
+from functools import lru_cache
 
 from tokendp.text.spans import Span
 
@@ -62,27 +64,49 @@ def tokenize(text: str) -> list[Token]:
     return [Token(m.start(), m.end(), m.group()) for m in TOKEN_RE.finditer(text)]
 
 
+_UPPER, _LOWER, _DIGIT, _RUN = (re.compile(p) for p in (r"[A-ZÀ-Þ]", r"[a-zß-ÿ]", r"\d", r"(.)\1+"))
+
+
+@lru_cache(maxsize=1 << 16)
 def _shape(word: str) -> str:
     """Character classes with runs collapsed: "Mr" -> "Xx", "36110" -> "d", "K.1" -> "X.d"."""
-    classes = re.sub(r"[A-ZÀ-Þ]", "X", word)
-    classes = re.sub(r"[a-zß-ÿ]", "x", classes)
-    classes = re.sub(r"\d", "d", classes)
-    return re.sub(r"(.)\1+", r"\1", classes)
+    classes = _DIGIT.sub("d", _LOWER.sub("x", _UPPER.sub("X", word)))
+    return _RUN.sub(r"\1", classes)
 
 
+@lru_cache(maxsize=1 << 16)
 def _word_features(word: str, prefix: str) -> dict[str, float | str]:
+    """Cached: callers must not mutate the returned dict."""
     lower = word.lower()
     return {f"{prefix}w": lower, f"{prefix}shape": _shape(word), f"{prefix}title": float(word.istitle()),
             f"{prefix}upper": float(word.isupper())}
 
 
-def _gazetteer(lower: str) -> list[str]:
+@lru_cache(maxsize=1 << 16)
+def _gazetteer(lower: str) -> tuple[str, ...]:
     tables = (("title", TITLES), ("month", MONTHS), ("orgw", ORG_WORDS), ("locw", LOC_WORDS),
               ("place", COUNTRIES), ("demonym", DEMONYMS))
-    return [name for name, table in tables if lower in table]
+    return tuple(name for name, table in tables if lower in table)
 
 
-def _token_features(tokens: list[Token], i: int, text: str, pattern_tags: list[str]) -> dict:
+def capitalisation_rates(tokens: list[Token]) -> dict[str, float]:
+    """Per lower-cased word, the share of its occurrences not after a full stop that are capitalised.
+
+    A proper noun is capitalised everywhere in a document; a common word only where a sentence
+    starts, so this document-level rate separates "Court" the party from "court" the noun.
+    """
+    seen: dict[str, list[int]] = {}
+    for i, tok in enumerate(tokens):
+        if i == 0 or tokens[i - 1].text in ".:;!?\"“(":
+            continue
+        counts = seen.setdefault(tok.text.lower(), [0, 0])
+        counts[0] += tok.text[:1].isupper()
+        counts[1] += 1
+    return {word: up / total for word, (up, total) in seen.items()}
+
+
+def _token_features(tokens: list[Token], i: int, text: str, pattern_tags: list[str],
+                    cap_rate: dict[str, float]) -> dict:
     tok = tokens[i]
     word, lower = tok.text, tok.text.lower()
     line_start = text.rfind("\n", 0, tok.start) + 1
@@ -92,7 +116,9 @@ def _token_features(tokens: list[Token], i: int, text: str, pattern_tags: list[s
                    "suf2": lower[-2:], "suf3": lower[-3:], "suf4": lower[-4:], "pre2": lower[:2],
                    "pre3": lower[:3], "digit": float(word.isdigit()), "len": str(min(len(word), 8)),
                    "line_start": float(not text[line_start:tok.start].strip()),
-                   "caps_line": float(line.isupper()), "pat": pattern_tags[i]}
+                   "caps_line": float(line.isupper()), "pat": pattern_tags[i],
+                   "cap_rate": str(round(cap_rate.get(lower, -0.25) * 4)),
+                   "sent_start": float(i == 0 or tokens[i - 1].text in ".:;!?")}
     for name in _gazetteer(lower):
         feats[f"gaz_{name}"] = 1.0
     for offset in (-2, -1, 1, 2):
@@ -115,17 +141,20 @@ def _token_features(tokens: list[Token], i: int, text: str, pattern_tags: list[s
 def bio_from_spans(tokens: list[Token], spans: list[Span]) -> list[str]:
     """BIO tags: a token inside a span gets its label, B- when it starts the span."""
     tags = ["O"] * len(tokens)
-    ordered = sorted(spans, key=lambda s: (s.start, -s.end))
-    for span in ordered:
+    ends = [tok.end for tok in tokens]
+    for span in sorted(spans, key=lambda s: (s.start, -s.end)):
         first = True
-        for i, tok in enumerate(tokens):
-            if tok.start < span.end and span.start < tok.end and tags[i] == "O":
+        i = bisect_right(ends, span.start)  # first token ending after the span starts
+        while i < len(tokens) and tokens[i].start < span.end:
+            if tags[i] == "O":
                 tags[i] = ("B-" if first else "I-") + span.label
                 first = False
+            i += 1
     return tags
 
 
 def sentence_features(text: str, tokens: list[Token], pattern_spans: list[Span]) -> list[dict]:
     """CRF feature dictionaries, one per token."""
     pattern_tags = [t.split("-", 1)[-1] for t in bio_from_spans(tokens, pattern_spans)]
-    return [_token_features(tokens, i, text, pattern_tags) for i in range(len(tokens))]
+    cap_rate = capitalisation_rates(tokens)
+    return [_token_features(tokens, i, text, pattern_tags, cap_rate) for i in range(len(tokens))]

@@ -60,7 +60,7 @@ class TrainingSettings:
     """Regularisation and stopping of the L-BFGS fit."""
 
     c1: float = 0.05
-    c2: float = 0.01
+    c2: float = 0.3
     max_iterations: int = 150
 
 
