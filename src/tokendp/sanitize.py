@@ -18,7 +18,6 @@ output does not depend on any private token: epsilon 0 for every group.
 
 from __future__ import annotations
 
-import functools
 import math
 import sys
 import types
@@ -30,7 +29,7 @@ from typing import Any, Literal
 import torch
 
 from tokendp.accounting import Ledger, dp_fusion_beta, dp_fusion_epsilon
-from tokendp.backends import HFBackend, RowSequence
+from tokendp.backends import HFBackend, RowSequence, load_backend
 from tokendp.errors import InvalidInputError, InvalidParameterError
 from tokendp.generation import Generated, generate, make_generator
 from tokendp.mechanisms import DPFusion, MechanismStep
@@ -170,29 +169,6 @@ def choose_alpha(targets: Sequence[tuple[float, int, int]], *, delta: float) -> 
     return best_alpha
 
 
-# ---------------------------------------------------------------------------- model
-DEFAULT_MODEL_NAME = "tokendp-default"
-
-
-@functools.lru_cache(maxsize=2)
-def _load_backend(model: str, device: str | None, dtype: str | None, name: str | None) -> HFBackend:
-    return HFBackend.load(model, device=device, dtype=dtype, name=name)
-
-
-def load_backend(model: str | Path | HFBackend | None = None, *, device: str | None = None,
-                 dtype: str | None = None) -> HFBackend:
-    """A backend for ``model``: an HFBackend, a local directory, a hub id, or None (the default model)."""
-    if isinstance(model, HFBackend):
-        return model
-    if model is None:
-        from tokendp.models import DEFAULT_MODEL_DIR
-
-        if not (Path(DEFAULT_MODEL_DIR) / "config.json").is_file():
-            raise InvalidInputError("the embedded default model is not installed; pass model= (a directory or hub id)")
-        return _load_backend(str(DEFAULT_MODEL_DIR), device, dtype, DEFAULT_MODEL_NAME)
-    return _load_backend(str(model), device, dtype, None)
-
-
 # ---------------------------------------------------------------------------- the job
 def _spans_of(text: str, spans: Sequence[Span | Mapping] | None, tagger: Any) -> list[Span]:
     if spans is None:
@@ -287,7 +263,7 @@ def sanitize_batch(
             for e in _per_group(epsilon, [g.name for g in c.groups], "epsilon") if e > 0]
         alpha = choose_alpha(targets, delta=delta) if targets else DEFAULT_ALPHA
     job = _Job(method, alpha, delta, contexts, limits, beta, epsilon)
-    eos = _eos_ids(backend)
+    eos = backend.eos_token_ids
     outputs = generate(backend, job.sequences(), job.step, max_new_tokens=limits,
                        temperature=temperature, generator=make_generator(seed, backend.device),
                        eos_ids=eos, stop_strings=[*opts.get("stop", []), *stop],
@@ -296,10 +272,8 @@ def sanitize_batch(
 
 
 def _eos_ids(backend: HFBackend) -> list[int]:
-    ids = {backend.tokenizer.eos_token_id}
-    gen_eos = getattr(getattr(backend.model, "generation_config", None), "eos_token_id", None)
-    ids |= set(gen_eos) if isinstance(gen_eos, (list, tuple)) else {gen_eos}
-    return sorted(i for i in ids if i is not None)
+    """Kept for callers of the first API; use ``HFBackend.eos_token_ids``."""
+    return backend.eos_token_ids
 
 
 class _Job:

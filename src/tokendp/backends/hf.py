@@ -17,6 +17,7 @@ pads, and position ids count only real tokens, so the result equals an unshared 
 
 from __future__ import annotations
 
+import functools
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -97,6 +98,14 @@ class HFBackend:
         options_path = Path(model) / OPTIONS_FILE
         options = json.loads(options_path.read_text()) if options_path.is_file() else {}
         return cls(lm.to(dev), tokenizer, name=name or str(model), options=options)
+
+    @property
+    def eos_token_ids(self) -> list[int]:
+        """Token ids that end generation: the tokenizer's EOS and the generation config's."""
+        ids = {self.tokenizer.eos_token_id}
+        gen_eos = getattr(getattr(self.model, "generation_config", None), "eos_token_id", None)
+        ids |= set(gen_eos) if isinstance(gen_eos, (list, tuple)) else {gen_eos}
+        return sorted(i for i in ids if i is not None)
 
     @property
     def vocab_size(self) -> int:
@@ -227,3 +236,26 @@ def _left_pad(rows: Sequence[Sequence[int]], pad_id: int) -> tuple[torch.Tensor,
             ids[i, width - len(r):] = torch.tensor(r, dtype=torch.long)
             mask[i, width - len(r):] = 1
     return ids, mask
+
+
+DEFAULT_MODEL_NAME = "tokendp-default"
+
+
+@functools.lru_cache(maxsize=2)
+def _load_cached(model: str, device: str | None, dtype: str | None, name: str | None) -> HFBackend:
+    return HFBackend.load(model, device=device, dtype=dtype, name=name)
+
+
+def load_backend(model: str | Path | HFBackend | None = None, *, device: str | None = None,
+                 dtype: str | None = None) -> HFBackend:
+    """A backend for ``model``: an HFBackend (returned as is), a local directory, a hub id, or
+    None for the embedded default model. The last two loaded are cached."""
+    if isinstance(model, HFBackend):
+        return model
+    if model is None:
+        from tokendp.models import DEFAULT_MODEL_DIR
+
+        if not (Path(DEFAULT_MODEL_DIR) / "config.json").is_file():
+            raise InvalidInputError("the embedded default model is not installed; pass model= (a directory or hub id)")
+        return _load_cached(str(DEFAULT_MODEL_DIR), device, dtype, DEFAULT_MODEL_NAME)
+    return _load_cached(str(model), device, dtype, None)
