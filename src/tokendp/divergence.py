@@ -32,6 +32,10 @@ _SEARCH_PASSES = 6
 (on the CPU the loop stops early once every bracket is closed, which changes no result)."""
 
 
+_CLOSED = 1e-7
+"""A bracket [lo, hi] at most this wide is closed: the answer lo is that close to the optimum."""
+
+
 def _check_alpha(alpha: float) -> float:
     if isinstance(alpha, bool) or not isinstance(alpha, (int, float)):
         raise InvalidParameterError(f"alpha must be a number > 1, got {type(alpha).__name__}")
@@ -175,7 +179,7 @@ def _evaluate_order2(prob: _Problem, lam: Tensor) -> _Evaluation:
     """One pass over V for K candidates per group at a = 2 (see :class:`_Problem`)."""
     qr2, qr3 = prob.terms
     lam_w = lam.to(prob.ratio.dtype).unsqueeze(-1)  # (..., m, K, 1)
-    w = torch.addcmul(1.0 - lam_w, lam_w, prob.ratio)  # (..., m, K, V)
+    w = (lam_w * prob.ratio).add_(1.0 - lam_w)  # (..., m, K, V)
     scratch = torch.div(qr2, w)  # (..., m, K, V)
     s = scratch.sum(-1).to(torch.float64)  # sum Q r^2 / w   (..., m, K)
     t = torch.div(qr3, w.square_(), out=scratch).sum(-1).to(torch.float64)  # sum Q r^3 / w^2
@@ -192,13 +196,14 @@ def _evaluate_general(prob: _Problem, lam: Tensor) -> _Evaluation:
     a = prob.alpha
     q, qr = prob.terms
     lam_w = lam.unsqueeze(-1)  # (..., m, K, 1)
-    w = torch.addcmul(1.0 - lam_w, lam_w, prob.ratio)  # (..., m, K, V)
+    w = (lam_w * prob.ratio).add_(1.0 - lam_w)  # (..., m, K, V)
     log_w = w.log()
+    q_col, qr_col = q.transpose(-1, -2), qr.transpose(-1, -2)  # (..., 1, V, 1), (..., m, V, 1)
     out = []
     for power in (a, 1.0 - a):
-        w_pow = torch.exp(log_w * power)  # (..., m, K, V)
-        total = (w_pow * q).sum(-1)  # sum Q w^power
-        slope = power * (w_pow.div_(w).mul_(qr)).sum(-1)  # d/dlam sum Q w^power
+        w_pow = torch.mul(log_w, power).exp_()  # (..., m, K, V)
+        total = torch.matmul(w_pow, q_col).squeeze(-1)  # sum Q w^power   (..., m, K)
+        slope = power * torch.matmul(w_pow.div_(w), qr_col).squeeze(-1)  # d/dlam sum Q w^power
         out.append((torch.log(total) / (a - 1.0), slope / (total * (a - 1.0))))
     (forward, forward_slope), (reverse, reverse_slope) = out
     return _Evaluation(forward.clamp_min(0.0), reverse.clamp_min(0.0), forward_slope, reverse_slope)
@@ -425,9 +430,9 @@ def mollify(
         slope = torch.where(use_f, ev.forward_slope, ev.reverse_slope)
         cand = _End(lam, div, slope, *_slack(prob, ev))
         lo, hi = _update(lo, hi, cand, (ev.forward <= level) & (ev.reverse <= level))
-        if lam.device.type == "cpu" and bool((lo.lam >= hi.lam).all()):
-            # Every bracket is closed, so further passes cannot change the result. Reading the
-            # flag costs nothing on the CPU; on accelerators all passes run, with no sync.
+        if lam.device.type == "cpu" and bool((hi.lam - lo.lam <= _CLOSED).all()):
+            # Every bracket is closed, so further passes could move no answer by more than
+            # _CLOSED. Reading the flag costs nothing on the CPU; on accelerators all passes run.
             break
         candidates = _next_candidates(lo, hi, prob.level, final=i == _SEARCH_PASSES - 1)
     return lo.lam.to(out_dtype)
