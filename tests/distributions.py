@@ -71,7 +71,7 @@ def symmetric_divergence64(logp: torch.Tensor, logq: torch.Tensor, lam: torch.Te
     return torch.maximum(d(lm, lq), d(lq, lm))
 
 
-def exact_lambda(logp: torch.Tensor, logq: torch.Tensor, alpha: float, cap: torch.Tensor, steps: int = 50) -> torch.Tensor:
+def exact_lambda(logp: torch.Tensor, logq: torch.Tensor, alpha: float, cap: torch.Tensor, steps: int = 32) -> torch.Tensor:
     """Slow reference: float64 bisection on the symmetric divergence (tests only)."""
     lo = torch.zeros(logp.shape[:-1], dtype=torch.float64)
     hi = torch.ones_like(lo)

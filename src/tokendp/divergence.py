@@ -28,10 +28,12 @@ from tokendp.errors import InvalidInputError, InvalidParameterError
 __all__ = ["mollify", "renyi_divergence", "symmetric_renyi_divergence"]
 
 _SEARCH_PASSES = 6
-"""Batched passes over the vocabulary after the first one (a fixed number: no host sync)."""
+"""Batched passes over the vocabulary after the first one: a fixed number, with no host sync
+(on the CPU the loop stops early once every bracket is closed, which changes no result)."""
 
-_CANDIDATES = 3
-"""Mixing weights evaluated per group in each pass."""
+
+_CLOSED = 1e-7
+"""A bracket [lo, hi] at most this wide is closed: the answer lo is that close to the optimum."""
 
 
 def _check_alpha(alpha: float) -> float:
@@ -101,8 +103,8 @@ class _Problem:
         D_2(P_lam || Q) = log1p(lam^2 chi2),  chi2 = sum_y Q r^2   (closed form),
         D_2(Q || P_lam) = log1p(lam^2 sum_y Q r^2 / w_y),
 
-    so the a = 2 passes can run in float32 without cancellation; other orders run in float64.
-    The differences log P - log Q and the weights are formed in float64 either way.
+    so the a = 2 passes can run in float32 without cancellation (see :func:`_prepare` for when);
+    other orders run in float64.
     """
 
     alpha: float
@@ -114,36 +116,53 @@ class _Problem:
 
 
 def _prepare(logp_priv: Tensor, logp_pub: Tensor, alpha: float, cap: Tensor) -> _Problem:
-    logq = logp_pub.to(torch.float64)
-    logq = (logq - torch.logsumexp(logq, dim=-1, keepdim=True)).unsqueeze(-2)  # (..., 1, V)
+    """Float32 at a = 2 when every probability is a normal float32 and P/Q <= e^40 (one check
+    per call, not per pass): then every weight keeps full relative precision (r = expm1(d) and
+    all sums have non-negative terms) and nothing overflows. Otherwise float64 throughout."""
+    if alpha == 2.0 and logp_priv.dtype == torch.float32 and logp_pub.dtype == torch.float32:
+        # min over P also guards sum_y Q e = sum_y P against underflowed terms.
+        safe = (logp_pub.amin() >= _FLOAT32_LOG_MIN) & (logp_priv.amin() >= _FLOAT32_LOG_MIN)
+        diff = logp_priv - logp_pub.unsqueeze(-2)  # (..., m, V)
+        if bool(safe & (diff.amax() <= _FLOAT32_LOG_RATIO)):
+            return _weights(diff, logp_pub, alpha, cap)
+    return _weights(logp_priv.to(torch.float64) - logp_pub.to(torch.float64).unsqueeze(-2), logp_pub, alpha, cap)
+
+
+_FLOAT32_LOG_MIN = math.log(torch.finfo(torch.float32).tiny)
+"""Below this a float32 probability is subnormal (slow, and imprecise)."""
+
+_FLOAT32_LOG_RATIO = 40.0
+"""Largest log(P/Q) for float32 passes: then Q r^3 <= P (P/Q)^2 < 1e35 cannot overflow."""
+
+
+def _weights(diff: Tensor, logp_pub: Tensor, alpha: float, cap: Tensor) -> _Problem:
+    """From diff = log P - log Q (..., m, V) (work dtype) to the weights of :class:`_Problem`."""
+    logq = logp_pub.to(diff.dtype)
+    shift = torch.logsumexp(logq, dim=-1, keepdim=True)  # (..., 1): renormalises Q
+    logq = (logq - shift).unsqueeze(-2)  # (..., 1, V)
     q = logq.exp()  # (..., 1, V)
-    ratio = logp_priv.to(torch.float64) - logq  # (..., m, V)
-    ratio.exp_()
+    diff.add_(shift.unsqueeze(-1))
     # +inf: P(y) > 0 = Q(y) (or P/Q beyond float64's range, which needs log Q < -700):
     # D(P_lam || Q) is infinite for every lam > 0; the group's sums become NaN and it is forced
     # to lam = 0. NaN: P(y) = Q(y) = 0, a token that plays no role.
-    ratio.nan_to_num_(nan=1.0, posinf=math.inf)
-    scratch = ratio * q  # (..., m, V)
-    ratio.div_(scratch.sum(-1, keepdim=True))  # sum_y Q e = sum_y P: renormalises P
-    r = torch.sub(ratio, 1.0, out=scratch)  # (..., m, V)
+    diff.nan_to_num_(nan=0.0, posinf=math.inf)
+    ratio = diff.exp()  # (..., m, V): e = P/Q
+    # r = e - 1 to full relative precision near 0 (torch.expm1 is several times slower): with
+    # e = exp(d)(1 + delta), e - 1 is exact near 1 and e (log e - d) removes delta to first order.
+    correction = torch.log(ratio).sub_(diff).mul_(ratio)  # (..., m, V)
+    r = torch.sub(ratio, 1.0, out=diff).sub_(correction.nan_to_num_(nan=0.0))  # (..., m, V)
+    total = torch.mul(ratio, q, out=correction).sum(-1, keepdim=True)  # (..., m, 1): sum_y Q e = sum_y P
+    ratio.div_(total)  # renormalises P
+    r.sub_(total - 1.0).div_(total)  # r of the renormalised P
     qr2 = (q * r).mul_(r)  # (..., m, V)
-    qr3 = r.mul_(qr2)  # (..., m, V), in the scratch buffer
-    moments = torch.stack((qr2.sum(-1), qr3.sum(-1)), dim=-1)  # (..., m, 2)
+    qr3 = r.mul_(qr2)  # (..., m, V), in r's buffer
+    moments = torch.stack((qr2.sum(-1), qr3.sum(-1)), dim=-1).to(torch.float64)  # (..., m, 2)
     forced_zero = ~torch.isfinite(moments[..., 0]) | (cap <= 0)  # (..., m)
     level = torch.where(forced_zero, 0.0, cap * (1.0 - _MARGIN))  # (..., m)
-    if alpha != 2.0:
-        return _Problem(alpha, level, ratio.unsqueeze(-2), (q.unsqueeze(-2), (ratio - 1.0).mul_(q).unsqueeze(-2)), moments, forced_zero)
-    # float32 passes keep full relative precision (all terms >= 0) while P/Q stays in range;
-    # one check per call decides.
-    work = torch.float64
-    if logp_priv.dtype != torch.float64 and bool((ratio.masked_fill(forced_zero.unsqueeze(-1), 1.0) <= _FLOAT32_RATIO).all()):
-        work = torch.float32
-    terms = (qr2.to(work).unsqueeze(-2), qr3.to(work).unsqueeze(-2))
-    return _Problem(alpha, level, ratio.to(work).unsqueeze(-2), terms, moments, forced_zero)
-
-
-_FLOAT32_RATIO = 1e12
-"""Largest P/Q for float32 passes at alpha = 2 (then Q r^3 <= P (P/Q)^2 stays far from overflow)."""
+    if alpha == 2.0:
+        return _Problem(alpha, level, ratio.unsqueeze(-2), (qr2.unsqueeze(-2), qr3.unsqueeze(-2)), moments, forced_zero)
+    ratio, q = ratio.to(torch.float64), q.to(torch.float64)
+    return _Problem(alpha, level, ratio.unsqueeze(-2), (q.unsqueeze(-2), (ratio - 1.0).mul_(q).unsqueeze(-2)), moments, forced_zero)
 
 
 @dataclass(frozen=True)
@@ -160,7 +179,7 @@ def _evaluate_order2(prob: _Problem, lam: Tensor) -> _Evaluation:
     """One pass over V for K candidates per group at a = 2 (see :class:`_Problem`)."""
     qr2, qr3 = prob.terms
     lam_w = lam.to(prob.ratio.dtype).unsqueeze(-1)  # (..., m, K, 1)
-    w = torch.addcmul(1.0 - lam_w, lam_w, prob.ratio)  # (..., m, K, V)
+    w = (lam_w * prob.ratio).add_(1.0 - lam_w)  # (..., m, K, V)
     scratch = torch.div(qr2, w)  # (..., m, K, V)
     s = scratch.sum(-1).to(torch.float64)  # sum Q r^2 / w   (..., m, K)
     t = torch.div(qr3, w.square_(), out=scratch).sum(-1).to(torch.float64)  # sum Q r^3 / w^2
@@ -177,13 +196,14 @@ def _evaluate_general(prob: _Problem, lam: Tensor) -> _Evaluation:
     a = prob.alpha
     q, qr = prob.terms
     lam_w = lam.unsqueeze(-1)  # (..., m, K, 1)
-    w = torch.addcmul(1.0 - lam_w, lam_w, prob.ratio)  # (..., m, K, V)
+    w = (lam_w * prob.ratio).add_(1.0 - lam_w)  # (..., m, K, V)
     log_w = w.log()
+    q_col, qr_col = q.transpose(-1, -2), qr.transpose(-1, -2)  # (..., 1, V, 1), (..., m, V, 1)
     out = []
     for power in (a, 1.0 - a):
-        w_pow = torch.exp(log_w * power)  # (..., m, K, V)
-        total = (w_pow * q).sum(-1)  # sum Q w^power
-        slope = power * (w_pow.div_(w).mul_(qr)).sum(-1)  # d/dlam sum Q w^power
+        w_pow = torch.mul(log_w, power).exp_()  # (..., m, K, V)
+        total = torch.matmul(w_pow, q_col).squeeze(-1)  # sum Q w^power   (..., m, K)
+        slope = power * torch.matmul(w_pow.div_(w), qr_col).squeeze(-1)  # d/dlam sum Q w^power
         out.append((torch.log(total) / (a - 1.0), slope / (total * (a - 1.0))))
     (forward, forward_slope), (reverse, reverse_slope) = out
     return _Evaluation(forward.clamp_min(0.0), reverse.clamp_min(0.0), forward_slope, reverse_slope)
@@ -268,7 +288,8 @@ def _logit_point(end: _End, level: Tensor) -> tuple[Tensor, Tensor, Tensor, Tens
 
 
 def _estimate(lo: _End, hi: _End, level: Tensor) -> Tensor:
-    """A point estimate of lam*: Newton or secant steps on log D against logit(lam), NaN if none.
+    """A point estimate of lam*: a Newton step on log D against logit(lam) from the end whose
+    divergence is closer to the cap; NaN if neither end gives a usable model.
 
     Near 0, D ~ a/2 chi2 lam^2, and near a pole at 1, D ~ B / (1 - lam): in both regimes
     log D is close to linear in logit(lam).
@@ -277,10 +298,8 @@ def _estimate(lo: _End, hi: _End, level: Tensor) -> Tensor:
     x_hi, y_hi, dy_hi, ok_hi = _logit_point(hi, level)
     newton_lo = x_lo - y_lo / dy_lo
     newton_hi = x_hi - y_hi / dy_hi
-    secant = x_lo - y_lo * (x_hi - x_lo) / (y_hi - y_lo)
     closer_hi = y_hi.abs() < y_lo.abs()
     newton = torch.where(ok_hi & (closer_hi | ~ok_lo), newton_hi, torch.where(ok_lo, newton_lo, math.nan))
-    del secant
     return torch.sigmoid(newton)
 
 
@@ -392,14 +411,14 @@ def mollify(
     if a == 2.0:
         hi = torch.minimum(hi, torch.sqrt(torch.expm1(prob.level) / prob.moments[..., 0]).nan_to_num(1.0))
     hi = _round_down(hi, out_dtype)
-    guess = _taylor_guess(prob, hi)
     at_zero = zero.unsqueeze(-1)  # (..., m, 1): lam = 0 is feasible with D = 0 and slope 0
     g0, g0_slope = _slack(prob, _Evaluation(at_zero, at_zero, at_zero, at_zero))
     lo = _End(zero, zero, zero, g0.squeeze(-1), g0_slope.squeeze(-1))
     hi = _End(hi, *(zero + math.nan,) * 4)
-    if a == 2.0:  # hi is the closed-form forward root; the guess also accounts for the reverse
-        candidates = torch.stack((guess, hi.lam), dim=-1)  # (..., m, 2)
+    if a == 2.0:  # hi is the closed-form forward root: often the answer, closing the bracket at once
+        candidates = hi.lam.unsqueeze(-1)  # (..., m, 1)
     else:
+        guess = _taylor_guess(prob, hi.lam)
         candidates = torch.stack((guess, torch.sqrt(guess * hi.lam), hi.lam), dim=-1)  # (..., m, K)
     level = prob.level.unsqueeze(-1)  # (..., m, 1)
     for i in range(1 + _SEARCH_PASSES):
@@ -411,9 +430,9 @@ def mollify(
         slope = torch.where(use_f, ev.forward_slope, ev.reverse_slope)
         cand = _End(lam, div, slope, *_slack(prob, ev))
         lo, hi = _update(lo, hi, cand, (ev.forward <= level) & (ev.reverse <= level))
-        if lam.device.type == "cpu" and bool((lo.lam >= hi.lam).all()):
-            # Every bracket is closed, so further passes cannot change the result. Reading the
-            # flag costs nothing on the CPU; on accelerators all passes run, with no sync.
+        if lam.device.type == "cpu" and bool((hi.lam - lo.lam <= _CLOSED).all()):
+            # Every bracket is closed, so further passes could move no answer by more than
+            # _CLOSED. Reading the flag costs nothing on the CPU; on accelerators all passes run.
             break
         candidates = _next_candidates(lo, hi, prob.level, final=i == _SEARCH_PASSES - 1)
     return lo.lam.to(out_dtype)
