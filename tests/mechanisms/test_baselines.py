@@ -88,6 +88,8 @@ def test_amin_switch_uses_the_generator() -> None:
     assert torch.equal(a.diagnostics["use_public"], b.diagnostics["use_public"])
     with pytest.raises(InvalidParameterError):
         switch.step(logits)
+    with pytest.raises(NoGuaranteeError):  # the per-step switch is not covered by any accountant
+        switch.event(batch_size=3)
 
 
 @pytest.mark.parametrize("vocab", [2, 50, 151_936])

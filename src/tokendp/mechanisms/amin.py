@@ -11,8 +11,11 @@ Composition: rho adds over the tokens that use the private prediction.
 Optional sparse-vector switch (Amin et al., Sec. on public predictions): the statistic
 s = max_y |mean_i clip(centred phi_i)(y) - clip(centred phi_pub)(y)| has sensitivity 2C/B
 under the same adjacency; when s + Lap(b_query) < threshold + Lap(b_threshold) (noise from the
-caller's generator) the step returns the public distribution instead. Its cost, and what the
-switch saves, is the sparse-vector accountant's job (TODO(merge): tokendp.accounting).
+caller's generator) the step returns the public distribution instead. This per-step switch
+draws fresh threshold noise every step and caps nothing, so it does not match the sparse-vector
+analysis of ``tokendp.accounting.amin_switch_epsilon`` (one threshold per text, query noise
+scaled by the cap on private tokens): with the switch on, :meth:`AminEtAl.event` refuses
+(NoGuaranteeError) rather than under-charge. The switch is for experiments only.
 """
 
 from __future__ import annotations
@@ -20,16 +23,12 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
+from tokendp.accounting import amin_rho_per_token
 from tokendp.accounting.events import ZcdpEvent
 from tokendp.errors import InvalidParameterError
-from tokendp.mechanisms.base import MechanismStep, check_logits, check_nonnegative, check_positive
+from tokendp.mechanisms.base import MechanismStep, NoGuaranteeError, check_logits, check_nonnegative, check_positive
 
 __all__ = ["AminEtAl"]
-
-
-def _rho(clip: float, batch_size: int, temperature: float) -> float:
-    # TODO(merge): use tokendp.accounting (Amin et al. per-token rho, with and without the switch)
-    return 2.0 * clip**2 / (batch_size**2 * temperature**2)
 
 
 def _laplace(shape: torch.Size, scale: float, generator: torch.Generator, device: torch.device) -> Tensor:
@@ -73,7 +72,15 @@ class AminEtAl:
         return MechanismStep(out, {"use_public": use_public, "switch_statistic": stat})
 
     def event(self, *, batch_size: int) -> dict[str, ZcdpEvent]:
-        """{"reference": ZcdpEvent(2 C^2 / (B^2 tau^2))} for a token sampled from the private average."""
+        """{"reference": ZcdpEvent(2 C^2 / (B^2 tau^2))} for a token sampled from the private average.
+
+        Raises NoGuaranteeError when the sparse-vector switch is on (see the module docstring).
+        """
+        if self.switch_threshold is not None:
+            raise NoGuaranteeError(
+                "AminEtAl with switch_threshold has no per-token guarantee in tokendp yet; "
+                "use switch_threshold=None (every token charged) for an accounted run"
+            )
         if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
             raise InvalidParameterError(f"batch_size must be an integer >= 1, got {batch_size!r}")
-        return {"reference": ZcdpEvent(_rho(self.clip, batch_size, self.temperature))}
+        return {"reference": ZcdpEvent(amin_rho_per_token(clip=self.clip, batch_size=batch_size, temperature=self.temperature))}

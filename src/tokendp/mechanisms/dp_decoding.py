@@ -14,16 +14,12 @@ import math
 import torch
 from torch import Tensor
 
+from tokendp.accounting import dp_decoding_epsilon_per_token
 from tokendp.accounting.events import PureDpEvent
 from tokendp.errors import InvalidParameterError
 from tokendp.mechanisms.base import MechanismStep, check_logits, check_positive, log_softmax_at
 
 __all__ = ["DPDecoding"]
-
-
-def _epsilon(lam: float, vocab_size: int) -> float:
-    # TODO(merge): use tokendp.accounting.dp_decoding_epsilon(lam=..., vocab_size=..., max_tokens=1)
-    return math.log1p(lam * vocab_size / (1.0 - lam))
 
 
 class DPDecoding:
@@ -51,4 +47,4 @@ class DPDecoding:
         """{"context": PureDpEvent(log(1 + lam V / (1 - lam)))} per generated token."""
         if isinstance(vocab_size, bool) or not isinstance(vocab_size, int) or vocab_size < 1:
             raise InvalidParameterError(f"vocab_size must be an integer >= 1, got {vocab_size!r}")
-        return {"context": PureDpEvent(_epsilon(self.lam, vocab_size))}
+        return {"context": PureDpEvent(dp_decoding_epsilon_per_token(lam=self.lam, vocab_size=vocab_size))}

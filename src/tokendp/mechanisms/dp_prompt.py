@@ -13,15 +13,11 @@ from __future__ import annotations
 
 from torch import Tensor
 
+from tokendp.accounting import dp_prompt_epsilon_per_token
 from tokendp.accounting.events import PureDpEvent
 from tokendp.mechanisms.base import MechanismStep, check_logits, check_positive
 
 __all__ = ["DPPrompt"]
-
-
-def _epsilon(clip_width: float, temperature: float) -> float:
-    # TODO(merge): use tokendp.accounting.dp_prompt_epsilon(clip_width=..., temperature=..., max_tokens=1)
-    return 2.0 * clip_width / temperature
 
 
 class DPPrompt:
@@ -42,4 +38,4 @@ class DPPrompt:
 
     def event(self) -> dict[str, PureDpEvent]:
         """{"context": PureDpEvent(2 w / tau)} per generated token."""
-        return {"context": PureDpEvent(_epsilon(self.clip_width, self.temperature))}
+        return {"context": PureDpEvent(dp_prompt_epsilon_per_token(clip_width=self.clip_width, temperature=self.temperature))}

@@ -22,16 +22,12 @@ import math
 import torch
 from torch import Tensor
 
+from tokendp.accounting import invisibleink_rho_per_token
 from tokendp.accounting.events import ZcdpEvent
 from tokendp.errors import InvalidParameterError
 from tokendp.mechanisms.base import MechanismStep, check_logits, check_nonnegative, check_positive
 
 __all__ = ["InvisibleInk"]
-
-
-def _rho(clip: float, batch_size: int, temperature: float) -> float:
-    # TODO(merge): use tokendp.accounting (InvisibleInk per-token rho)
-    return clip**2 / (2.0 * batch_size**2 * temperature**2)
 
 
 class InvisibleInk:
@@ -67,4 +63,4 @@ class InvisibleInk:
         """{"reference": ZcdpEvent(C^2 / (2 B^2 tau^2))} per token, charged to every reference in the batch."""
         if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
             raise InvalidParameterError(f"batch_size must be an integer >= 1, got {batch_size!r}")
-        return {"reference": ZcdpEvent(_rho(self.clip, batch_size, self.temperature))}
+        return {"reference": ZcdpEvent(invisibleink_rho_per_token(clip=self.clip, batch_size=batch_size, temperature=self.temperature))}
