@@ -271,11 +271,6 @@ def sanitize_batch(
     return [SanitizeResult(out.text, job.report(i, out, backend.name)) for i, out in enumerate(outputs)]
 
 
-def _eos_ids(backend: HFBackend) -> list[int]:
-    """Kept for callers of the first API; use ``HFBackend.eos_token_ids``."""
-    return backend.eos_token_ids
-
-
 class _Job:
     """One batch of documents under one method: rows, the bound mechanism, ledgers, reports."""
 

@@ -56,12 +56,11 @@ from tokendp.accounting import (
     invisibleink_epsilon,
     invisibleink_rho_per_token,
 )
-from tokendp.backends import HFBackend, RowSequence
+from tokendp.backends import HFBackend, RowSequence, load_backend
 from tokendp.errors import InvalidInputError, InvalidParameterError
 from tokendp.generation import Generated, generate, make_generator
 from tokendp.mechanisms import AminEtAl, InvisibleInk
 from tokendp.mechanisms.base import MechanismStep
-from tokendp.sanitize import _eos_ids, load_backend  # TODO(merge): both belong in tokendp.backends
 from tokendp.text.contexts import PromptTemplate, prompt_template
 
 Method = Literal["invisibleink", "amin"]
@@ -297,7 +296,7 @@ def synthesize(
         job.offset = start
         stream = None if on_token is None else (lambda d, t, s=start: on_token(s + d, t))
         outputs += generate(backend, sequences[start:start + concurrency], job.step, max_new_tokens=max_tokens,
-                            generator=generator, temperature=temperature, eos_ids=_eos_ids(backend),
+                            generator=generator, temperature=temperature, eos_ids=backend.eos_token_ids,
                             stop_strings=[*backend.options.get("stop", []), *stop], charge=job.charge,
                             on_token=stream)
     eps = certified_epsilon(method=method, clip=clip, delta=delta, batch_size=batch_size, temperature=temperature,

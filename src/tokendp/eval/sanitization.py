@@ -34,7 +34,7 @@ from typing import Any
 import torch
 from tqdm.auto import tqdm
 
-from tokendp.backends import HFBackend, RowSequence
+from tokendp.backends import HFBackend, RowSequence, load_backend
 from tokendp.errors import InvalidInputError
 from tokendp.eval.candidates import ATTACK_LABELS, attack_candidates, truncate_document
 from tokendp.eval.methods import BoundMethod, DocumentRows, Setting, document_rows, make_settings
@@ -43,7 +43,6 @@ from tokendp.eval.metrics import attack_success, loss_score, min_k_score, pooled
 from tokendp.eval.scoring import continuation_logits
 from tokendp.eval.tab import load_tab
 from tokendp.generation import generate, make_generator
-from tokendp.sanitize import load_backend
 from tokendp.text.contexts import placeholder_id, prompt_template
 
 DEFAULT_MAX_CHARS = 1200
@@ -153,15 +152,6 @@ def _attack(backend: HFBackend, doc: EvalDocument, released: Sequence[int], k: f
     return out
 
 
-def _eos_ids(backend: HFBackend) -> list[int]:
-    ids = {backend.tokenizer.eos_token_id}
-    for stop in backend.options.get("stop", []):
-        found = backend.tokenizer.convert_tokens_to_ids(stop)
-        if isinstance(found, int) and found != backend.tokenizer.unk_token_id:
-            ids.add(found)
-    return sorted(i for i in ids if i is not None)
-
-
 class _Cache:
     """Per-(setting, document) JSON records under ``out/cache/<run-hash>/<setting>/``."""
 
@@ -250,7 +240,7 @@ def _run_chunk(config: EvalConfig, backend: HFBackend, chunk: list[EvalDocument]
     bar.set_postfix_str(f"releasing {len(sequences)} rewrites")
     released = generate(backend, sequences, _AllSettingsStep(bounds, len(chunk)),
                         max_new_tokens=config.max_new_tokens, generator=make_generator(_seed(config.seed, "release", first)),
-                        eos_ids=_eos_ids(backend), stop_strings=backend.options.get("stop", []))
+                        eos_ids=backend.eos_token_ids, stop_strings=backend.options.get("stop", []))
     for i, d in enumerate(chunk):
         bar.set_postfix_str("scoring")
         todo = [k for k, s in enumerate(pending) if (s, d.doc_id) not in records]
