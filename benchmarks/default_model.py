@@ -30,7 +30,7 @@ from tokendp.models.training.examples import masked_ids
 from tokendp.models.training.wikitext import paragraphs
 from tokendp.text.spans import Span
 
-DATA = Path("/work/shared/data")
+DATA = Path("../shared/data")
 
 
 def tab_paragraphs(n: int) -> list[tuple[str, list[Span]]]:

@@ -32,7 +32,7 @@ from pathlib import Path
 
 import torch
 
-TAB = Path("/work/shared/data/tab")
+TAB = Path("../shared/data/tab")
 GROUPS, NEW_TOKENS, BETA, ALPHA = 6, 150, 0.05, 2.0
 
 

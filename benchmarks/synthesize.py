@@ -30,7 +30,7 @@ from pathlib import Path
 
 import torch
 
-WIKITEXT = Path("/work/shared/data/wikitext-2/valid.txt")
+WIKITEXT = Path("../shared/data/wikitext-2/valid.txt")
 FALLBACK = "The hospital admitted the patient on a Tuesday, and the doctors reviewed the notes twice."
 
 

@@ -1,7 +1,7 @@
 """Train, resume, smoke-test or export tokendp's embedded default model.
 
-  python scripts/train_default_model.py --out /work/runs/model            # train / resume
-  python scripts/train_default_model.py --out /work/runs/model --export   # -> src/tokendp/models/default
+  python scripts/train_default_model.py --out runs/model            # train / resume
+  python scripts/train_default_model.py --out runs/model --export   # -> src/tokendp/models/default
   python scripts/train_default_model.py --smoke                           # tiny run in a temp dir
 """
 
@@ -27,7 +27,7 @@ def smoke_config(out_dir: str) -> TrainConfig:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--out", default="/work/runs/model", help="run directory")
+    parser.add_argument("--out", default="runs/model", help="run directory")
     parser.add_argument("--export", action="store_true", help="export the latest checkpoint")
     parser.add_argument("--dest", default=str(PACKAGE_DIR), help="export destination")
     parser.add_argument("--smoke", action="store_true", help="tiny end-to-end run in a temp dir")

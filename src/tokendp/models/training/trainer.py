@@ -41,7 +41,7 @@ class TrainConfig:
     """Everything that determines a training run."""
 
     out_dir: str
-    wikitext: str = "/work/shared/data/wikitext-2/train.txt"
+    wikitext: str = "../shared/data/wikitext-2/train.txt"
     vocab_size: int = 8192
     hidden: int = 256
     layers: int = 3
