@@ -24,14 +24,15 @@ test: install
 
 # The table and plots of docs/results.md (issue 7): 20 reporting-half TAB documents, every method.
 # Resumable: rerun the same command after an interruption. Then paste runs/eval/results.md into docs/results.md.
-EVAL_ARGS ?= --limit 20 --paper-settings
+# About 22 minutes on 2 cores.
+EVAL_ARGS ?= --limit 20 --paper-settings --max-chars 600 --max-new-tokens 200 --threads 2
 DATA ?= ../shared/data
 eval-results: install
 	HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 $(BIN)/tokendp eval sanitize --data $(DATA)/tab \
 		--candidates $(DATA)/dpfusion/candidate_set_100.json --split report \
 		--methods original,public,scrub,dp-decoding,dp-prompt,dp-fusion --epsilon 10,50 \
 		$(EVAL_ARGS) --out runs/eval
-	mkdir -p docs/results && cp runs/eval/*.png runs/eval/results.md runs/eval/results.json docs/results/
+	mkdir -p docs/results && cp runs/eval/*.png runs/eval/results.md runs/eval/results.json runs/eval/results.csv docs/results/
 
 clean:
 	rm -rf $(VENV) build *.egg-info src/*.egg-info
