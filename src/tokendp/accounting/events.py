@@ -8,15 +8,9 @@ quantities (realised divergences or mixing weights) are diagnostics and never ev
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
-from tokendp.errors import InvalidParameterError
-
-
-def _check_nonnegative(name: str, value: float) -> None:
-    if not (isinstance(value, (int, float)) and math.isfinite(value) and value >= 0):
-        raise InvalidParameterError(f"{name} must be a finite number >= 0, got {value!r}")
+from tokendp.accounting._checks import check_nonnegative, check_order
 
 
 @dataclass(frozen=True)
@@ -26,7 +20,7 @@ class PureDpEvent:
     epsilon: float
 
     def __post_init__(self) -> None:
-        _check_nonnegative("epsilon", self.epsilon)
+        check_nonnegative("epsilon", self.epsilon)
 
 
 @dataclass(frozen=True)
@@ -37,9 +31,8 @@ class RdpEvent:
     rdp: float
 
     def __post_init__(self) -> None:
-        if not (isinstance(self.alpha, (int, float)) and math.isfinite(self.alpha) and self.alpha > 1):
-            raise InvalidParameterError(f"Renyi order alpha must be a finite number > 1, got {self.alpha!r}")
-        _check_nonnegative("rdp", self.rdp)
+        check_order(self.alpha)
+        check_nonnegative("rdp", self.rdp)
 
 
 @dataclass(frozen=True)
@@ -49,7 +42,7 @@ class ZcdpEvent:
     rho: float
 
     def __post_init__(self) -> None:
-        _check_nonnegative("rho", self.rho)
+        check_nonnegative("rho", self.rho)
 
 
 PrivacyEvent = PureDpEvent | RdpEvent | ZcdpEvent

@@ -9,7 +9,6 @@ from ``logprobs`` with a ``torch.Generator``), except for mechanisms that need n
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
@@ -17,8 +16,9 @@ from typing import Any, Protocol, runtime_checkable
 import torch
 from torch import Tensor
 
+from tokendp.accounting._checks import check_nonnegative, check_positive  # noqa: F401 (re-exported to the mechanisms)
 from tokendp.accounting.events import PrivacyEvent
-from tokendp.errors import InvalidInputError, InvalidParameterError, TokenDPError
+from tokendp.errors import InvalidInputError, TokenDPError
 
 __all__ = ["Mechanism", "MechanismStep", "NoGuaranteeError"]
 
@@ -52,20 +52,6 @@ class Mechanism(Protocol):
     def event(self, *args: Any, **kwargs: Any) -> Mapping[str, PrivacyEvent]:
         """The privacy event one generated token charges each protected unit."""
         ...
-
-
-def check_positive(name: str, value: float) -> float:
-    """A finite number > 0, as float, else InvalidParameterError."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
-        raise InvalidParameterError(f"{name} must be a finite number > 0, got {value!r}")
-    return float(value)
-
-
-def check_nonnegative(name: str, value: float) -> float:
-    """A finite number >= 0, as float, else InvalidParameterError."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
-        raise InvalidParameterError(f"{name} must be a finite number >= 0, got {value!r}")
-    return float(value)
 
 
 def check_logits(logits: Tensor, *, min_rows: int) -> None:
