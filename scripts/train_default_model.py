@@ -3,6 +3,8 @@
   python scripts/train_default_model.py --out runs/model            # train / resume
   python scripts/train_default_model.py --out runs/model --export   # -> src/tokendp/models/default
   python scripts/train_default_model.py --smoke                           # tiny run in a temp dir
+  python scripts/train_default_model.py --out runs/fill --init-from runs/base \
+      --total-steps 3000 --max-doc 512 --lr 5e-4                          # fill stage from a model
 """
 
 from __future__ import annotations
@@ -32,6 +34,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--dest", default=str(PACKAGE_DIR), help="export destination")
     parser.add_argument("--smoke", action="store_true", help="tiny end-to-end run in a temp dir")
     parser.add_argument("--total-steps", type=int, default=None)
+    parser.add_argument("--init-from", default=None,
+                        help="continue from this exported model directory (fill stage)")
+    parser.add_argument("--max-doc", type=int, default=None, help="longest source, in tokens")
+    parser.add_argument("--lr", type=float, default=None, help="peak learning rate")
+    parser.add_argument("--warmup", type=int, default=None, help="warm-up steps")
     args = parser.parse_args(argv)
     if args.smoke:
         with tempfile.TemporaryDirectory() as tmp:
@@ -43,8 +50,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"exported to {export(args.out, args.dest)}")
         return 0
     cfg = TrainConfig(out_dir=args.out)
-    if args.total_steps:
-        cfg.total_steps = args.total_steps
+    for name in ("total_steps", "init_from", "max_doc", "lr", "warmup"):
+        if getattr(args, name) is not None:
+            setattr(cfg, name, getattr(args, name))
     train(cfg)
     return 0
 

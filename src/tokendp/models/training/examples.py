@@ -59,8 +59,15 @@ def curriculum_max_doc(progress: float, *, start: int, end: int, ramp: float) ->
     return int(start + (end - start) * min(1.0, progress / ramp) ** 2)
 
 
-def kind_weights(progress: float) -> list[float]:
-    """Mixture over KINDS: random sequences are 60% up to 15% progress, then fall to 15% at 40%."""
+def kind_weights(progress: float, *, fill_stage: bool = False) -> list[float]:
+    """Mixture over KINDS.
+
+    First stage: random sequences are 60% up to 15% progress, then fall to 15% at 40%.
+    Fill stage (continued training of a model that already copies): mostly copying around
+    placeholders (fill, partial, wikifill: 75%), with enough plain copying to keep it.
+    """
+    if fill_stage:
+        return [0.05, 0.1, 0.1, 0.25, 0.15, 0.35]
     r = min(0.6, max(0.15, 0.6 - 0.45 * (progress - 0.15) / 0.25))
     rest = 1.0 - r
     return [r, 0.22 * rest, 0.18 * rest, 0.2 * rest, 0.1 * rest, 0.3 * rest]
@@ -71,13 +78,14 @@ class ExampleStream:
 
     def __init__(self, tokenizer: PreTrainedTokenizerFast, paragraphs: list[str], *,
                  seed: int, lm_weight: float = 0.1, max_doc: int = 512,
-                 min_doc: int = 16, ramp: float = 0.6) -> None:
+                 min_doc: int = 16, ramp: float = 0.6, fill_stage: bool = False) -> None:
         self.tok = tokenizer
         self.paragraphs = paragraphs
         self.rng = random.Random(seed)
         self.synth = SyntheticDocs(seed)
         self.lm_weight = lm_weight
         self.max_doc, self.min_doc, self.ramp = max_doc, min_doc, ramp
+        self.fill_stage = fill_stage
         self.doc_id, self.rw_id, self.end_id = (tokenizer.convert_tokens_to_ids(t)
                                                 for t in (DOC, REWRITE, END))
         self.first_plain = 5  # ids below are special tokens
@@ -164,5 +172,5 @@ class ExampleStream:
         longest = curriculum_max_doc(progress, start=self.min_doc, end=self.max_doc, ramp=self.ramp)
         n_tokens = max(4, int(longest * self.rng.random() ** 0.6))
         size = max(1, min(max_batch, token_budget // (2 * n_tokens + 3)))
-        kinds = self.rng.choices(KINDS, weights=kind_weights(progress), k=size)
+        kinds = self.rng.choices(KINDS, weights=kind_weights(progress, fill_stage=self.fill_stage), k=size)
         return [self.example(k, n_tokens) for k in kinds]

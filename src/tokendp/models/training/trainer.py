@@ -7,6 +7,10 @@ exponential moving average) is below ``copy_gate``: longer and natural sequences
 worth their cost once the model copies. Resumable: a checkpoint holds model, optimiser,
 scheduler, step, curriculum position, copy-loss average and RNG states; the data stream is
 re-seeded from (seed, step).
+
+Continued training (``init_from``): a second stage starts from an exported model directory
+(weights and tokenizer), at full length, with a mixture weighted towards filling placeholders
+(:func:`examples.kind_weights`); training time and tokens of the earlier stage are carried over.
 """
 
 from __future__ import annotations
@@ -66,6 +70,7 @@ class TrainConfig:
     max_paragraphs: int | None = None
     synthetic_for_tokenizer: int = 20000
     hardware: str = "2 shared CPU cores (torch, 2 threads)"
+    init_from: str | None = None  # an exported model directory to continue from (fill stage)
 
 
 def model_config(cfg: TrainConfig, tokenizer) -> LlamaConfig:
@@ -83,6 +88,8 @@ def model_config(cfg: TrainConfig, tokenizer) -> LlamaConfig:
 def prepare_tokenizer(cfg: TrainConfig, paras: list[str]):
     """Load the run's tokenizer, training it first (WikiText + synthetic documents) if needed."""
     path = Path(cfg.out_dir) / "tokenizer"
+    if cfg.init_from and not (path / "tokenizer.json").exists():
+        AutoTokenizer.from_pretrained(cfg.init_from).save_pretrained(path)
     if not (path / "tokenizer.json").exists():
         synth = SyntheticDocs(cfg.seed)
         texts = paras + [synth.document(8).text for _ in range(cfg.synthetic_for_tokenizer)]
@@ -159,6 +166,12 @@ def train(cfg: TrainConfig) -> Path:
     ckpt_path = out / "checkpoint.pt"
     step, elapsed, tokens_seen = 0, 0.0, 0
     curriculum, copy_ema = 0, float("inf")
+    earlier = {"minutes": 0.0, "tokens": 0, "steps": 0}
+    if cfg.init_from:
+        model.load_state_dict(LlamaForCausalLM.from_pretrained(cfg.init_from, dtype=torch.float32).state_dict())
+        info = json.loads((Path(cfg.init_from) / "training.json").read_text())
+        earlier = {"minutes": info["train_minutes"], "tokens": info["tokens_seen"], "steps": info["step"]}
+        curriculum = cfg.total_steps  # the model already copies: full lengths from the start
     if ckpt_path.exists():
         state = torch.load(ckpt_path, weights_only=False)
         model.load_state_dict(state["model"])
@@ -171,7 +184,7 @@ def train(cfg: TrainConfig) -> Path:
         random.setstate(state["python_rng"])
         print(f"resumed at step {step}", flush=True)
     stream = ExampleStream(tok, paras, seed=cfg.seed * 1_000_003 + step, max_doc=cfg.max_doc,
-                           min_doc=cfg.min_doc, ramp=cfg.ramp)
+                           min_doc=cfg.min_doc, ramp=cfg.ramp, fill_stage=cfg.init_from is not None)
     model.train()
     sums = {k: [0.0, 0] for k in KINDS}
     t0, last_ckpt = time.time(), time.time()
@@ -181,7 +194,7 @@ def train(cfg: TrainConfig) -> Path:
         save_checkpoint(ckpt_path, {
             "model": model.state_dict(), "optimizer": opt.state_dict(),
             "scheduler": sched.state_dict(), "step": step, "curriculum": curriculum,
-            "copy_ema": copy_ema,
+            "copy_ema": copy_ema, "earlier": earlier,
             "elapsed": start_elapsed + time.time() - t0, "tokens_seen": tokens_seen,
             "torch_rng": torch.get_rng_state(), "python_rng": random.getstate(),
             "config": asdict(cfg)})
@@ -248,13 +261,16 @@ def export(out_dir: str | Path, dest: str | Path) -> Path:
     tok.save_pretrained(dest)
     _portable_tokenizer_config(dest / "tokenizer_config.json")
     (dest / "tokendp.json").write_text(json.dumps(TOKENDP_JSON, indent=2) + "\n")
+    earlier = state.get("earlier", {"minutes": 0.0, "tokens": 0, "steps": 0})
     info = {"parameters": sum(p.numel() for p in model.parameters()),
             "trained_context": 2 * curriculum_max_doc(
                 min(1.0, state.get("curriculum", state["step"]) / cfg.total_steps),
                 start=cfg.min_doc, end=cfg.max_doc,
                 ramp=cfg.ramp) + 3, "data": DATA, "objective": OBJECTIVE,
-            "hardware": cfg.hardware, "step": state["step"], "total_steps": cfg.total_steps,
-            "train_minutes": round(state["elapsed"] / 60, 1), "tokens_seen": state["tokens_seen"],
+            "hardware": cfg.hardware, "step": earlier["steps"] + state["step"],
+            "total_steps": earlier["steps"] + cfg.total_steps,
+            "train_minutes": round(earlier["minutes"] + state["elapsed"] / 60, 1),
+            "tokens_seen": earlier["tokens"] + state["tokens_seen"],
             "special_tokens": SPECIAL_TOKENS, "config": state["config"]}
     (dest / "training.json").write_text(json.dumps(info, indent=2) + "\n")
     return dest
