@@ -85,84 +85,90 @@ def symmetric_renyi_divergence(logp: Tensor, logq: Tensor, alpha: float) -> Tens
     return torch.maximum(renyi_divergence(logp, logq, alpha), renyi_divergence(logq, logp, alpha))
 
 
-_MARGIN = 2e-6
-"""Relative safety margin: a weight is accepted only if its computed divergences are <= cap (1 - _MARGIN)."""
+_MARGIN = {torch.float32: 4e-6, torch.float64: 2e-6}
+"""Relative safety margin per work dtype: a weight is accepted only if its computed divergences
+are <= cap (1 - margin), which covers the rounding of the passes (see :func:`_prepare`)."""
 
 
 @dataclass(frozen=True)
 class _Problem:
     """One mollifier search for shapes (..., m, V) against (..., V), preprocessed once.
 
-    With P and Q renormalised, e_y = P(y)/Q(y), r_y = e_y - 1 and w_y(lam) = (1 - lam) + lam e_y
-    (= P_lam(y)/Q(y), a sum of non-negative terms, so it keeps full relative precision):
+    With P and Q renormalised, e_y = P(y)/Q(y), r_y = e_y - 1 (so sum_y Q r = 0) and
+    w_y(lam) = (1 - lam) + lam e_y = P_lam(y)/Q(y) (a sum of non-negative terms, so it keeps
+    full relative precision, and is exactly 1 - lam where P(y) = 0):
 
-        D_a(P_lam || Q) = log sum_y Q(y) w_y^a / (a-1),   D_a(Q || P_lam) = log sum_y Q(y) w_y^(1-a) / (a-1).
+        D_a(P_lam || Q) = log sum_y Q w^a / (a-1),   D_a(Q || P_lam) = log sum_y Q w^(1-a) / (a-1).
 
-    At a = 2, since sum_y Q r = 0, both have forms whose terms are all >= 0:
+    Written with phi_p(w) = w^p - 1 - p (w - 1) >= 0 (convexity of w^p for p > 1 and p < 0),
+    sum_y Q w^p = 1 + sum_y Q phi_p(w): no sum cancels. At a = 2 both are rational:
 
         D_2(P_lam || Q) = log1p(lam^2 chi2),  chi2 = sum_y Q r^2   (closed form),
         D_2(Q || P_lam) = log1p(lam^2 sum_y Q r^2 / w_y),
 
-    so the a = 2 passes can run in float32 without cancellation (see :func:`_prepare` for when);
-    other orders run in float64.
+    with non-negative terms throughout, so the a = 2 passes can run in float32 (see
+    :func:`_prepare`); other orders run in float64. Sums over the vocabulary are
+    matrix-vector products with Q (one read of the operand).
     """
 
     alpha: float
     level: Tensor  # (..., m) float64: accepted divergence, cap (1 - margin)
-    ratio: Tensor  # (..., m, 1, V) e = P/Q in the work dtype (1 where Q = 0)
-    terms: tuple[Tensor, ...]  # a = 2: Q r^2, Q r^3; otherwise Q, Q r; each (..., m or 1, 1, V)
+    e: Tensor  # (..., m, V) work dtype: P/Q (0 where P = 0)
+    r: Tensor  # (..., m, V) work dtype: P/Q - 1 to full relative precision near 0
+    q: Tensor  # (..., V, 1) work dtype: Q
     moments: Tensor  # (..., m, 2) float64: sum_y Q r^2 (= chi2) and sum_y Q r^3
     forced_zero: Tensor  # (..., m) bool: cap 0, or P puts mass where Q has none
 
 
+def _q_sum(x: Tensor, q: Tensor) -> Tensor:
+    """sum_y Q(y) x(..., y) for x (..., m, K, V) or (..., m, V) and q (..., V, 1) -> (..., m, K) or (..., m)."""
+    flat = x.reshape(*q.shape[:-2], -1, x.shape[-1])  # (..., m K, V)
+    return torch.matmul(flat, q).reshape(x.shape[:-1]).to(torch.float64)
+
+
 def _prepare(logp_priv: Tensor, logp_pub: Tensor, alpha: float, cap: Tensor) -> _Problem:
-    """Float32 at a = 2 when every probability is a normal float32 and P/Q <= e^40 (one check
-    per call, not per pass): then every weight keeps full relative precision (r = expm1(d) and
-    all sums have non-negative terms) and nothing overflows. Otherwise float64 throughout."""
+    """The weights of :class:`_Problem`: float32 at a = 2 when that is safe, else float64.
+
+    Float32 needs every public probability normal (so Q > 0 and P/Q is finite) and no overflow
+    in chi2 (one host sync per call, not per pass). Then r comes from expm1 (full relative
+    precision near 0), w from e (full relative precision near 0), and every a = 2 sum has
+    non-negative terms, so the computed divergences are within a few float32 ulps (relative) of
+    the exact ones, well inside the margin.
+    """
     if alpha == 2.0 and logp_priv.dtype == torch.float32 and logp_pub.dtype == torch.float32:
-        # min over P also guards sum_y Q e = sum_y P against underflowed terms.
-        safe = (logp_pub.amin() >= _FLOAT32_LOG_MIN) & (logp_priv.amin() >= _FLOAT32_LOG_MIN)
-        diff = logp_priv - logp_pub.unsqueeze(-2)  # (..., m, V)
-        if bool(safe & (diff.amax() <= _FLOAT32_LOG_RATIO)):
-            return _weights(diff, logp_pub, alpha, cap)
-    return _weights(logp_priv.to(torch.float64) - logp_pub.to(torch.float64).unsqueeze(-2), logp_pub, alpha, cap)
+        prob = _weights(logp_priv, logp_pub, alpha, cap, torch.float32)
+        if bool((logp_pub.amin() >= _FLOAT32_LOG_MIN) & torch.isfinite(prob.moments[..., 0]).all()):
+            return prob
+    return _weights(logp_priv, logp_pub, alpha, cap, torch.float64)
 
 
 _FLOAT32_LOG_MIN = math.log(torch.finfo(torch.float32).tiny)
 """Below this a float32 probability is subnormal (slow, and imprecise)."""
 
-_FLOAT32_LOG_RATIO = 40.0
-"""Largest log(P/Q) for float32 passes: then Q r^3 <= P (P/Q)^2 < 1e35 cannot overflow."""
 
-
-def _weights(diff: Tensor, logp_pub: Tensor, alpha: float, cap: Tensor) -> _Problem:
-    """From diff = log P - log Q (..., m, V) (work dtype) to the weights of :class:`_Problem`."""
-    logq = logp_pub.to(diff.dtype)
-    shift = torch.logsumexp(logq, dim=-1, keepdim=True)  # (..., 1): renormalises Q
-    logq = (logq - shift).unsqueeze(-2)  # (..., 1, V)
-    q = logq.exp()  # (..., 1, V)
-    diff.add_(shift.unsqueeze(-1))
-    # +inf: P(y) > 0 = Q(y) (or P/Q beyond float64's range, which needs log Q < -700):
-    # D(P_lam || Q) is infinite for every lam > 0; the group's sums become NaN and it is forced
-    # to lam = 0. NaN: P(y) = Q(y) = 0, a token that plays no role.
-    diff.nan_to_num_(nan=0.0, posinf=math.inf)
-    ratio = diff.exp()  # (..., m, V): e = P/Q
-    # r = e - 1 to full relative precision near 0 (torch.expm1 is several times slower): with
-    # e = exp(d)(1 + delta), e - 1 is exact near 1 and e (log e - d) removes delta to first order.
-    correction = torch.log(ratio).sub_(diff).mul_(ratio)  # (..., m, V)
-    r = torch.sub(ratio, 1.0, out=diff).sub_(correction.nan_to_num_(nan=0.0))  # (..., m, V)
-    total = torch.mul(ratio, q, out=correction).sum(-1, keepdim=True)  # (..., m, 1): sum_y Q e = sum_y P
-    ratio.div_(total)  # renormalises P
-    r.sub_(total - 1.0).div_(total)  # r of the renormalised P
-    qr2 = (q * r).mul_(r)  # (..., m, V)
-    qr3 = r.mul_(qr2)  # (..., m, V), in r's buffer
-    moments = torch.stack((qr2.sum(-1), qr3.sum(-1)), dim=-1).to(torch.float64)  # (..., m, 2)
-    forced_zero = ~torch.isfinite(moments[..., 0]) | (cap <= 0)  # (..., m)
-    level = torch.where(forced_zero, 0.0, cap * (1.0 - _MARGIN))  # (..., m)
-    if alpha == 2.0:
-        return _Problem(alpha, level, ratio.unsqueeze(-2), (qr2.unsqueeze(-2), qr3.unsqueeze(-2)), moments, forced_zero)
-    ratio, q = ratio.to(torch.float64), q.to(torch.float64)
-    return _Problem(alpha, level, ratio.unsqueeze(-2), (q.unsqueeze(-2), (ratio - 1.0).mul_(q).unsqueeze(-2)), moments, forced_zero)
+def _weights(logp_priv: Tensor, logp_pub: Tensor, alpha: float, cap: Tensor, dtype: torch.dtype) -> _Problem:
+    """e, r, Q and the moments in ``dtype``: a few passes over (..., m, V), two of them products with Q."""
+    logq = logp_pub.to(dtype)
+    logq = logq - torch.logsumexp(logq, dim=-1, keepdim=True)  # (..., V): renormalised Q
+    q = logq.exp().unsqueeze(-1)  # (..., V, 1)
+    diff = logp_priv.to(dtype) - logq.unsqueeze(-2)  # (..., m, V): log P/Q
+    if dtype == torch.float64:
+        # NaN: P(y) = Q(y) = 0, a token that plays no role. +inf: P(y) > 0 = Q(y) (or P/Q
+        # beyond float64's range): the group's sums become inf or NaN and it is forced to
+        # lam = 0 (D(P_lam || Q) is infinite for every lam > 0). In float32, Q > 0 is checked.
+        diff.nan_to_num_(nan=0.0, posinf=math.inf)
+    e = diff.exp()  # (..., m, V): P/Q of the unnormalised P (1 + r loses it where P << Q)
+    r = diff.expm1_()  # (..., m, V): P/Q - 1 of the unnormalised P
+    excess = _q_sum(r, q).unsqueeze(-1).to(dtype)  # (..., m, 1): sum_y P - 1
+    scale = 1.0 / (1.0 + excess)  # (..., m, 1): renormalises P
+    e.mul_(scale)
+    r = torch.addcmul(-excess * scale, r, scale)  # (..., m, V): (r - excess) / (1 + excess)
+    r2 = r.square()  # (..., m, V)
+    chi2 = _q_sum(r2, q)  # (..., m)
+    mu3 = torch.zeros_like(chi2) if alpha == 2.0 else _q_sum(r2.mul_(r), q)  # (..., m)
+    forced_zero = ~torch.isfinite(chi2) | (cap <= 0)  # (..., m)
+    level = torch.where(forced_zero, 0.0, cap * (1.0 - _MARGIN[dtype]))  # (..., m)
+    return _Problem(alpha, level, e, r, q, torch.stack((chi2, mu3), dim=-1), forced_zero)
 
 
 @dataclass(frozen=True)
@@ -177,14 +183,15 @@ class _Evaluation:
 
 def _evaluate_order2(prob: _Problem, lam: Tensor) -> _Evaluation:
     """One pass over V for K candidates per group at a = 2 (see :class:`_Problem`)."""
-    qr2, qr3 = prob.terms
-    lam_w = lam.to(prob.ratio.dtype).unsqueeze(-1)  # (..., m, K, 1)
-    w = (lam_w * prob.ratio).add_(1.0 - lam_w)  # (..., m, K, V)
-    scratch = torch.div(qr2, w)  # (..., m, K, V)
-    s = scratch.sum(-1).to(torch.float64)  # sum Q r^2 / w   (..., m, K)
-    t = torch.div(qr3, w.square_(), out=scratch).sum(-1).to(torch.float64)  # sum Q r^3 / w^2
+    lam_w = lam.to(prob.r.dtype).unsqueeze(-1)  # (..., m, K, 1)
+    r = prob.r.unsqueeze(-2)  # (..., m, 1, V)
+    u = torch.addcmul(1.0 - lam_w, lam_w, prob.e.unsqueeze(-2))  # (..., m, K, V): w
+    u = torch.div(r, u, out=u)  # r / w
+    ru = u * r  # r^2 / w
+    s = _q_sum(ru, prob.q)  # sum Q r^2 / w   (..., m, K)
+    t = _q_sum(ru.mul_(u), prob.q)  # sum Q r^3 / w^2
     chi2 = prob.moments[..., :1]  # (..., m, 1)
-    excess = lam * lam * s  # G - 1 with G = sum Q / w
+    excess = lam * lam * s  # sum Q / w - 1
     forward = torch.log1p(lam * lam * chi2)
     forward_slope = 2.0 * lam * chi2 / (1.0 + lam * lam * chi2)
     reverse_slope = (2.0 * lam * s - lam * lam * t) / (1.0 + excess)
@@ -192,19 +199,24 @@ def _evaluate_order2(prob: _Problem, lam: Tensor) -> _Evaluation:
 
 
 def _evaluate_general(prob: _Problem, lam: Tensor) -> _Evaluation:
-    """One float64 pass over V for K candidates per group at any order a > 1."""
+    """One float64 pass over V for K candidates per group at any order a > 1 (see :class:`_Problem`).
+
+    With z = lam r and l = log w, for p in (a, 1-a): phi_p(w) = expm1(p l) - p z, and the slope
+    d/dlam sum_y Q w^p = p sum_y Q r w^(p-1) (its rounding can only cost optimality, never
+    feasibility: slopes only place candidates).
+    """
     a = prob.alpha
-    q, qr = prob.terms
     lam_w = lam.unsqueeze(-1)  # (..., m, K, 1)
-    w = (lam_w * prob.ratio).add_(1.0 - lam_w)  # (..., m, K, V)
+    r = prob.r.unsqueeze(-2)  # (..., m, 1, V)
+    z = lam_w * r  # (..., m, K, V)
+    w = torch.addcmul(1.0 - lam_w, lam_w, prob.e.unsqueeze(-2))  # (..., m, K, V)
     log_w = w.log()
-    q_col, qr_col = q.transpose(-1, -2), qr.transpose(-1, -2)  # (..., 1, V, 1), (..., m, V, 1)
     out = []
-    for power in (a, 1.0 - a):
-        w_pow = torch.mul(log_w, power).exp_()  # (..., m, K, V)
-        total = torch.matmul(w_pow, q_col).squeeze(-1)  # sum Q w^power   (..., m, K)
-        slope = power * torch.matmul(w_pow.div_(w), qr_col).squeeze(-1)  # d/dlam sum Q w^power
-        out.append((torch.log(total) / (a - 1.0), slope / (total * (a - 1.0))))
+    for p in (a, 1.0 - a):
+        power_m1 = torch.mul(log_w, p).expm1_()  # w^p - 1   (..., m, K, V)
+        excess = _q_sum(power_m1 - p * z, prob.q)  # sum Q phi_p(w) = sum Q w^p - 1   (..., m, K)
+        slope = p * _q_sum(power_m1.add_(1.0).div_(w).mul_(r), prob.q)  # d/dlam sum Q w^p
+        out.append((torch.log1p(excess) / (a - 1.0), slope / ((1.0 + excess) * (a - 1.0))))
     (forward, forward_slope), (reverse, reverse_slope) = out
     return _Evaluation(forward.clamp_min(0.0), reverse.clamp_min(0.0), forward_slope, reverse_slope)
 
