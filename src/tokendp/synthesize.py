@@ -16,7 +16,10 @@ the mechanism turns the 1 + B next-token logit vectors into one distribution:
   the Top-k+ set computed from the public logits alone, sampled as the exponential mechanism
   softmax(phi / tau). Per token rho_tok = C^2 / (2 B^2 tau^2)-zCDP per reference.
 * Amin et al.: each reference's full logits clipped to [-C, C] and averaged; per token
-  rho_tok = 2 C^2 / (B^2 tau^2) (:func:`tokendp.accounting.amin_rho_per_token`).
+  rho_tok = 2 C^2 / (B^2 tau^2) (:func:`tokendp.accounting.amin_rho_per_token`). With the
+  sparse-vector switch (``svt_epsilon``), one SVT run per text sends each step to the
+  references' average (charged rho_tok) or to the public model (free), at most c =
+  ``max_private_tokens`` times to the references; the text then continues from the public model.
 
 Composition. T tokens compose to rho = T rho_tok (zCDP adds up, Bun and Steinke 2016, Lemma
 2.3), converted exactly to (epsilon, delta) (:func:`tokendp.accounting.zcdp_to_epsilon`); T is
@@ -26,11 +29,13 @@ sits in exactly one batch, and the texts of the other batches do not read it (pa
 composition), so the whole set of synthetic texts is (epsilon, delta)-DP per reference. The
 partition is fixed by position, before anything is read, so it leaks nothing. A reference is
 never used twice: ``num`` texts need ``num * B`` references, and asking for more texts than
-floor(N / B) is an error.
+floor(N / B) is an error. With the switch, a text's certificate is instead
+:func:`tokendp.accounting.amin_switch_epsilon`: its SVT run (svt_epsilon-DP) and at most c private
+tokens, whatever T (docs/privacy.md).
 
 Calibration. Given (epsilon, delta, T, B, tau), the clip C is the largest value meeting epsilon
 (:func:`tokendp.accounting.invisibleink_clip`; for Amin et al. the same zCDP budget with its own
-rho_tok). epsilon = 0 gives C = 0: InvisibleInk then samples the public model's Top-k (the
+rho_tok; with the switch :func:`tokendp.accounting.amin_switch_clip`). epsilon = 0 gives C = 0: InvisibleInk then samples the public model's Top-k (the
 references are never read by the distribution) and Amin et al. would sample uniformly, so at
 epsilon 0 both methods sample the public model's distribution and charge nothing.
 """
