@@ -35,9 +35,10 @@ tokens, whatever T (docs/privacy.md).
 
 Calibration. Given (epsilon, delta, T, B, tau), the clip C is the largest value meeting epsilon
 (:func:`tokendp.accounting.invisibleink_clip`; for Amin et al. the same zCDP budget with its own
-rho_tok; with the switch :func:`tokendp.accounting.amin_switch_clip`). epsilon = 0 gives C = 0: InvisibleInk then samples the public model's Top-k (the
-references are never read by the distribution) and Amin et al. would sample uniformly, so at
-epsilon 0 both methods sample the public model's distribution and charge nothing.
+rho_tok; with the switch :func:`tokendp.accounting.amin_switch_clip`). epsilon = 0 gives C = 0:
+InvisibleInk then samples the public model's Top-k (the references are never read by the
+distribution) and Amin et al. would sample uniformly, so at epsilon 0 both methods sample the
+public model's distribution and charge nothing (the switch, which spends svt_epsilon, is refused).
 """
 
 from __future__ import annotations
