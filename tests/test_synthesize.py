@@ -9,7 +9,7 @@ from scipy import stats
 
 import tinylm
 import tokendp
-from tokendp.accounting import amin_epsilon, invisibleink_clip, invisibleink_epsilon
+from tokendp.accounting import amin_epsilon, amin_switch_clip, amin_switch_epsilon, invisibleink_clip, invisibleink_epsilon
 from tokendp.backends import HFBackend
 from tokendp.errors import InvalidInputError, InvalidParameterError
 from tokendp.synthesize import batch_rows, partition, synthesize
@@ -209,7 +209,7 @@ def test_ledger_of_the_job_admits_exactly_max_tokens_tokens():
 
     for method in ("invisibleink", "amin"):
         clip = calibrate_clip(method=method, epsilon=2.0, delta=1e-6, batch_size=4, temperature=1.0, max_tokens=20)
-        job = _Job(method, clip, 4, 1.0, None, 2.0, 1e-6, n_batches=3)
+        job = _Job(method, clip, 4, 1.0, None, 2.0, 1e-6, n_batches=3, switch=None, generator=torch.Generator())
         for _ in range(20):
             job.charge([0, 1, 2])
         with pytest.raises(BudgetExceededError):
@@ -217,3 +217,65 @@ def test_ledger_of_the_job_admits_exactly_max_tokens_tokens():
         assert job.ledger.epsilon(1) <= 2.0
         declared = job.mechanism.event(batch_size=4)["reference"].rho  # what the mechanism says it costs
         assert job.event.rho == pytest.approx(declared, rel=1e-12)
+
+
+# ---------------------------------------------------------------------------- Amin et al.'s sparse-vector switch
+def test_switch_clip_epsilon_and_record_come_from_the_accountant(backend):
+    eps, delta, b, t, tau, svt = 4.0, 1e-5, 2, 8, 0.9, 0.5
+    kwargs = dict(epsilon=eps, delta=delta, batch_size=b, max_tokens=t, temperature=tau, method="amin",
+                  model=backend, seed=1, svt_epsilon=svt)
+    out = synthesize(REFS[:6], **kwargs)
+    c = t // 4  # the default cap
+    clip = amin_switch_clip(epsilon=eps, delta=delta, batch_size=b, temperature=tau, max_private_tokens=c, svt_epsilon=svt)
+    for o in out:
+        assert o.clip == clip
+        assert o.epsilon == amin_switch_epsilon(clip=clip, batch_size=b, temperature=tau, max_private_tokens=c,
+                                                svt_epsilon=svt, delta=delta)
+        assert eps - 1e-9 < o.epsilon <= eps
+        assert (o.svt_epsilon, o.max_private_tokens, o.switch_threshold) == (svt, c, clip)  # threshold default: C
+        assert 0 <= o.private_tokens <= c
+    again = synthesize(REFS[:6], **kwargs)
+    assert [(o.text, o.private_tokens) for o in again] == [(o.text, o.private_tokens) for o in out]
+
+
+def test_switch_that_never_fires_gives_text_that_ignores_the_references(backend):
+    kwargs = dict(epsilon=4.0, delta=1e-5, batch_size=2, max_tokens=6, method="amin", model=backend, seed=3,
+                  svt_epsilon=0.5, max_private_tokens=3, switch_threshold=1e9)
+    a = synthesize(REFS[:4], **kwargs)
+    b = synthesize(list(reversed(tinylm.CORPUS[:4])), **kwargs)
+    assert [o.private_tokens for o in a] == [0, 0]
+    assert [o.text for o in a] == [o.text for o in b]
+
+
+def test_switch_job_charges_its_worst_case_before_the_first_token():
+    from tokendp.errors import BudgetExceededError
+    from tokendp.synthesize import Switch, _Job, calibrate_clip, certified_epsilon
+
+    switch = Switch(svt_epsilon=0.5, max_private_tokens=3)
+    params = dict(method="amin", delta=1e-6, batch_size=4, temperature=1.0, max_tokens=12, switch=switch)
+    clip = calibrate_clip(epsilon=2.0, **params)
+    certified = certified_epsilon(clip=clip, **params)
+    job = _Job("amin", clip, 4, 1.0, None, 2.0, 1e-6, 3, switch, torch.Generator().manual_seed(0))
+    assert job.ledger.spent() == pytest.approx({0: certified, 1: certified, 2: certified}, rel=1e-12)
+    job.charge([0, 1, 2])  # per step: already paid
+    assert job.ledger.spent() == pytest.approx({0: certified, 1: certified, 2: certified}, rel=1e-12)
+    with pytest.raises(BudgetExceededError):  # one private token more than c would not fit
+        job.ledger.charge({0: job.mechanism.event(batch_size=4)["reference"]})
+    assert job.switch.max_positives == 3 and job.switch.noisy_threshold.shape == (3,)
+
+
+@pytest.mark.parametrize(("change", "message"), [
+    (dict(svt_epsilon=0.5), "belongs to method 'amin'"),
+    (dict(method="amin", max_private_tokens=1), "pass svt_epsilon"),
+    (dict(method="amin", switch_threshold=1.0), "pass svt_epsilon"),
+    (dict(method="amin", svt_epsilon=0.0), "svt_epsilon"),
+    (dict(method="amin", svt_epsilon=0.5, max_private_tokens=0), "from 1 to max_tokens"),
+    (dict(method="amin", svt_epsilon=0.5, max_private_tokens=5), "from 1 to max_tokens"),
+    (dict(method="amin", svt_epsilon=0.5, switch_threshold=-1.0), "switch_threshold"),
+    (dict(method="amin", svt_epsilon=3.0), "switch alone"),
+    (dict(method="amin", svt_epsilon=0.5, epsilon=0), "epsilon 0"),
+])
+def test_switch_parameters_are_checked_with_clear_messages(backend, change, message):
+    kwargs = dict(epsilon=1.0, delta=1e-5, batch_size=2, max_tokens=4, model=backend) | change
+    with pytest.raises(InvalidParameterError, match=message):
+        synthesize(REFS[:2], **kwargs)

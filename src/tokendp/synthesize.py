@@ -16,7 +16,10 @@ the mechanism turns the 1 + B next-token logit vectors into one distribution:
   the Top-k+ set computed from the public logits alone, sampled as the exponential mechanism
   softmax(phi / tau). Per token rho_tok = C^2 / (2 B^2 tau^2)-zCDP per reference.
 * Amin et al.: each reference's full logits clipped to [-C, C] and averaged; per token
-  rho_tok = 2 C^2 / (B^2 tau^2) (:func:`tokendp.accounting.amin_rho_per_token`).
+  rho_tok = 2 C^2 / (B^2 tau^2) (:func:`tokendp.accounting.amin_rho_per_token`). With the
+  sparse-vector switch (``svt_epsilon``), one SVT run per text sends each step to the
+  references' average (charged rho_tok) or to the public model (free), at most c =
+  ``max_private_tokens`` times to the references; the text then continues from the public model.
 
 Composition. T tokens compose to rho = T rho_tok (zCDP adds up, Bun and Steinke 2016, Lemma
 2.3), converted exactly to (epsilon, delta) (:func:`tokendp.accounting.zcdp_to_epsilon`); T is
@@ -26,13 +29,16 @@ sits in exactly one batch, and the texts of the other batches do not read it (pa
 composition), so the whole set of synthetic texts is (epsilon, delta)-DP per reference. The
 partition is fixed by position, before anything is read, so it leaks nothing. A reference is
 never used twice: ``num`` texts need ``num * B`` references, and asking for more texts than
-floor(N / B) is an error.
+floor(N / B) is an error. With the switch, a text's certificate is instead
+:func:`tokendp.accounting.amin_switch_epsilon`: its SVT run (svt_epsilon-DP) and at most c private
+tokens, whatever T (docs/privacy.md).
 
 Calibration. Given (epsilon, delta, T, B, tau), the clip C is the largest value meeting epsilon
 (:func:`tokendp.accounting.invisibleink_clip`; for Amin et al. the same zCDP budget with its own
-rho_tok). epsilon = 0 gives C = 0: InvisibleInk then samples the public model's Top-k (the
-references are never read by the distribution) and Amin et al. would sample uniformly, so at
-epsilon 0 both methods sample the public model's distribution and charge nothing.
+rho_tok; with the switch :func:`tokendp.accounting.amin_switch_clip`). epsilon = 0 gives C = 0:
+InvisibleInk then samples the public model's Top-k (the references are never read by the
+distribution) and Amin et al. would sample uniformly, so at epsilon 0 both methods sample the
+public model's distribution and charge nothing (the switch, which spends svt_epsilon, is refused).
 """
 
 from __future__ import annotations
@@ -50,8 +56,12 @@ import torch
 from tokendp.accounting import (
     Ledger,
     ZcdpEvent,
+    amin_clip,
     amin_epsilon,
     amin_rho_per_token,
+    amin_switch_clip,
+    amin_switch_epsilon,
+    amin_switch_sensitivity,
     invisibleink_clip,
     invisibleink_epsilon,
     invisibleink_rho_per_token,
@@ -59,7 +69,7 @@ from tokendp.accounting import (
 from tokendp.backends import HFBackend, RowSequence, load_backend
 from tokendp.errors import InvalidInputError, InvalidParameterError
 from tokendp.generation import Generated, generate, make_generator
-from tokendp.mechanisms import AminEtAl, InvisibleInk
+from tokendp.mechanisms import AminEtAl, InvisibleInk, SparseVectorSwitch
 from tokendp.mechanisms.base import MechanismStep
 from tokendp.text.contexts import PromptTemplate, prompt_template
 
@@ -78,6 +88,12 @@ class SyntheticText:
     ``topk_plus_mean`` is the mean size of InvisibleInk's Top-k+ candidate set; it is computed
     from the public row only (the prompt and the already released tokens), so publishing it
     costs no privacy.
+
+    With Amin et al.'s sparse-vector switch (else None): ``svt_epsilon``, ``max_private_tokens``
+    (c) and ``switch_threshold`` are its public parameters, part of the certificate;
+    ``private_tokens`` is a diagnostic, the realised number of tokens sampled from the
+    references (<= c). It is a function of the SVT's answers, which the guarantee covers, but it
+    depends on the data and is never the guarantee.
     """
 
     text: str
@@ -94,6 +110,10 @@ class SyntheticText:
     references: tuple[int, ...]
     topk_plus_mean: float | None
     model: str
+    svt_epsilon: float | None = None
+    max_private_tokens: int | None = None
+    switch_threshold: float | None = None
+    private_tokens: int | None = None
 
     def to_dict(self) -> dict[str, Any]:
         out = asdict(self)
@@ -143,26 +163,81 @@ def partition(n_references: int, *, batch_size: int, num: int | None = None) -> 
     return [tuple(range(j * batch_size, (j + 1) * batch_size)) for j in range(num)]
 
 
+@dataclass(frozen=True)
+class Switch:
+    """Amin et al.'s sparse-vector switch: its pure-DP share ``svt_epsilon`` of the budget, the cap
+    c = ``max_private_tokens`` on tokens sampled from the references per text, and the
+    ``threshold`` on the statistic in logit units (None: the calibrated clip C)."""
+
+    svt_epsilon: float
+    max_private_tokens: int
+    threshold: float | None = None
+
+
+def default_max_private_tokens(max_tokens: int) -> int:
+    """c = max(1, T // 4): each private token then gets about four times the zCDP budget of a
+    token without the switch (a clip about twice as large), while up to a quarter of the text can
+    still follow the references."""
+    return max(1, max_tokens // 4)
+
+
+def switch_params(*, method: str, max_tokens: int, svt_epsilon: float | None, max_private_tokens: int | None,
+                  switch_threshold: float | None) -> Switch | None:
+    """Validate the switch options (None when the switch is off); c defaults to
+    :func:`default_max_private_tokens`."""
+    if svt_epsilon is None:
+        if max_private_tokens is not None or switch_threshold is not None:
+            raise InvalidParameterError(
+                "max_private_tokens and switch_threshold configure the sparse-vector switch; pass svt_epsilon to turn it on")
+        return None
+    if method != "amin":
+        raise InvalidParameterError(
+            f"the sparse-vector switch belongs to method 'amin' (Amin et al.), not {method!r}; drop svt_epsilon, "
+            "max_private_tokens and switch_threshold, or use method 'amin'")
+    if not (isinstance(svt_epsilon, (int, float)) and not isinstance(svt_epsilon, bool) and math.isfinite(svt_epsilon)
+            and svt_epsilon > 0):
+        raise InvalidParameterError(f"svt_epsilon (the switch's share of epsilon) must be a finite number > 0, got {svt_epsilon!r}")
+    c = default_max_private_tokens(max_tokens) if max_private_tokens is None else max_private_tokens
+    if isinstance(c, bool) or not isinstance(c, int) or not 1 <= c <= max_tokens:
+        raise InvalidParameterError(
+            f"max_private_tokens must be an integer from 1 to max_tokens ({max_tokens}), got {c!r}")
+    if switch_threshold is not None and not (
+            isinstance(switch_threshold, (int, float)) and not isinstance(switch_threshold, bool)
+            and math.isfinite(switch_threshold) and switch_threshold >= 0):
+        raise InvalidParameterError(
+            f"switch_threshold must be a finite number >= 0 in logit units (the statistic lies in [0, 2C]), got {switch_threshold!r}")
+    return Switch(float(svt_epsilon), c, None if switch_threshold is None else float(switch_threshold))
+
+
 def calibrate_clip(*, method: Method, epsilon: float, delta: float, batch_size: int, temperature: float,
-                   max_tokens: int) -> float:
-    """The largest clip C whose T-token guarantee is (epsilon, delta) per reference; 0 at epsilon 0.
+                   max_tokens: int, switch: Switch | None = None) -> float:
+    """The largest clip C whose guarantee is (epsilon, delta) per reference; 0 at epsilon 0.
 
     InvisibleInk: :func:`tokendp.accounting.invisibleink_clip`, C = B tau sqrt(2 rho* / T) with
-    rho* the largest zCDP meeting epsilon. Amin et al.: rho_tok = 2 C^2 / (B^2 tau^2) is
-    InvisibleInk's C^2 / (2 B^2 tau^2) at twice the clip, so their clip is half of it; in floating
-    point the two per-token rhos are then bit-identical (both evaluate the bounded range 2C/(B tau)
-    with 4 (C/2) = 2C exactly), so a ledger admits exactly T tokens for both.
+    rho* the largest zCDP meeting epsilon. Amin et al.: :func:`tokendp.accounting.amin_clip`, half
+    of it (their rho_tok is InvisibleInk's at twice the clip). With the switch:
+    :func:`tokendp.accounting.amin_switch_clip`, for svt_epsilon plus c private tokens.
     """
+    if switch is not None:
+        if epsilon == 0:
+            raise InvalidParameterError("the sparse-vector switch spends svt_epsilon > 0, so it cannot run at epsilon 0; "
+                                        "drop svt_epsilon for public-model text")
+        return amin_switch_clip(epsilon=epsilon, delta=delta, batch_size=batch_size, temperature=temperature,
+                                max_private_tokens=switch.max_private_tokens, svt_epsilon=switch.svt_epsilon)
     if epsilon == 0:
         return 0.0
-    clip = invisibleink_clip(epsilon=epsilon, delta=delta, batch_size=batch_size, temperature=temperature,
-                             max_tokens=max_tokens)
-    return clip if method == "invisibleink" else clip / 2.0
+    fn = invisibleink_clip if method == "invisibleink" else amin_clip
+    return fn(epsilon=epsilon, delta=delta, batch_size=batch_size, temperature=temperature, max_tokens=max_tokens)
 
 
 def certified_epsilon(*, method: Method, clip: float, delta: float, batch_size: int, temperature: float,
-                      max_tokens: int) -> float:
-    """Epsilon per reference of T tokens at clip C (0 when C = 0: the references are not read)."""
+                      max_tokens: int, switch: Switch | None = None) -> float:
+    """Epsilon per reference at clip C: T tokens, or with the switch, its run plus c private tokens
+    (:func:`tokendp.accounting.amin_switch_epsilon`); 0 when C = 0 without the switch."""
+    if switch is not None:
+        return amin_switch_epsilon(clip=clip, batch_size=batch_size, temperature=temperature,
+                                   max_private_tokens=switch.max_private_tokens, svt_epsilon=switch.svt_epsilon,
+                                   delta=delta)
     if clip == 0:
         return 0.0
     fn = invisibleink_epsilon if method == "invisibleink" else amin_epsilon
@@ -207,15 +282,30 @@ def _check_references(references: Sequence[str]) -> list[str]:
 
 
 class _Job:
-    """The mechanism bound to its parameters, a ledger with one unit per batch, and the step."""
+    """The mechanism bound to its parameters, a ledger with one unit per batch, and the step.
+
+    With the switch, one SVT run per text is drawn here (its threshold noise, once), and each
+    batch's worst case -- the SVT run and c private tokens -- is charged to the ledger before the
+    first token; the switch's cap then guarantees that no text spends more, so the per-step
+    charge has nothing left to do (and needs no host copy of the SVT's answers).
+    """
 
     def __init__(self, method: Method, clip: float, batch_size: int, temperature: float, top_k: int | None,
-                 epsilon: float, delta: float, n_batches: int) -> None:
+                 epsilon: float, delta: float, n_batches: int, switch: Switch | None,
+                 generator: torch.Generator) -> None:
         self.public_only = method == "amin" and clip == 0  # clipping to [0, 0] would sample uniformly
         self.temperature = float(temperature)
+        self.generator = generator
+        self.switch: SparseVectorSwitch | None = None
         self.mechanism: Any = None
         if method == "invisibleink":
             self.mechanism = InvisibleInk(clip=clip, temperature=temperature, top_k=top_k)
+        elif switch is not None:
+            self.switch = SparseVectorSwitch(
+                threshold=clip if switch.threshold is None else switch.threshold,
+                sensitivity=amin_switch_sensitivity(clip=clip, batch_size=batch_size), epsilon=switch.svt_epsilon,
+                max_positives=switch.max_private_tokens, num_texts=n_batches, generator=generator)
+            self.mechanism = AminEtAl(clip=clip, temperature=temperature, switch=self.switch)
         elif not self.public_only:
             self.mechanism = AminEtAl(clip=clip, temperature=temperature)
         self.event = ZcdpEvent(rho_per_token(method=method, clip=clip, batch_size=batch_size,
@@ -223,17 +313,30 @@ class _Job:
         # Every reference of a batch is charged the same event at the same steps, so one ledger
         # unit per batch holds exactly each of its references' spending.
         self.ledger = Ledger({j: epsilon for j in range(n_batches)}, delta=delta)
+        if self.switch is not None:
+            for events in self.mechanism.events_per_text(batch_size=batch_size):
+                self.ledger.charge({j: events["reference"] for j in range(n_batches)})
         self.offset = 0  # index of the first batch of the chunk being generated
 
     def step(self, logits: torch.Tensor, docs: torch.Tensor, temperature: float) -> MechanismStep:
-        """logits ``# (Na, 1+B, V)`` of the active sequences -> their next-token log-probs."""
+        """logits ``# (Na, 1+B, V)`` of the active sequences ``docs # (Na,)`` -> their next-token log-probs."""
         if self.public_only:  # the references are not read
             return MechanismStep(torch.log_softmax(logits[:, 0].float() / self.temperature, -1), {})  # (Na, V)
+        if self.switch is not None:
+            return self.mechanism.step(logits, docs=docs + self.offset, generator=self.generator)
         return self.mechanism.step(logits)
 
     def charge(self, docs: list[int]) -> None:
-        """Charge every reference of each active batch for one token, before it is sampled."""
-        self.ledger.charge({self.offset + d: self.event for d in docs})
+        """Charge every reference of each active batch for one token, before it is sampled
+        (with the switch: already charged in full at construction)."""
+        if self.switch is None:
+            self.ledger.charge({self.offset + d: self.event for d in docs})
+
+    def private_tokens(self) -> list[int | None]:
+        """Per text, the realised number of private tokens (a diagnostic), or None without the switch."""
+        if self.switch is None:
+            return [None] * len(self.ledger.budgets)
+        return self.switch.positives.tolist()
 
 
 def synthesize(
@@ -242,7 +345,8 @@ def synthesize(
     model: str | Path | HFBackend | None = None, prompt: str | None = None, instruction: str | None = None,
     public_document: str | None = None, seed: int | None = None, concurrency: int = 16,
     stop: Sequence[str] = (), device: str | None = None, dtype: str | None = None,
-    on_token: Callable[[int, int], None] | None = None,
+    on_token: Callable[[int, int], None] | None = None, svt_epsilon: float | None = None,
+    max_private_tokens: int | None = None, switch_threshold: float | None = None,
 ) -> list[SyntheticText]:
     """Generate ``num`` synthetic texts, each (epsilon, delta)-DP per reference (module docstring).
 
@@ -269,6 +373,14 @@ def synthesize(
         stop: extra stop strings (the model's tokendp.json "stop" always apply).
         device, dtype: where and how to run the model.
         on_token: streaming callback ``(text index, token id)``.
+        svt_epsilon: turns on Amin et al.'s sparse-vector switch to the public model (method
+            "amin" only) and is its pure-DP share of ``epsilon``; the clip is calibrated so that
+            the switch and at most c private tokens per text meet ``epsilon``
+            (:func:`tokendp.accounting.amin_switch_epsilon`).
+        max_private_tokens: c, the most tokens per text sampled from the references (1 <= c <= T;
+            default max(1, T // 4)); after c, the text continues from the public model.
+        switch_threshold: the switch's threshold on the statistic (logit units; default the clip C,
+            the middle of the statistic's range [0, 2C]).
 
     Returns:
         One :class:`SyntheticText` per batch, in batch order.
@@ -276,12 +388,14 @@ def synthesize(
     if method == "amin" and top_k == 100:
         top_k = None  # the default k belongs to InvisibleInk; Amin et al. use the whole vocabulary
     _check_params(method, epsilon, delta, batch_size, max_tokens, temperature, top_k)
+    switch = switch_params(method=method, max_tokens=max_tokens, svt_epsilon=svt_epsilon,
+                           max_private_tokens=max_private_tokens, switch_threshold=switch_threshold)
     if isinstance(concurrency, bool) or not isinstance(concurrency, int) or concurrency < 1:
         raise InvalidParameterError(f"concurrency must be an integer >= 1, got {concurrency!r}")
     refs = _check_references(references)
     batches = partition(len(refs), batch_size=batch_size, num=num)
     clip = calibrate_clip(method=method, epsilon=epsilon, delta=delta, batch_size=batch_size,
-                          temperature=temperature, max_tokens=max_tokens)
+                          temperature=temperature, max_tokens=max_tokens, switch=switch)
     backend = load_backend(model, device=device, dtype=dtype)
     tok = backend.tokenizer
     template = prompt_template(tok, options=backend.options, template=prompt,
@@ -289,8 +403,8 @@ def synthesize(
     public_ids = _token_ids(tok, _public_document(backend, public_document))
     sequences = [batch_rows(refs, b, tok, template, public_ids) for b in batches]
     backend.check_fits(max(s.max_length for s in sequences), max_tokens)
-    job = _Job(method, clip, batch_size, temperature, top_k, epsilon, delta, len(batches))
     generator = make_generator(seed, backend.device)
+    job = _Job(method, clip, batch_size, temperature, top_k, epsilon, delta, len(batches), switch, generator)
     outputs: list[Generated] = []
     for start in range(0, len(sequences), concurrency):
         job.offset = start
@@ -300,10 +414,13 @@ def synthesize(
                             stop_strings=[*backend.options.get("stop", []), *stop], charge=job.charge,
                             on_token=stream)
     eps = certified_epsilon(method=method, clip=clip, delta=delta, batch_size=batch_size, temperature=temperature,
-                            max_tokens=max_tokens)
+                            max_tokens=max_tokens, switch=switch)
+    switch_record = (None, None, None) if switch is None else (
+        switch.svt_epsilon, switch.max_private_tokens, clip if switch.threshold is None else switch.threshold)
     return [SyntheticText(out.text, method, eps, float(delta), clip, batch_size, max_tokens, float(temperature),
-                          top_k, len(out.token_ids), out.stop_reason, batch, _topk_plus_mean(out), backend.name)
-            for out, batch in zip(outputs, batches)]
+                          top_k, len(out.token_ids), out.stop_reason, batch, _topk_plus_mean(out), backend.name,
+                          *switch_record, private)
+            for out, batch, private in zip(outputs, batches, job.private_tokens())]
 
 
 def _topk_plus_mean(out: Generated) -> float | None:

@@ -8,7 +8,7 @@ import mpmath
 import pytest
 
 from tokendp import accounting as acc
-from tokendp.errors import InvalidParameterError
+from tokendp.errors import BudgetExceededError, InvalidParameterError
 
 
 def _dp_fusion_mpmath(alpha, beta, m, tokens, delta):
@@ -84,17 +84,95 @@ def test_invisibleink_clip_formula():
     assert clip == pytest.approx(8 * 1.2 * math.sqrt(2 * rho_star / 500), rel=1e-9)
 
 
-def test_amin_is_four_times_invisibleink_rho_and_switch_accounting():
+def test_amin_is_four_times_invisibleink_rho_and_its_clip_half():
     params = {"clip": 3.0, "batch_size": 16, "temperature": 1.0}
     assert acc.amin_rho_per_token(**params) == pytest.approx(4 * acc.invisibleink_rho_per_token(**params), rel=1e-12)
+    target = {"epsilon": 5.0, "delta": 1e-6, "batch_size": 8, "temperature": 0.9, "max_tokens": 100}
+    assert acc.amin_clip(**target) == acc.invisibleink_clip(**target) / 2
+
+
+# --- the sparse vector technique and Amin et al.'s switch ----------------------------------------
+
+
+def test_sparse_vector_noise_follows_lyu_su_li_alg1():
+    """Threshold Lap(Delta/eps1) once, queries Lap(2 c Delta/eps2) (non-monotone), eps1 + eps2 = eps."""
+    threshold, query = acc.sparse_vector_noise(sensitivity=0.375, epsilon=1.0, max_positives=10, threshold_share=0.5)
+    assert threshold == pytest.approx(0.375 / 0.5) and query == pytest.approx(2 * 10 * 0.375 / 0.5)
     assert acc.amin_switch_sensitivity(clip=3.0, batch_size=16) == pytest.approx(0.375)
-    threshold_scale, query_scale = acc.amin_switch_noise(svt_epsilon=1.0, max_private_tokens=10, clip=3.0, batch_size=16)
-    assert threshold_scale == pytest.approx(0.375 / 0.5)
-    assert query_scale == pytest.approx(2 * 10 * 0.375 / 0.5)
-    eps_switch = acc.amin_switch_epsilon(**params, max_private_tokens=10, svt_epsilon=1.0, delta=1e-6)
-    rho = 0.5 + 10 * acc.amin_rho_per_token(**params)
-    assert eps_switch == pytest.approx(acc.zcdp_to_epsilon(rho=rho, delta=1e-6), rel=1e-12)
-    assert eps_switch > acc.amin_epsilon(**params, max_tokens=10, delta=1e-6)
+    assert acc.amin_switch_noise(svt_epsilon=1.0, max_private_tokens=10, clip=3.0, batch_size=16, threshold_share=0.5) == (threshold, query)
+
+
+@pytest.mark.parametrize("c", [1, 4, 50])
+def test_default_split_minimises_the_comparison_variance(c):
+    """Default eps1 : eps2 = 1 : (2c)^(2/3) minimises Var(query noise - threshold noise) = 2 b1^2 + 2 b2^2."""
+    def variance(share=None):
+        b1, b2 = acc.sparse_vector_noise(sensitivity=1.0, epsilon=2.0, max_positives=c, threshold_share=share)
+        return 2 * b1**2 + 2 * b2**2
+
+    best = variance()
+    b1, b2 = acc.sparse_vector_noise(sensitivity=1.0, epsilon=2.0, max_positives=c)
+    assert 1.0 / b1 + 2 * c / b2 == pytest.approx(2.0)  # eps1 + eps2 = epsilon
+    assert all(best <= variance(s) for s in (0.01, 0.05, 0.1, 0.2, 0.3, 0.5, 0.7, 0.9, 0.99))
+
+
+def _switch_epsilon_independent(svt, c, rho, delta):
+    """min of the zCDP bound and the tight pure-DP RDP curve (Steinke 2024, Thm. 4, written from its
+    randomized-response form) plus a c rho, converted at every DEFAULT_ORDERS order in mpmath."""
+    best = acc.zcdp_to_epsilon(rho=svt**2 / 2 + c * rho, delta=delta)
+    with mpmath.workdps(40):
+        e = mpmath.mpf(svt)
+        for order in acc.DEFAULT_ORDERS:
+            a = mpmath.mpf(order)
+            r = e - mpmath.log((1 + mpmath.exp(-e)) / (1 + mpmath.exp(-(2 * a - 1) * e))) / (a - 1)
+            eps = r + a * c * rho + mpmath.log((a - 1) / a) - (mpmath.log(delta) + mpmath.log(a)) / (a - 1)
+            best = min(best, float(eps))
+    return best
+
+
+@pytest.mark.parametrize(("clip", "b", "tau", "c", "svt", "delta"), [
+    (3.0, 16, 1.0, 10, 1.0, 1e-6), (0.7, 8, 1.0, 50, 1.0, 1e-6), (0.8, 8, 1.0, 50, 0.1, 1e-6),
+    (9.6, 100, 1.0, 200, 3.0, 1e-6), (0.15, 2, 0.7, 5, 0.05, 1e-3),
+])
+def test_amin_switch_epsilon_matches_independent_values_and_a_ledger(clip, b, tau, c, svt, delta):
+    params = {"clip": clip, "batch_size": b, "temperature": tau}
+    rho = acc.amin_rho_per_token(**params)
+    eps = acc.amin_switch_epsilon(**params, max_private_tokens=c, svt_epsilon=svt, delta=delta)
+    assert eps == pytest.approx(_switch_epsilon_independent(svt, c, rho, delta), rel=1e-10)
+    assert eps <= acc.zcdp_to_epsilon(rho=svt**2 / 2 + c * rho, delta=delta)  # never above the zCDP sum
+    assert eps > acc.amin_epsilon(**params, max_tokens=c, delta=delta)  # the switch is not free
+    ledger = acc.Ledger({"ref": 1e6}, delta=delta)  # the SVT run once, then c private tokens
+    ledger.charge({"ref": acc.PureDpEvent(svt)})
+    for _ in range(c):
+        ledger.charge({"ref": acc.ZcdpEvent(rho)})
+    assert ledger.epsilon("ref") == pytest.approx(eps, rel=1e-12)
+
+
+@pytest.mark.parametrize(("eps", "svt", "c", "b", "tau", "delta"), [
+    (8.0, 1.0, 50, 8, 1.0, 1e-6), (8.0, 0.1, 50, 8, 1.0, 1e-6), (2.0, 0.5, 10, 4, 0.7, 1e-5), (1.0, 0.05, 1, 2, 1.0, 1e-3),
+])
+def test_amin_switch_clip_meets_epsilon_and_a_ledger_admits_exactly_c_tokens(eps, svt, c, b, tau, delta):
+    clip = acc.amin_switch_clip(epsilon=eps, delta=delta, batch_size=b, temperature=tau, max_private_tokens=c, svt_epsilon=svt)
+    assert isinstance(clip, float) and clip > 0
+    got = acc.amin_switch_epsilon(clip=clip, batch_size=b, temperature=tau, max_private_tokens=c, svt_epsilon=svt, delta=delta)
+    assert eps - 1e-9 < got <= eps
+    ledger = acc.Ledger({0: eps}, delta=delta)
+    ledger.charge({0: acc.PureDpEvent(svt)})
+    token = acc.ZcdpEvent(acc.amin_rho_per_token(clip=clip, batch_size=b, temperature=tau))
+    for _ in range(c):
+        ledger.charge({0: token})
+    with pytest.raises(BudgetExceededError):
+        ledger.charge({0: token})
+
+
+def test_amin_switch_clip_refuses_a_switch_that_spends_the_whole_budget():
+    with pytest.raises(InvalidParameterError, match="switch alone"):
+        acc.amin_switch_clip(epsilon=0.5, delta=1e-6, batch_size=8, temperature=1.0, max_private_tokens=5, svt_epsilon=1.0)
+    for bad in ({"svt_epsilon": 0.0}, {"max_private_tokens": 0}, {"svt_epsilon": math.inf}):
+        kwargs = {"clip": 1.0, "batch_size": 8, "temperature": 1.0, "max_private_tokens": 5, "svt_epsilon": 1.0, "delta": 1e-6} | bad
+        with pytest.raises(InvalidParameterError):
+            acc.amin_switch_epsilon(**kwargs)
+    with pytest.raises(InvalidParameterError, match="threshold_share"):
+        acc.sparse_vector_noise(sensitivity=1.0, epsilon=1.0, max_positives=2, threshold_share=1.0)
 
 
 def test_dp_decoding_closed_form_and_inverse():

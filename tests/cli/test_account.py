@@ -45,6 +45,27 @@ def test_invisibleink_both_ways():
     assert back["clip"] == pytest.approx(1.5, rel=1e-9)
 
 
+def test_amin_both_ways_with_and_without_the_switch():
+    plain = _json("amin", "--epsilon", "6", "--batch-size", "8", "--temperature", "1", "--max-tokens", "100", "--delta", "1e-6")
+    assert set(plain) == {"mechanism", "clip", "batch_size", "temperature", "max_tokens", "delta", "rho", "epsilon"}
+    assert plain["clip"] == acc.amin_clip(epsilon=6.0, delta=1e-6, batch_size=8, temperature=1.0, max_tokens=100)
+    assert plain["rho"] == pytest.approx(100 * 2 * plain["clip"] ** 2 / 64)
+    switch_args = ("--batch-size", "8", "--temperature", "1", "--max-tokens", "100", "--delta", "1e-6",
+                   "--svt-epsilon", "1", "--max-private-tokens", "25")
+    switch = _json("amin", "--epsilon", "6", *switch_args)
+    assert set(switch) == set(plain) - {"rho"} | {"svt_epsilon", "max_private_tokens", "rho_private_tokens",
+                                                   "threshold_noise", "query_noise"}
+    assert switch["epsilon"] == pytest.approx(6.0, rel=1e-9) and switch["clip"] > plain["clip"]
+    scales = acc.amin_switch_noise(svt_epsilon=1.0, max_private_tokens=25, clip=switch["clip"], batch_size=8)
+    assert (switch["threshold_noise"], switch["query_noise"]) == scales
+    back = _json("amin", "--clip", str(switch["clip"]), *switch_args)
+    assert back["epsilon"] == switch["epsilon"]
+    for extra in (("--svt-epsilon", "1"), ("--svt-epsilon", "1", "--max-private-tokens", "101")):
+        result = _run("amin", "--clip", "1", "--batch-size", "8", "--temperature", "1", "--max-tokens", "100",
+                      "--delta", "1e-6", *extra)
+        assert result.exit_code == 2 and "max-private-tokens" in result.output
+
+
 def test_baselines_and_convert():
     decoding = _json("dp-decoding", "--lam", "0.5", "--vocab-size", "100", "--max-tokens", "10")
     assert decoding["epsilon"] == pytest.approx(10 * decoding["epsilon_per_token"])

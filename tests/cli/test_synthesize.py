@@ -11,7 +11,8 @@ import tinylm
 from tokendp.cli import main
 
 KEYS = {"text", "epsilon", "clip", "batch_size", "max_tokens", "topk_plus_mean", "delta", "method",
-        "temperature", "top_k", "tokens_generated", "stop_reason", "references", "model"}
+        "temperature", "top_k", "tokens_generated", "stop_reason", "references", "model", "svt_epsilon",
+        "max_private_tokens", "switch_threshold", "private_tokens"}
 
 
 @pytest.fixture()
@@ -42,6 +43,28 @@ def test_json_records_and_clip_equal_to_tokendp_account(refs):
         assert (r["batch_size"], r["max_tokens"], r["top_k"]) == (2, 4, 20)
 
 
+def test_amin_switch_end_to_end_matches_tokendp_account(refs):
+    res = run("synthesize", "--references", refs, "--epsilon", 3, "--delta", 1e-5, "--batch-size", 2,
+              "--max-tokens", 6, "--method", "amin", "--svt-epsilon", 0.5, "--max-private-tokens", 2,
+              "--seed", 0, "--model", tinylm.model_dir(), "--json")
+    assert res.exit_code == 0, res.output
+    records = [json.loads(line) for line in res.stdout.splitlines()]
+    assert len(records) == 2 and all(set(r) == KEYS for r in records)
+    account = run("account", "amin", "--epsilon", 3, "--delta", 1e-5, "--batch-size", 2, "--temperature", 1.0,
+                  "--max-tokens", 6, "--svt-epsilon", 0.5, "--max-private-tokens", 2, "--json")
+    assert account.exit_code == 0, account.output
+    certificate = json.loads(account.stdout)
+    for r in records:
+        assert r["clip"] == certificate["clip"] and r["epsilon"] == certificate["epsilon"]
+        assert (r["svt_epsilon"], r["max_private_tokens"], r["switch_threshold"]) == (0.5, 2, r["clip"])
+        assert 0 <= r["private_tokens"] <= 2
+    readable = run("synthesize", "--references", refs, "--epsilon", 3, "--delta", 1e-5, "--batch-size", 5,
+                   "--max-tokens", 4, "--method", "amin", "--svt-epsilon", 0.5, "--switch-threshold", 0.25,
+                   "--seed", 0, "--model", tinylm.model_dir())
+    assert readable.exit_code == 0, readable.output
+    assert "switch: svt epsilon 0.5, threshold 0.25" in readable.stdout and "of at most 1 tokens private" in readable.stdout
+
+
 def test_out_file_readable_output_and_epsilon_zero(refs, tmp_path):
     out = tmp_path / "synthetic.txt"
     res = run("synthesize", "--references", refs, "--epsilon", 0, "--delta", 1e-5, "--batch-size", 5,
@@ -55,6 +78,10 @@ def test_out_file_readable_output_and_epsilon_zero(refs, tmp_path):
     (["--num", 3], "at most 2"),
     (["--temperature", 0], "temperature"),
     (["--delta", 2], "delta"),
+    (["--svt-epsilon", 0.5], "belongs to method 'amin'"),
+    (["--method", "amin", "--max-private-tokens", 1], "pass svt_epsilon"),
+    (["--method", "amin", "--svt-epsilon", 0.5, "--max-private-tokens", 3], "from 1 to max_tokens"),
+    (["--method", "amin", "--svt-epsilon", 5], "switch alone"),
 ])
 def test_errors_exit_2_with_a_message(refs, args, message):
     base = {"--epsilon": 1, "--delta": 1e-5, "--batch-size": 2, "--max-tokens": 2}

@@ -9,9 +9,19 @@ import pytest
 import torch
 from distributions import logits_batch, max_log_ratio64, renyi64
 
+from tokendp.accounting import amin_switch_sensitivity
 from tokendp.accounting.events import PureDpEvent, ZcdpEvent
-from tokendp.errors import InvalidParameterError
-from tokendp.mechanisms import AminEtAl, DPDecoding, DPPrompt, InvisibleInk, NoGuaranteeError, Original, Public
+from tokendp.errors import InvalidInputError, InvalidParameterError
+from tokendp.mechanisms import (
+    AminEtAl,
+    DPDecoding,
+    DPPrompt,
+    InvisibleInk,
+    NoGuaranteeError,
+    Original,
+    Public,
+    SparseVectorSwitch,
+)
 
 ORDERS = (1.5, 2.0, 5.0, 20.0)
 
@@ -75,21 +85,60 @@ def test_amin_zcdp_bound(vocab: int) -> None:
                 assert d.max().item() <= a * rho * (1 + 1e-4) + 1e-6
 
 
-def test_amin_switch_uses_the_generator() -> None:
-    logits = logits_batch(64, 4, 30, torch.Generator().manual_seed(2)).clamp_min(-1e4)
-    always = AminEtAl(clip=1.0, temperature=1.0, switch_threshold=1e6)
-    step = always.step(logits, generator=torch.Generator().manual_seed(0))
-    assert bool(step.diagnostics["use_public"].all())
-    public = (logits[:, 0] - logits[:, 0].mean(-1, keepdim=True)).clamp(-1, 1).log_softmax(-1)
-    torch.testing.assert_close(step.logprobs, public)
-    switch = AminEtAl(clip=1.0, temperature=1.0, switch_threshold=0.5)
-    a = switch.step(logits, generator=torch.Generator().manual_seed(7))
-    b = switch.step(logits, generator=torch.Generator().manual_seed(7))
-    assert torch.equal(a.diagnostics["use_public"], b.diagnostics["use_public"])
-    with pytest.raises(InvalidParameterError):
-        switch.step(logits)
-    with pytest.raises(NoGuaranteeError):  # the per-step switch is not covered by any accountant
-        switch.event(batch_size=3)
+@pytest.mark.parametrize("vocab", [2, 64])
+def test_amin_switch_statistic_has_sensitivity_2c_over_b(vocab: int) -> None:
+    """Replace-one neighbours, 3,000 x 3 cases: |s - s'| <= 2C/B for the switch's statistic."""
+    gen = torch.Generator().manual_seed(10 + vocab)
+    n, refs, clip = 3000, 3, 1.5
+    logits = _scaled(logits_batch(n, 1 + refs, vocab, gen), gen)
+    mech = AminEtAl(clip=clip, temperature=1.0)
+    stat = mech.switch_statistic(logits).double()
+    assert stat.shape == (n,) and bool((stat >= 0).all()) and bool((stat <= 2 * clip + 1e-5).all())
+    bound = amin_switch_sensitivity(clip=clip, batch_size=refs)
+    for i in range(refs):
+        neighbour = logits.clone()
+        neighbour[:, 1 + i] = logits.roll(1, 0)[:, 1 + i]
+        gap = (mech.switch_statistic(neighbour).double() - stat).abs().max().item()
+        assert gap <= bound + 1e-5
+    assert gap > 0.5 * bound  # the bound is not vacuous on these cases
+
+
+def _amin_switch(n: int, *, c: int, threshold: float, clip: float = 1.0, refs: int = 3) -> AminEtAl:
+    switch = SparseVectorSwitch(threshold=threshold, sensitivity=amin_switch_sensitivity(clip=clip, batch_size=refs),
+                                epsilon=0.5, max_positives=c, num_texts=n, generator=torch.Generator().manual_seed(0))
+    return AminEtAl(clip=clip, temperature=0.8, switch=switch)
+
+
+def test_amin_switch_private_until_c_then_exactly_the_public_model() -> None:
+    logits = logits_batch(64, 4, 30, torch.Generator().manual_seed(2)).clamp_min(-1e4)  # (N, 1+B, V)
+    private = AminEtAl(clip=1.0, temperature=0.8).step(logits).logprobs
+    public = torch.log_softmax(logits[:, 0] / 0.8, -1)
+    mech = _amin_switch(64, c=2, threshold=-1e9)  # every open run answers "private"
+    gen = torch.Generator().manual_seed(1)
+    for t in range(5):
+        step = mech.step(logits, generator=gen)
+        assert bool(step.diagnostics["private"].all()) == (t < 2)
+        torch.testing.assert_close(step.logprobs, private if t < 2 else public, rtol=0, atol=0)
+    assert mech.switch.positives.tolist() == [2] * 64
+    rho = mech.event(batch_size=3)
+    assert mech.events_per_text(batch_size=3) == [{"reference": PureDpEvent(0.5)}, rho, rho]
+    never = _amin_switch(64, c=2, threshold=1e9).step(logits, generator=gen)
+    assert not bool(never.diagnostics["private"].any())
+    torch.testing.assert_close(never.logprobs, public, rtol=0, atol=0)
+
+
+def test_amin_switch_validation() -> None:
+    logits = logits_batch(4, 4, 10, torch.Generator().manual_seed(3))
+    mech = _amin_switch(4, c=1, threshold=0.0)
+    with pytest.raises(InvalidParameterError, match="Generator"):
+        mech.step(logits)
+    with pytest.raises(InvalidInputError):
+        mech.step(logits[0], generator=torch.Generator())
+    too_small = _amin_switch(4, c=1, threshold=0.0, refs=6)  # noise scaled for B = 6, run with B = 3
+    with pytest.raises(InvalidParameterError, match="2C/B"):
+        too_small.step(logits, generator=torch.Generator())
+    with pytest.raises(InvalidParameterError, match="needs the switch"):
+        AminEtAl(clip=1.0, temperature=1.0).events_per_text(batch_size=3)
 
 
 @pytest.mark.parametrize("vocab", [2, 50, 151_936])

@@ -8,8 +8,10 @@ per-token bounds, totals and calibrations. Math and proofs: docs/privacy.md.
 from tokendp.accounting.events import PrivacyEvent, PureDpEvent, RdpEvent, ZcdpEvent
 from tokendp.accounting.ledger import Ledger
 from tokendp.accounting.mechanisms import (
+    amin_clip,
     amin_epsilon,
     amin_rho_per_token,
+    amin_switch_clip,
     amin_switch_epsilon,
     amin_switch_noise,
     amin_switch_sensitivity,
@@ -25,6 +27,7 @@ from tokendp.accounting.mechanisms import (
     invisibleink_clip,
     invisibleink_epsilon,
     invisibleink_rho_per_token,
+    sparse_vector_noise,
 )
 from tokendp.accounting.rdp import (
     DEFAULT_ORDERS,
@@ -55,8 +58,10 @@ __all__ = [
     "PureDpEvent",
     "RdpEvent",
     "ZcdpEvent",
+    "amin_clip",
     "amin_epsilon",
     "amin_rho_per_token",
+    "amin_switch_clip",
     "amin_switch_epsilon",
     "amin_switch_noise",
     "amin_switch_sensitivity",
@@ -83,6 +88,7 @@ __all__ = [
     "pure_dp_to_zcdp",
     "rdp_to_epsilon",
     "rdp_to_epsilon_and_order",
+    "sparse_vector_noise",
     "subsampled_gaussian_rdp",
     "zcdp_optimal_order",
     "zcdp_to_epsilon",

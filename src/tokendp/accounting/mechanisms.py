@@ -11,9 +11,10 @@ from __future__ import annotations
 import math
 
 import numpy as np
+from scipy.optimize import brentq
 
 from tokendp.accounting._checks import check_count, check_delta, check_nonnegative, check_order, check_positive, check_rate
-from tokendp.accounting.rdp import conversion_offset
+from tokendp.accounting.rdp import DEFAULT_ORDERS, conversion_offset, pure_dp_to_rdp
 from tokendp.accounting.zcdp import bounded_range_to_zcdp, epsilon_to_zcdp, zcdp_to_epsilon
 from tokendp.errors import InvalidParameterError
 
@@ -170,34 +171,82 @@ def amin_epsilon(*, clip: float, batch_size: int, temperature: float, max_tokens
     return zcdp_to_epsilon(rho=rho, delta=delta)
 
 
-def amin_switch_sensitivity(*, clip: float, batch_size: int) -> float:
-    """Sensitivity of the switch statistic s = max_y |zbar_y - clip(z_pub)_y|.
+def amin_clip(*, epsilon: float, delta: float, batch_size: int, temperature: float, max_tokens: int) -> float:
+    """Largest clip C whose T-token :func:`amin_epsilon` meets ``epsilon`` (no switch).
 
-    zbar is the average of the B references' logits clipped to [-C, C]; replacing one reference
-    moves every coordinate of zbar by at most 2C/B, and x -> max_y |x_y - c_y| is 1-Lipschitz in
-    the sup norm, so |s - s'| <= 2C/B.
+    rho_tok = 2 C^2/(B^2 tau^2) is InvisibleInk's C'^2/(2 B^2 tau^2) at C' = 2C, so C is half of
+    :func:`invisibleink_clip`; in floating point both per-token rhos are then bit-identical (both
+    evaluate the bounded range 2C'/(B tau) with 4 (C'/2) = 2C' exactly), so a ledger admits exactly
+    T tokens for both.
+    """
+    return invisibleink_clip(epsilon=epsilon, delta=delta, batch_size=batch_size, temperature=temperature, max_tokens=max_tokens) / 2.0
+
+
+# --- The sparse vector technique and Amin et al.'s switch to the public model ---------------
+
+
+def sparse_vector_noise(
+    *, sensitivity: float, epsilon: float, max_positives: int, threshold_share: float | None = None
+) -> tuple[float, float]:
+    """Laplace scales (threshold, query) of the sparse vector technique with at most c positives.
+
+    Lyu, Su and Li 2017, "Understanding the Sparse Vector Technique for Differential Privacy"
+    (PVLDB 10(6)), Alg. 1 (and its generalisation, Alg. 7): the noisy threshold T + Lap(Delta/eps1)
+    is drawn ONCE; query i is answered "above" (positive) iff q_i + Lap(2 c Delta/eps2) >= the
+    noisy threshold, with fresh query noise each time; the run stops after c positive answers. For
+    queries of sensitivity Delta (not necessarily monotone) the whole interaction is
+    (eps1 + eps2)-DP. (Monotone queries would allow c Delta/eps2; the threshold is not re-noised
+    after a positive answer -- that is Dwork and Roth's variant, with other scales.)
+
+    ``threshold_share`` = eps1/epsilon; by default the split eps1 : eps2 = 1 : (2c)^(2/3), which
+    minimises the variance 2 (Delta/eps1)^2 + 2 (2 c Delta/eps2)^2 of the difference of the two
+    noises (Lyu et al., Sec. 4.2).
+    """
+    delta_q = check_nonnegative("sensitivity", sensitivity)
+    total = check_positive("epsilon", epsilon)
+    c = check_count("max_positives", max_positives)
+    if threshold_share is None:
+        share = 1.0 / (1.0 + (2.0 * c) ** (2.0 / 3.0))
+    else:
+        share = check_rate("threshold_share", threshold_share)
+        if share in (0.0, 1.0):
+            raise InvalidParameterError("threshold_share must lie strictly between 0 and 1 (or None for the variance-optimal split)")
+    return delta_q / (share * total), 2.0 * c * delta_q / ((1.0 - share) * total)
+
+
+def amin_switch_sensitivity(*, clip: float, batch_size: int) -> float:
+    """Sensitivity of the switch statistic s = max_y |zbar_y - clip(z_pub)_y|: 2C/B.
+
+    zbar is the average of the B references' centred logits clipped to [-C, C]; replacing one
+    reference moves every coordinate of zbar by at most 2C/B, and x -> max_y |x_y - c_y| is
+    1-Lipschitz in the sup norm, so |s - s'| <= 2C/B whatever the prefix (the public row and
+    the released tokens are the same on both sides).
     """
     return 2.0 * check_nonnegative("clip", clip) / check_count("batch_size", batch_size)
 
 
 def amin_switch_noise(
-    *, svt_epsilon: float, max_private_tokens: int, clip: float, batch_size: int, threshold_share: float = 0.5
+    *, svt_epsilon: float, max_private_tokens: int, clip: float, batch_size: int, threshold_share: float | None = None
 ) -> tuple[float, float]:
-    """Laplace scales (threshold, query) of the sparse-vector switch for a total ``svt_epsilon``.
+    """Laplace scales (threshold, query) of Amin et al.'s switch: :func:`sparse_vector_noise` with
+    Delta = :func:`amin_switch_sensitivity` = 2C/B and c = ``max_private_tokens``."""
+    return sparse_vector_noise(
+        sensitivity=amin_switch_sensitivity(clip=clip, batch_size=batch_size),
+        epsilon=check_positive("svt_epsilon", svt_epsilon),
+        max_positives=check_count("max_private_tokens", max_private_tokens),
+        threshold_share=threshold_share,
+    )
 
-    Sparse vector with at most c = ``max_private_tokens`` positive answers and one noisy
-    threshold, as proposed by Lyu, Su and Li 2017 ("Understanding the Sparse Vector Technique for
-    Differential Privacy"), for non-monotone queries: threshold noise Lap(Delta/eps1), query noise
-    Lap(2 c Delta/eps2), eps1 = share * svt_epsilon, eps2 = the rest; the whole interaction is
-    (eps1 + eps2)-DP. Delta from :func:`amin_switch_sensitivity`.
-    """
-    total = check_positive("svt_epsilon", svt_epsilon)
-    c = check_count("max_private_tokens", max_private_tokens)
-    share = check_rate("threshold_share", threshold_share)
-    if share in (0.0, 1.0):
-        raise InvalidParameterError("threshold_share must lie strictly between 0 and 1 (e.g. 0.5)")
-    sensitivity = amin_switch_sensitivity(clip=clip, batch_size=batch_size)
-    return sensitivity / (share * total), 2.0 * c * sensitivity / ((1.0 - share) * total)
+
+def _switch_rho(svt: float, c: int, rho_tok: float) -> float:
+    return svt**2 / 2.0 + c * rho_tok  # the Ledger's zCDP sum, term by term in the same order
+
+
+def _switch_grid_epsilon(svt: float, c: int, rho_tok: float, delta: float) -> float:
+    orders = np.asarray(DEFAULT_ORDERS, dtype=np.float64)  # (K,)
+    offsets = np.array([conversion_offset(float(a), delta) for a in orders])  # (K,) scalar, as the Ledger
+    curve = pure_dp_to_rdp(epsilon=svt, orders=orders) + c * (orders * rho_tok)  # (K,)
+    return max(0.0, float(np.min(curve + offsets)))
 
 
 def amin_switch_epsilon(
@@ -205,17 +254,69 @@ def amin_switch_epsilon(
 ) -> float:
     """Epsilon per reference of Amin et al. with the sparse-vector switch to the public model.
 
-    Each step the switch compares the noisy statistic (:func:`amin_switch_sensitivity`) to the
-    noisy threshold; below it the token comes from the public model (free), above it a private
-    token is sampled and charged. After c = ``max_private_tokens`` private tokens every further
-    token is public. The switch is svt_epsilon-DP (pure) over the whole run and the private
-    tokens are c adaptive rho_tok-zCDP releases; conservatively, the pure part is converted to
-    zCDP (eps^2/2, Bun and Steinke 2016, Prop. 1.4) and added: rho = svt_epsilon^2/2 + c rho_tok.
+    One SVT run per text (:func:`sparse_vector_noise`, Delta = 2C/B): a positive answer (the
+    noisy statistic at or above the noisy threshold) samples a private token, charged
+    rho_tok = :func:`amin_rho_per_token`; a negative one samples the public model, which reads
+    no reference; after c = ``max_private_tokens`` private tokens every further token is public.
+    The SVT is svt_epsilon-DP as an interactive mechanism, hence (Steinke 2024, Thm. 4) RDP
+    r_svt(a) <= min(svt_epsilon, a svt_epsilon^2/2) at every order; the private tokens are at most
+    c adaptive rho_tok-zCDP releases, i.e. one interactive (c rho_tok)-zCDP mechanism. They run
+    interleaved, and RDP of a fixed order composes concurrently as it does sequentially (Lyu 2022,
+    "Composition theorems for interactive differential privacy"; Vadhan and Zhang 2023, STOC), so
+
+        D_a <= r_svt(a) + a c rho_tok   for every a > 1.
+
+    Two conversions of this curve, the smaller reported (both sound; the Ledger computes the same
+    two for one PureDpEvent(svt_epsilon) and c ZcdpEvent(rho_tok) charges): zCDP with
+    rho = svt_epsilon^2/2 + c rho_tok, converted exactly (:func:`zcdp_to_epsilon`), and the tight
+    curve on ``DEFAULT_ORDERS`` (:func:`rdp_to_epsilon`). The bound depends on c, not T, and on
+    public parameters only. A direct proof of the weaker D_a <= svt_epsilon + a c rho_tok is in
+    docs/privacy.md.
     """
     svt = check_positive("svt_epsilon", svt_epsilon)
     c = check_count("max_private_tokens", max_private_tokens)
-    rho = svt**2 / 2.0 + c * amin_rho_per_token(clip=clip, batch_size=batch_size, temperature=temperature)
-    return zcdp_to_epsilon(rho=rho, delta=delta)
+    delta = check_delta(delta)
+    rho_tok = amin_rho_per_token(clip=clip, batch_size=batch_size, temperature=temperature)
+    return min(zcdp_to_epsilon(rho=_switch_rho(svt, c, rho_tok), delta=delta), _switch_grid_epsilon(svt, c, rho_tok, delta))
+
+
+def amin_switch_clip(
+    *, epsilon: float, delta: float, batch_size: int, temperature: float, max_private_tokens: int, svt_epsilon: float
+) -> float:
+    """Largest clip C whose :func:`amin_switch_epsilon` meets ``epsilon`` (calibration).
+
+    The epsilon grows with C, so C is found by brentq on [0, C_max], C_max = B tau sqrt(rho*/(2c))
+    with rho* = :func:`epsilon_to_zcdp` (the private tokens alone already meet epsilon there), and
+    checked feasible: the epsilon does not exceed the target and a Ledger charged one
+    PureDpEvent(svt_epsilon) and c ZcdpEvent(rho_tok) accepts (rho <= rho* or the grid bound holds).
+    Raises InvalidParameterError when the switch alone (C = 0) already spends ``epsilon``.
+    """
+    epsilon = check_positive("epsilon", epsilon)
+    svt = check_positive("svt_epsilon", svt_epsilon)
+    b = check_count("batch_size", batch_size)
+    tau = check_positive("temperature", temperature)
+    c = check_count("max_private_tokens", max_private_tokens)
+    delta = check_delta(delta)
+    rho_star = epsilon_to_zcdp(epsilon=epsilon, delta=delta)
+
+    def eps_at(clip: float) -> float:
+        return amin_switch_epsilon(clip=clip, batch_size=b, temperature=tau, max_private_tokens=c, svt_epsilon=svt, delta=delta)
+
+    alone = eps_at(0.0)
+    if alone >= epsilon:
+        raise InvalidParameterError(
+            f"the sparse-vector switch alone (svt_epsilon {svt:g}) already costs epsilon {alone:.4g} >= {epsilon:g}, "
+            "leaving nothing for the private tokens; lower svt_epsilon or raise epsilon"
+        )
+
+    def feasible(clip: float) -> bool:
+        rho_tok = amin_rho_per_token(clip=clip, batch_size=b, temperature=tau)
+        ledger_ok = _switch_rho(svt, c, rho_tok) <= rho_star or _switch_grid_epsilon(svt, c, rho_tok, delta) <= epsilon
+        return ledger_ok and eps_at(clip) <= epsilon
+
+    high = b * tau * math.sqrt(rho_star / (2.0 * c))
+    clip = high if eps_at(high) <= epsilon else brentq(lambda x: eps_at(x) - epsilon, 0.0, high, xtol=1e-15 * high, rtol=1e-15, maxiter=300)
+    return float(_step_down_until(feasible, clip))
 
 
 # --- DP-Decoding and DP-Prompt (pure DP baselines) -------------------------------------------

@@ -90,6 +90,46 @@ def invisibleink(clip, epsilon, batch_size, temperature, max_tokens, delta, as_j
     }, as_json)
 
 
+@account.command("amin")
+@click.option("--clip", type=float, help="Clip C (> 0) on each reference's centred logits.")
+@click.option("--epsilon", type=float, help="Target epsilon per reference; prints the largest clip C that meets it.")
+@click.option("--batch-size", type=int, required=True, help="Number of private references B averaged per token (>= 1).")
+@click.option("--temperature", type=float, required=True, help="Sampling temperature tau (> 0).")
+@click.option("--svt-epsilon", type=float, help="The sparse-vector switch's pure-DP share (turns the switch on).")
+@click.option("--max-private-tokens", type=int, help="With the switch: c, the most private tokens per text (1 to T).")
+@_MAX_TOKENS
+@_DELTA
+@_JSON
+@library_errors
+def amin(clip, epsilon, batch_size, temperature, svt_epsilon, max_private_tokens, max_tokens, delta, as_json) -> None:
+    """Amin et al. 2024: epsilon per reference for a clip C (or C for a target epsilon), with or without the switch."""
+    _exactly_one(clip=clip, epsilon=epsilon)
+    if (svt_epsilon is None) != (max_private_tokens is None):
+        raise CLIError("the switch needs both --svt-epsilon and --max-private-tokens (or neither)")
+    common = {"batch_size": batch_size, "temperature": temperature}
+    if svt_epsilon is None:
+        if clip is None:
+            clip = accounting.amin_clip(epsilon=epsilon, delta=delta, max_tokens=max_tokens, **common)
+        _emit({
+            "mechanism": "amin", "clip": clip, **common, "max_tokens": max_tokens, "delta": delta,
+            "rho": max_tokens * accounting.amin_rho_per_token(clip=clip, **common),
+            "epsilon": accounting.amin_epsilon(clip=clip, max_tokens=max_tokens, delta=delta, **common),
+        }, as_json)
+        return
+    if not 1 <= max_private_tokens <= max_tokens:
+        raise CLIError(f"--max-private-tokens must be from 1 to --max-tokens ({max_tokens}), got {max_private_tokens}")
+    switch = {"max_private_tokens": max_private_tokens, "svt_epsilon": svt_epsilon}
+    if clip is None:
+        clip = accounting.amin_switch_clip(epsilon=epsilon, delta=delta, **common, **switch)
+    threshold_noise, query_noise = accounting.amin_switch_noise(clip=clip, batch_size=batch_size, **switch)
+    _emit({
+        "mechanism": "amin", "clip": clip, **common, "max_tokens": max_tokens, "delta": delta, **switch,
+        "rho_private_tokens": max_private_tokens * accounting.amin_rho_per_token(clip=clip, **common),
+        "threshold_noise": threshold_noise, "query_noise": query_noise,
+        "epsilon": accounting.amin_switch_epsilon(clip=clip, delta=delta, **common, **switch),
+    }, as_json)
+
+
 @account.command("dp-decoding")
 @click.option("--lam", type=float, required=True, help="Weight lambda in [0, 1) of the private model; the rest is uniform.")
 @click.option("--vocab-size", type=int, required=True, help="Vocabulary size V (>= 1).")

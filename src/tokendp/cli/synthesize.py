@@ -43,6 +43,14 @@ def read_references(path: Path) -> list[str]:
               help="k of InvisibleInk's Top-k+ candidate set [default: 100; the whole vocabulary for amin].")
 @click.option("--method", type=click.Choice(["invisibleink", "amin"]), default="invisibleink", show_default=True,
               help="InvisibleInk, or the Amin et al. 2024 baseline (full-logit clipping).")
+@click.option("--svt-epsilon", type=float, default=None,
+              help="Turn on Amin et al.'s sparse-vector switch to the public model (--method amin): its pure-DP share "
+                   "of --epsilon; the clip is calibrated for the rest.")
+@click.option("--max-private-tokens", type=int, default=None,
+              help="With the switch: c, the most tokens per text sampled from the references; then the public model "
+                   "continues [default: max-tokens // 4, at least 1].")
+@click.option("--switch-threshold", type=float, default=None,
+              help="With the switch: its threshold on the statistic, in logit units [default: the clip C].")
 @click.option("--num", type=int, default=None,
               help="Number of synthetic texts [default: floor(references / batch size), each reference used once].")
 @click.option("--seed", type=int, default=None, help="Seed for reproducible sampling [default: seeded from the OS].")
@@ -53,8 +61,8 @@ def read_references(path: Path) -> list[str]:
 @click.option("--out", "out_path", type=click.Path(dir_okay=False, path_type=Path), default=None,
               help="Write the output to this file instead of stdout.")
 @library_errors
-def synthesize(references_path, epsilon, delta, batch_size, max_tokens, temperature, top_k, method, num, seed,
-               model, prompt, device, as_json, out_path) -> None:
+def synthesize(references_path, epsilon, delta, batch_size, max_tokens, temperature, top_k, method, svt_epsilon,
+               max_private_tokens, switch_threshold, num, seed, model, prompt, device, as_json, out_path) -> None:
     """Generate synthetic texts, each (epsilon, delta)-DP per reference (InvisibleInk or Amin et al.)."""
     from tqdm import tqdm
 
@@ -65,7 +73,8 @@ def synthesize(references_path, epsilon, delta, batch_size, max_tokens, temperat
     with tqdm(total=texts * max_tokens, unit="tok", desc="synthesize", disable=None, leave=False) as bar:
         results = run(refs, epsilon=epsilon, delta=delta, batch_size=batch_size, max_tokens=max_tokens,
                       temperature=temperature, top_k=100 if top_k is None else top_k, method=method, num=num, seed=seed, model=model,
-                      prompt=prompt, device=device, on_token=lambda doc, tok: bar.update(1))
+                      prompt=prompt, device=device, on_token=lambda doc, tok: bar.update(1), svt_epsilon=svt_epsilon,
+                      max_private_tokens=max_private_tokens, switch_threshold=switch_threshold)
     if as_json:
         body = "".join(json.dumps(r.to_dict()) + "\n" for r in results)
     else:
@@ -80,4 +89,7 @@ def _readable(result) -> str:
     head = (f"# {result.method}: epsilon {result.epsilon:.4g} per reference at delta {result.delta:g}, "
             f"clip {result.clip:.4g}, B {result.batch_size}, T {result.max_tokens}, "
             f"{result.tokens_generated} tokens ({result.stop_reason})")
+    if result.svt_epsilon is not None:
+        head += (f"; switch: svt epsilon {result.svt_epsilon:g}, threshold {result.switch_threshold:.4g}, "
+                 f"{result.private_tokens} of at most {result.max_private_tokens} tokens private (diagnostic)")
     return f"{head}\n{result.text}\n\n"

@@ -7,6 +7,7 @@ from tokendp.mechanisms.dp_fusion import DPFusion
 from tokendp.mechanisms.dp_prompt import DPPrompt
 from tokendp.mechanisms.invisibleink import InvisibleInk
 from tokendp.mechanisms.reference import Original, Public
+from tokendp.mechanisms.svt import SparseVectorSwitch
 
 __all__ = [
     "AminEtAl",
@@ -19,4 +20,5 @@ __all__ = [
     "NoGuaranteeError",
     "Original",
     "Public",
+    "SparseVectorSwitch",
 ]

@@ -8,14 +8,16 @@ average moves by at most 2C/B per coordinate, so sampling is an exponential mech
 bounded range of width 4C/(B tau): rho = 2 C^2 / (B^2 tau^2) zCDP (Cesar and Rogers 2021).
 Composition: rho adds over the tokens that use the private prediction.
 
-Optional sparse-vector switch (Amin et al., Sec. on public predictions): the statistic
-s = max_y |mean_i clip(centred phi_i)(y) - clip(centred phi_pub)(y)| has sensitivity 2C/B
-under the same adjacency; when s + Lap(b_query) < threshold + Lap(b_threshold) (noise from the
-caller's generator) the step returns the public distribution instead. This per-step switch
-draws fresh threshold noise every step and caps nothing, so it does not match the sparse-vector
-analysis of ``tokendp.accounting.amin_switch_epsilon`` (one threshold per text, query noise
-scaled by the cap on private tokens): with the switch on, :meth:`AminEtAl.event` refuses
-(NoGuaranteeError) rather than under-charge. The switch is for experiments only.
+Optional sparse-vector switch to the public model (after Amin et al.'s public predictions):
+a :class:`~tokendp.mechanisms.svt.SparseVectorSwitch` holding one SVT run per text. Each step
+computes the statistic s = max_y |zbar_y - clip(centred z_pub)_y| (zbar the private average
+above), of sensitivity Delta = 2C/B under the same adjacency
+(:func:`tokendp.accounting.amin_switch_sensitivity`). A positive SVT answer (s + query noise at
+or above the text's noisy threshold) samples the private average, charged rho; a negative one,
+and every step after the text's c-th private token, samples the public model softmax(z_pub / tau),
+which reads no reference. The run costs the switch's epsilon once
+(:meth:`SparseVectorSwitch.event`); the certificate is
+:func:`tokendp.accounting.amin_switch_epsilon`.
 """
 
 from __future__ import annotations
@@ -23,64 +25,90 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from tokendp.accounting import amin_rho_per_token
-from tokendp.accounting.events import ZcdpEvent
-from tokendp.errors import InvalidParameterError
-from tokendp.mechanisms.base import MechanismStep, NoGuaranteeError, check_logits, check_nonnegative, check_positive
+from tokendp.accounting import amin_rho_per_token, amin_switch_sensitivity
+from tokendp.accounting.events import PrivacyEvent, ZcdpEvent
+from tokendp.errors import InvalidInputError, InvalidParameterError
+from tokendp.mechanisms.base import MechanismStep, check_logits, check_positive
+from tokendp.mechanisms.svt import SparseVectorSwitch
 
 __all__ = ["AminEtAl"]
 
 
-def _laplace(shape: torch.Size, scale: float, generator: torch.Generator, device: torch.device) -> Tensor:
-    u = torch.rand(shape, generator=generator, device=device, dtype=torch.float64) - 0.5  # (...)
-    return -scale * torch.sign(u) * torch.log1p(-2.0 * u.abs())
-
-
 class AminEtAl:
-    """Clip full centred logits to [-C, C], average over the B private rows, sample at tau."""
+    """Clip full centred logits to [-C, C], average over the B private rows, sample at tau.
+
+    ``switch``: the run's :class:`SparseVectorSwitch` (one SVT run per text, built with
+    sensitivity >= 2C/B), or None to sample every token from the private average.
+    """
 
     name = "amin"
 
-    def __init__(self, clip: float, temperature: float, *, switch_threshold: float | None = None, switch_noise: float = 1.0) -> None:
+    def __init__(self, clip: float, temperature: float, *, switch: SparseVectorSwitch | None = None) -> None:
         self.clip = check_positive("clip", clip)
         self.temperature = check_positive("temperature", temperature)
-        if switch_threshold is not None:
-            check_nonnegative("switch_threshold", switch_threshold)
-        self.switch_threshold = switch_threshold
-        self.switch_noise = check_positive("switch_noise", switch_noise)
+        self.switch = switch
 
     def _clipped(self, rows: Tensor) -> Tensor:
         return (rows - rows.mean(-1, keepdim=True)).clamp(-self.clip, self.clip)
 
-    def step(self, logits: Tensor, *, generator: torch.Generator | None = None) -> MechanismStep:
-        """logits (..., 1+B, V) -> log-probabilities (..., V); with the switch, diagnostics
-        "use_public" (...) bool and "switch_statistic" (...)."""
+    def _check_switch(self, batch_size: int) -> None:
+        """The switch's noise must be scaled for this clip and B (sensitivity 2C/B)."""
+        needed = amin_switch_sensitivity(clip=self.clip, batch_size=batch_size)
+        if self.switch is not None and self.switch.sensitivity < needed:
+            raise InvalidParameterError(
+                f"the switch was built for sensitivity {self.switch.sensitivity:g} but clip {self.clip:g} with "
+                f"B = {batch_size} needs {needed:g} (2C/B); build it with amin_switch_sensitivity(clip=..., batch_size=...)")
+
+    def _average(self, logits: Tensor) -> Tensor:
+        """zbar: the B private rows of logits (..., 1+B, V) centred, clipped and averaged -> (..., V)."""
+        return self._clipped(logits[..., 1:, :]).mean(-2)
+
+    def _statistic(self, private: Tensor, logits: Tensor) -> Tensor:
+        return (private - self._clipped(logits[..., 0, :])).abs().amax(-1)  # (...)
+
+    def switch_statistic(self, logits: Tensor) -> Tensor:
+        """s = max_y |zbar_y - clip(centred z_pub)_y|: logits (..., 1+B, V) -> (...).
+
+        Sensitivity 2C/B under replace-one (:func:`tokendp.accounting.amin_switch_sensitivity`);
+        never released, only compared with the SVT's noisy threshold."""
+        logits = logits.float()
+        return self._statistic(self._average(logits), logits)
+
+    def step(self, logits: Tensor, *, docs: Tensor | None = None, generator: torch.Generator | None = None) -> MechanismStep:
+        """logits (..., 1+B, V) -> log-probabilities (..., V).
+
+        With the switch, logits are (Na, 1+B, V) for the texts ``docs # (Na,)`` (indices into the
+        switch's runs; default all), ``generator`` gives the query noise, and the diagnostic
+        "private" (Na,) bool says which texts sampled the private average (the SVT's answers).
+        """
         check_logits(logits, min_rows=2)
         logits = logits.float()
-        private = self._clipped(logits[..., 1:, :]).mean(-2)  # (..., V)
-        out = (private / self.temperature).log_softmax(-1)
-        if self.switch_threshold is None:
+        private = self._average(logits)  # (..., V)
+        out = (private / self.temperature).log_softmax(-1)  # (..., V)
+        if self.switch is None:
             return MechanismStep(out, {})
         if generator is None:
             raise InvalidParameterError("the sparse-vector switch needs a torch.Generator for its noise")
-        public = self._clipped(logits[..., 0, :])  # (..., V)
-        stat = (private - public).abs().amax(-1)  # (...), sensitivity 2C/B
-        scale = self.switch_noise * 2.0 * self.clip / (logits.shape[-2] - 1)
-        noisy = stat.double() + _laplace(stat.shape, 2.0 * scale, generator, stat.device)
-        use_public = noisy < self.switch_threshold + _laplace(stat.shape, scale, generator, stat.device)
-        out = torch.where(use_public.unsqueeze(-1), (public / self.temperature).log_softmax(-1), out)
-        return MechanismStep(out, {"use_public": use_public, "switch_statistic": stat})
+        if logits.dim() != 3:
+            raise InvalidInputError(f"with the switch, logits must be (texts, 1+B, V), got {tuple(logits.shape)}")
+        self._check_switch(logits.shape[-2] - 1)
+        use_private = self.switch.decide(self._statistic(private, logits), generator, docs)  # (Na,)
+        public = (logits[:, 0, :] / self.temperature).log_softmax(-1)  # (Na, V): reads no reference
+        return MechanismStep(torch.where(use_private.unsqueeze(-1), out, public), {"private": use_private})
 
     def event(self, *, batch_size: int) -> dict[str, ZcdpEvent]:
-        """{"reference": ZcdpEvent(2 C^2 / (B^2 tau^2))} for a token sampled from the private average.
+        """{"reference": ZcdpEvent(2 C^2 / (B^2 tau^2))}: one token sampled from the private average.
 
-        Raises NoGuaranteeError when the sparse-vector switch is on (see the module docstring).
+        With the switch only the tokens it sends to the private average cost this (at most c per
+        text); public tokens cost nothing; the SVT run costs :meth:`events_per_text`'s first entry.
         """
-        if self.switch_threshold is not None:
-            raise NoGuaranteeError(
-                "AminEtAl with switch_threshold has no per-token guarantee in tokendp yet; "
-                "use switch_threshold=None (every token charged) for an accounted run"
-            )
-        if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
-            raise InvalidParameterError(f"batch_size must be an integer >= 1, got {batch_size!r}")
         return {"reference": ZcdpEvent(amin_rho_per_token(clip=self.clip, batch_size=batch_size, temperature=self.temperature))}
+
+    def events_per_text(self, *, batch_size: int) -> list[dict[str, PrivacyEvent]]:
+        """The worst case of one text with the switch, to charge before its first token: the SVT run
+        (PureDpEvent(svt_epsilon)) once, then c private tokens. Without the switch: an error, since
+        every one of the T tokens is then charged :meth:`event`."""
+        if self.switch is None:
+            raise InvalidParameterError("events_per_text needs the switch; without it charge event() for each of the T tokens")
+        self._check_switch(batch_size)
+        return [{"reference": self.switch.event()}] + [self.event(batch_size=batch_size)] * self.switch.max_positives
