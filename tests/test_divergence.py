@@ -9,7 +9,7 @@ import pytest
 import torch
 from distributions import FAMILIES, exact_lambda, pairs, symmetric_divergence64
 
-from tokendp.divergence import mollify, renyi_divergence, symmetric_renyi_divergence
+from tokendp.divergence import _prepare, mollify, renyi_divergence, symmetric_renyi_divergence
 from tokendp.errors import InvalidInputError, InvalidParameterError
 
 
@@ -100,6 +100,25 @@ def test_mollify_feasible_and_optimal(family: str) -> None:
         other = math.exp(torch.empty(1, dtype=torch.float64).uniform_(math.log(1.1), math.log(20.0), generator=gen).item())
         for alpha in (2.0, other):
             cap = torch.exp(torch.empty(n, m, dtype=torch.float64).uniform_(math.log(1e-4), math.log(10.0), generator=gen))
+            _check_mollify(lp, lq, alpha, cap)
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_mollify_float32_general_orders(family: str) -> None:
+    """Caps where the float32 passes run at orders other than 2 (the engine's calibrated orders)."""
+    gen = torch.Generator().manual_seed(100 + FAMILIES.index(family))
+    n, m = 200, 4
+    for vocab in (2, 64):
+        lp, lq = pairs(n, m, vocab, gen, family)
+        normal = lq.min(-1).values > -80.0  # Q within float32's normal range (else float64 runs)
+        lp, lq = lp[normal], lq[normal]
+        if family == "zero_public":  # Q = 0 somewhere: always float64
+            assert len(lq) == 0
+            continue
+        assert len(lq) >= 20
+        for alpha in (1.5, 3.5, 9.0):
+            cap = torch.exp(torch.empty(len(lq), m, dtype=torch.float64).uniform_(math.log(0.01), math.log(0.9 / (alpha - 1)), generator=gen))
+            assert _prepare(lp.float(), lq.float(), alpha, cap).r.dtype == torch.float32
             _check_mollify(lp, lq, alpha, cap)
 
 

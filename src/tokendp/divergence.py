@@ -85,9 +85,22 @@ def symmetric_renyi_divergence(logp: Tensor, logq: Tensor, alpha: float) -> Tens
     return torch.maximum(renyi_divergence(logp, logq, alpha), renyi_divergence(logq, logp, alpha))
 
 
-_MARGIN = {torch.float32: 4e-6, torch.float64: 2e-6}
+_MARGIN = {torch.float32: 1e-5, torch.float64: 2e-6}
 """Relative safety margin per work dtype: a weight is accepted only if its computed divergences
-are <= cap (1 - margin), which covers the rounding of the passes (see :func:`_prepare`)."""
+are <= cap (1 - margin). It covers the rounding of the passes (products with Q in float32 are
+good to about 1.3e-6 relative); general orders in float32 add :func:`_float32_general_margin`."""
+
+
+def _float32_general_margin(alpha: float, cap: Tensor) -> Tensor:
+    """Extra relative margin (..., m) for float32 passes at an order a != 2.
+
+    There l = log w carries an absolute error of about eps (w itself is rounded), so each term
+    of sum_y Q phi_p(w) is off by at most about (|p| + 2) eps (w^p + 1 + |p z|) and the excess
+    sum_y Q w^p - 1 by (a + 2) eps (2 + excess), i.e. the divergence (of at most about cap) by
+    (a + 2) eps 2 / (a - 1) in absolute terms: relative to cap, 2 (a + 2) eps / ((a - 1) cap).
+    """
+    eps = torch.finfo(torch.float32).eps
+    return 2.0 * (alpha + 2.0) * eps / ((alpha - 1.0) * cap)
 
 
 @dataclass(frozen=True)
@@ -127,17 +140,26 @@ def _q_sum(x: Tensor, q: Tensor) -> Tensor:
 
 
 def _prepare(logp_priv: Tensor, logp_pub: Tensor, alpha: float, cap: Tensor) -> _Problem:
-    """The weights of :class:`_Problem`: float32 at a = 2 when that is safe, else float64.
+    """The weights of :class:`_Problem`, in float32 when that is safe, else in float64.
 
     Float32 needs every public probability normal (so Q > 0 and P/Q is finite) and no overflow
-    in chi2 (one host sync per call, not per pass). Then r comes from expm1 (full relative
-    precision near 0), w from e (full relative precision near 0), and every a = 2 sum has
-    non-negative terms, so the computed divergences are within a few float32 ulps (relative) of
-    the exact ones, well inside the margin.
+    in chi2. Then r comes from expm1 (full relative precision near 0) and w from e (full
+    relative precision near 0). At a = 2 every sum has non-negative terms, so the computed
+    divergences are within a few float32 ulps (relative) of the exact ones, well inside the
+    margin. At other orders the rounding bound of :func:`_float32_general_margin` joins the
+    margin, and float32 is used only while that stays below 1e-3 (the answer moves by less
+    than that) and every power w^p of a feasible weight stays in range: Q w^p <= e^((a-1) cap)
+    with Q >= 2^-126 gives w^p <= 2^126 e^((a-1) cap), so (a-1) cap <= 1 suffices. One host
+    sync per call decides; otherwise the same passes run in float64 (where overflow needs a
+    divergence above about 600 / (a-1)).
     """
-    if alpha == 2.0 and logp_priv.dtype == torch.float32 and logp_pub.dtype == torch.float32:
+    if logp_priv.dtype == torch.float32 and logp_pub.dtype == torch.float32:
         prob = _weights(logp_priv, logp_pub, alpha, cap, torch.float32)
-        if bool((logp_pub.amin() >= _FLOAT32_LOG_MIN) & torch.isfinite(prob.moments[..., 0]).all()):
+        safe = (logp_pub.amin() >= _FLOAT32_LOG_MIN) & torch.isfinite(prob.moments[..., 0]).all()
+        if alpha != 2.0:
+            active = cap[~prob.forced_zero]
+            safe &= ((alpha - 1.0) * active <= 1.0).all() & (_float32_general_margin(alpha, active) <= 1e-3).all()
+        if bool(safe):
             return prob
     return _weights(logp_priv, logp_pub, alpha, cap, torch.float64)
 
@@ -163,11 +185,14 @@ def _weights(logp_priv: Tensor, logp_pub: Tensor, alpha: float, cap: Tensor, dty
     scale = 1.0 / (1.0 + excess)  # (..., m, 1): renormalises P
     e.mul_(scale)
     r = torch.addcmul(-excess * scale, r, scale)  # (..., m, V): (r - excess) / (1 + excess)
-    r2 = r.square()  # (..., m, V)
-    chi2 = _q_sum(r2, q)  # (..., m)
-    mu3 = torch.zeros_like(chi2) if alpha == 2.0 else _q_sum(r2.mul_(r), q)  # (..., m)
+    r_sqrt_q = r * q.sqrt().transpose(-1, -2)  # (..., m, V): sqrt(Q) r, so Q r^2 cannot overflow when r^2 would
+    chi2 = torch.matmul(r_sqrt_q.unsqueeze(-2), r_sqrt_q.unsqueeze(-1)).reshape(r.shape[:-1]).to(torch.float64)  # (..., m)
+    mu3 = torch.zeros_like(chi2) if alpha == 2.0 else (r_sqrt_q.square_().mul_(r)).sum(-1).to(torch.float64)  # (..., m)
     forced_zero = ~torch.isfinite(chi2) | (cap <= 0)  # (..., m)
-    level = torch.where(forced_zero, 0.0, cap * (1.0 - _MARGIN[dtype]))  # (..., m)
+    margin = _MARGIN[dtype]
+    if dtype == torch.float32 and alpha != 2.0:
+        margin = margin + _float32_general_margin(alpha, cap)  # (..., m)
+    level = torch.where(forced_zero, 0.0, cap * (1.0 - margin))  # (..., m)
     return _Problem(alpha, level, e, r, q, torch.stack((chi2, mu3), dim=-1), forced_zero)
 
 
@@ -199,23 +224,23 @@ def _evaluate_order2(prob: _Problem, lam: Tensor) -> _Evaluation:
 
 
 def _evaluate_general(prob: _Problem, lam: Tensor) -> _Evaluation:
-    """One float64 pass over V for K candidates per group at any order a > 1 (see :class:`_Problem`).
+    """One pass over V for K candidates per group at any order a > 1 (see :class:`_Problem`).
 
-    With z = lam r and l = log w, for p in (a, 1-a): phi_p(w) = expm1(p l) - p z, and the slope
-    d/dlam sum_y Q w^p = p sum_y Q r w^(p-1) (its rounding can only cost optimality, never
-    feasibility: slopes only place candidates).
+    With z = lam r and l = log w, for p in (a, 1-a): phi_p(w) = w^p - 1 - p z with
+    w^p = exp(p l), and the slope d/dlam sum_y Q w^p = p sum_y Q r w^p / w (its rounding can
+    only cost optimality, never feasibility: slopes only place candidates).
     """
     a = prob.alpha
-    lam_w = lam.unsqueeze(-1)  # (..., m, K, 1)
+    lam_w = lam.to(prob.r.dtype).unsqueeze(-1)  # (..., m, K, 1)
     r = prob.r.unsqueeze(-2)  # (..., m, 1, V)
     z = lam_w * r  # (..., m, K, V)
     w = torch.addcmul(1.0 - lam_w, lam_w, prob.e.unsqueeze(-2))  # (..., m, K, V)
     log_w = w.log()
     out = []
     for p in (a, 1.0 - a):
-        power_m1 = torch.mul(log_w, p).expm1_()  # w^p - 1   (..., m, K, V)
-        excess = _q_sum(power_m1 - p * z, prob.q)  # sum Q phi_p(w) = sum Q w^p - 1   (..., m, K)
-        slope = p * _q_sum(power_m1.add_(1.0).div_(w).mul_(r), prob.q)  # d/dlam sum Q w^p
+        power = torch.mul(log_w, p).exp_()  # w^p   (..., m, K, V)
+        excess = _q_sum(torch.sub(power, z, alpha=p).sub_(1.0), prob.q)  # sum Q phi_p(w) = sum Q w^p - 1
+        slope = p * _q_sum(power.div_(w).mul_(r), prob.q)  # d/dlam sum Q w^p   (..., m, K)
         out.append((torch.log1p(excess) / (a - 1.0), slope / ((1.0 + excess) * (a - 1.0))))
     (forward, forward_slope), (reverse, reverse_slope) = out
     return _Evaluation(forward.clamp_min(0.0), reverse.clamp_min(0.0), forward_slope, reverse_slope)
