@@ -23,9 +23,10 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
+from tokendp.accounting._checks import check_order
 from tokendp.errors import InvalidInputError, InvalidParameterError
 
-__all__ = ["mollify", "renyi_divergence", "symmetric_renyi_divergence"]
+__all__ = ["mollify", "mollify_with_divergence", "renyi_divergence", "symmetric_renyi_divergence"]
 
 _SEARCH_PASSES = 6
 """Batched passes over the vocabulary after the first one: a fixed number, with no host sync
@@ -34,14 +35,6 @@ _SEARCH_PASSES = 6
 
 _CLOSED = 1e-7
 """A bracket [lo, hi] at most this wide is closed: the answer lo is that close to the optimum."""
-
-
-def _check_alpha(alpha: float) -> float:
-    if isinstance(alpha, bool) or not isinstance(alpha, (int, float)):
-        raise InvalidParameterError(f"alpha must be a number > 1, got {type(alpha).__name__}")
-    if not (math.isfinite(alpha) and alpha > 1):
-        raise InvalidParameterError(f"alpha must be a finite Rényi order > 1, got {alpha!r}")
-    return float(alpha)
 
 
 def _check_log_probs(name: str, logp: Tensor) -> None:
@@ -63,7 +56,7 @@ def renyi_divergence(logp: Tensor, logq: Tensor, alpha: float) -> Tensor:
     +inf when P(y) > 0 = Q(y) for some y, terms with P(y) = 0 contribute nothing, identical
     inputs give exactly 0, and the result is clamped at 0 (D_a >= 0; rounding can give -1e-9).
     """
-    a = _check_alpha(alpha)
+    a = check_order(alpha)
     _check_log_probs("logp", logp)
     _check_log_probs("logq", logq)
     logp, logq = torch.broadcast_tensors(logp, logq)
@@ -128,6 +121,7 @@ class _Problem:
     level: Tensor  # (..., m) float64: accepted divergence, cap (1 - margin)
     e: Tensor  # (..., m, V) work dtype: P/Q (0 where P = 0)
     r: Tensor  # (..., m, V) work dtype: P/Q - 1 to full relative precision near 0
+    qr2: Tensor  # (..., m, V) work dtype: Q r^2 (finite where r^2 alone would overflow)
     q: Tensor  # (..., V, 1) work dtype: Q
     moments: Tensor  # (..., m, 2) float64: sum_y Q r^2 (= chi2) and sum_y Q r^3
     forced_zero: Tensor  # (..., m) bool: cap 0, or P puts mass where Q has none
@@ -184,16 +178,16 @@ def _weights(logp_priv: Tensor, logp_pub: Tensor, alpha: float, cap: Tensor, dty
     excess = _q_sum(r, q).unsqueeze(-1).to(dtype)  # (..., m, 1): sum_y P - 1
     scale = 1.0 / (1.0 + excess)  # (..., m, 1): renormalises P
     e.mul_(scale)
-    r = torch.addcmul(-excess * scale, r, scale)  # (..., m, V): (r - excess) / (1 + excess)
-    r_sqrt_q = r * q.sqrt().transpose(-1, -2)  # (..., m, V): sqrt(Q) r, so Q r^2 cannot overflow when r^2 would
-    chi2 = torch.matmul(r_sqrt_q.unsqueeze(-2), r_sqrt_q.unsqueeze(-1)).reshape(r.shape[:-1]).to(torch.float64)  # (..., m)
-    mu3 = torch.zeros_like(chi2) if alpha == 2.0 else (r_sqrt_q.square_().mul_(r)).sum(-1).to(torch.float64)  # (..., m)
+    r = r.sub_(excess).mul_(scale)  # (..., m, V): (r - excess) / (1 + excess)
+    qr2 = (r * q.sqrt().transpose(-1, -2)).square_()  # (..., m, V): (sqrt(Q) r)^2, finite where r^2 is not
+    chi2 = qr2.sum(-1).to(torch.float64)  # (..., m)
+    mu3 = torch.zeros_like(chi2) if alpha == 2.0 else (qr2 * r).sum(-1).to(torch.float64)  # (..., m)
     forced_zero = ~torch.isfinite(chi2) | (cap <= 0)  # (..., m)
     margin = _MARGIN[dtype]
     if dtype == torch.float32 and alpha != 2.0:
         margin = margin + _float32_general_margin(alpha, cap)  # (..., m)
     level = torch.where(forced_zero, 0.0, cap * (1.0 - margin))  # (..., m)
-    return _Problem(alpha, level, e, r, q, torch.stack((chi2, mu3), dim=-1), forced_zero)
+    return _Problem(alpha, level, e, r, qr2, q, torch.stack((chi2, mu3), dim=-1), forced_zero)
 
 
 @dataclass(frozen=True)
@@ -207,14 +201,16 @@ class _Evaluation:
 
 
 def _evaluate_order2(prob: _Problem, lam: Tensor) -> _Evaluation:
-    """One pass over V for K candidates per group at a = 2 (see :class:`_Problem`)."""
+    """One pass over V for K candidates per group at a = 2 (see :class:`_Problem`).
+
+    s = sum_y (Q r^2) / w and t = sum_y (Q r^2 / w) r / w, formed from Q r^2 so that no factor
+    overflows (1/w <= 1/(1-lam), |r|/w <= max(1/lam, 1/(1-lam))).
+    """
     lam_w = lam.to(prob.r.dtype).unsqueeze(-1)  # (..., m, K, 1)
-    r = prob.r.unsqueeze(-2)  # (..., m, 1, V)
-    u = torch.addcmul(1.0 - lam_w, lam_w, prob.e.unsqueeze(-2))  # (..., m, K, V): w
-    u = torch.div(r, u, out=u)  # r / w
-    ru = u * r  # r^2 / w
-    s = _q_sum(ru, prob.q)  # sum Q r^2 / w   (..., m, K)
-    t = _q_sum(ru.mul_(u), prob.q)  # sum Q r^3 / w^2
+    inv_w = torch.mul(prob.e.unsqueeze(-2), lam_w).add_(1.0 - lam_w).reciprocal_()  # (..., m, K, V): 1 / w
+    term = inv_w * prob.qr2.unsqueeze(-2)  # (..., m, K, V): Q r^2 / w
+    s = term.sum(-1).to(torch.float64)  # sum Q r^2 / w   (..., m, K)
+    t = term.mul_(inv_w).mul_(prob.r.unsqueeze(-2)).sum(-1).to(torch.float64)  # sum Q r^3 / w^2
     chi2 = prob.moments[..., :1]  # (..., m, 1)
     excess = lam * lam * s  # sum Q / w - 1
     forward = torch.log1p(lam * lam * chi2)
@@ -234,7 +230,7 @@ def _evaluate_general(prob: _Problem, lam: Tensor) -> _Evaluation:
     lam_w = lam.to(prob.r.dtype).unsqueeze(-1)  # (..., m, K, 1)
     r = prob.r.unsqueeze(-2)  # (..., m, 1, V)
     z = lam_w * r  # (..., m, K, V)
-    w = torch.addcmul(1.0 - lam_w, lam_w, prob.e.unsqueeze(-2))  # (..., m, K, V)
+    w = torch.mul(prob.e.unsqueeze(-2), lam_w).add_(1.0 - lam_w)  # (..., m, K, V)
     log_w = w.log()
     out = []
     for p in (a, 1.0 - a):
@@ -414,6 +410,20 @@ def mollify(
 ) -> Tensor:  # (..., m)
     """Largest lam in [0, 1] per group with max(D_a(P_lam || Q), D_a(Q || P_lam)) <= cap.
 
+    See :func:`mollify_with_divergence`, which also returns the divergence at lam.
+    """
+    return mollify_with_divergence(logp_priv, logp_pub, alpha=alpha, cap=cap)[0]
+
+
+def mollify_with_divergence(
+    logp_priv: Tensor,  # (..., m, V)
+    logp_pub: Tensor,  # (..., V)
+    *,
+    alpha: float,
+    cap: float | Tensor,  # broadcastable to (..., m)
+) -> tuple[Tensor, Tensor]:  # (..., m) in the dtype of logp_priv, (..., m) float64
+    """Largest lam in [0, 1] per group with max(D_a(P_lam || Q), D_a(Q || P_lam)) <= cap.
+
     P_lam = lam P + (1 - lam) Q, with P a group's private next-token distribution and Q the
     public one (DP-Fusion, Sec. 3; DESIGN.md "Privacy math"). Both divergences are
     non-decreasing in lam, so the feasible set is an interval [0, lam*]. The search runs for a
@@ -428,8 +438,11 @@ def mollify(
     lam < 1 since P_lam >= (1 - lam) Q. At a = 2 the forward root is closed-form,
     lam = sqrt(expm1(cap) / chi2(P || Q)). Terms that overflow float64 (a divergence above
     about 600 / (a - 1)) count as infeasible, which can only lower lam.
+
+    Also returns the symmetric divergence at lam as computed by the search (0 at lam = 0): a
+    diagnostic that costs nothing extra.
     """
-    a = _check_alpha(alpha)
+    a = check_order(alpha)
     _check_log_probs("logp_priv", logp_priv)
     _check_log_probs("logp_pub", logp_pub)
     if logp_priv.dim() < 2 or logp_priv.shape[-1] != logp_pub.shape[-1]:
@@ -472,4 +485,4 @@ def mollify(
             # _CLOSED. Reading the flag costs nothing on the CPU; on accelerators all passes run.
             break
         candidates = _next_candidates(lo, hi, prob.level, final=i == _SEARCH_PASSES - 1)
-    return lo.lam.to(out_dtype)
+    return lo.lam.to(out_dtype), lo.div

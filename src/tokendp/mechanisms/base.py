@@ -64,4 +64,5 @@ def check_logits(logits: Tensor, *, min_rows: int) -> None:
 
 def log_softmax_at(logits: Tensor, temperature: float) -> Tensor:
     """log softmax(logits / temperature) in float32, (..., V) -> (..., V)."""
-    return torch.log_softmax(logits.to(torch.float32) / temperature, dim=-1)
+    logits = logits.to(torch.float32)
+    return torch.log_softmax(logits if temperature == 1.0 else logits / temperature, dim=-1)

@@ -27,7 +27,8 @@ from torch import Tensor
 
 from tokendp.accounting import dp_fusion_rdp_per_token
 from tokendp.accounting.events import RdpEvent
-from tokendp.divergence import _check_alpha, mollify, symmetric_renyi_divergence
+from tokendp.accounting._checks import check_order
+from tokendp.divergence import mollify_with_divergence
 from tokendp.errors import InvalidInputError, InvalidParameterError
 from tokendp.mechanisms.base import MechanismStep, check_logits, check_nonnegative, check_positive, log_softmax_at
 
@@ -40,7 +41,7 @@ class DPFusion:
     name = "dp-fusion"
 
     def __init__(self, alpha: float = 2.0) -> None:
-        self.alpha = _check_alpha(alpha)
+        self.alpha = check_order(alpha)
 
     def step(
         self,
@@ -54,11 +55,17 @@ class DPFusion:
         """Mix each group toward the public distribution within alpha * beta_i, then average.
 
         p_pub and p_i are softmaxes of the rows at ``temperature``; lam_i = mollify(p_i, p_pub,
-        cap = alpha beta_i); the output is log mean_i (lam_i p_i + (1 - lam_i) p_pub) over the
-        real groups (all rows padding: p_pub). Diagnostics: "lam" (..., m) and, unless
-        ``realised_divergence`` is False (it costs two more passes over the vocabulary),
-        "divergence" (..., m), the realised symmetric divergence of each mixture to p_pub (0 for
-        padding).
+        cap = alpha beta_i); the output is the average over the k real groups,
+
+            mean_i (lam_i p_i + (1 - lam_i) p_pub) = sum_i (lam_i / k) p_i + (1 - sum_i lam_i / k) p_pub,
+
+        formed as one product of the weights with the private probabilities (shifted per token
+        by their largest value among the real groups, so a real group's term never underflows
+        to 0 where it is the largest) plus the public term in log space: the output has exactly
+        the support of the exact mixture, which the RDP bound needs. All rows padding: p_pub.
+        Diagnostics: "lam" (..., m) and, unless ``realised_divergence`` is False, "divergence"
+        (..., m), the symmetric divergence of each mixture to p_pub as computed by the search
+        (0 for padding).
         """
         check_logits(logits, min_rows=2)
         temperature = check_positive("temperature", temperature)
@@ -69,15 +76,21 @@ class DPFusion:
         logp = log_softmax_at(logits, temperature)  # (..., 1+m, V)
         pub, priv = logp[..., 0, :], logp[..., 1:, :]  # (..., V), (..., m, V)
         cap = torch.where(mask, self.alpha * betas.to(torch.float64), 0.0)  # (..., m)
-        lam = torch.where(mask, mollify(priv, pub, alpha=self.alpha, cap=cap), 0.0)  # (..., m)
-        mixed = torch.logaddexp(torch.log(lam).unsqueeze(-1) + priv, torch.log1p(-lam).unsqueeze(-1) + pub.unsqueeze(-2))  # (..., m, V)
+        lam, divergence = mollify_with_divergence(priv, pub, alpha=self.alpha, cap=cap)  # (..., m) each
+        lam = torch.where(mask, lam, 0.0)
         count = mask.sum(-1, keepdim=True)  # (..., 1)
-        log_weight = torch.where(mask, -torch.log(count.clamp_min(1).to(torch.float32)), -math.inf)  # (..., m)
-        out = torch.logsumexp(log_weight.unsqueeze(-1) + mixed, dim=-2)  # (..., V)
+        weight = lam / count.clamp_min(1)  # (..., m) float64: lam_i / k
+        public_weight = (1.0 - weight.sum(-1, keepdim=True)).clamp_min(0.0)  # (..., 1) float64
+        real = torch.where(mask, 0.0, -math.inf).unsqueeze(-1).to(priv.dtype)  # (..., m, 1)
+        shifted = priv + real  # (..., m, V): padding rows -inf
+        top = shifted.amax(-2, keepdim=True).nan_to_num_(neginf=0.0)  # (..., 1, V)
+        private = torch.matmul(weight.to(priv.dtype).unsqueeze(-2), shifted.sub_(top).exp_())  # (..., 1, V)
+        log_private = private.log_().add_(top).squeeze(-2)  # (..., V): log sum_i (lam_i / k) p_i
+        out = torch.logaddexp(public_weight.log().to(pub.dtype) + pub, log_private)  # (..., V)
         out = torch.where(count > 0, out, pub)
         diagnostics = {"lam": lam.to(torch.float32)}
         if realised_divergence:
-            diagnostics["divergence"] = torch.where(mask, symmetric_renyi_divergence(mixed, pub.unsqueeze(-2), self.alpha), 0.0)
+            diagnostics["divergence"] = torch.where(mask, divergence, 0.0)
         return MechanismStep(out, diagnostics)
 
     def event(self, *, betas: Mapping[str, float]) -> dict[str, RdpEvent]:

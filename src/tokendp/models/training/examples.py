@@ -64,10 +64,10 @@ def kind_weights(progress: float, *, fill_stage: bool = False) -> list[float]:
 
     First stage: random sequences are 60% up to 15% progress, then fall to 15% at 40%.
     Fill stage (continued training of a model that already copies): mostly copying around
-    placeholders (fill, partial, wikifill: 75%), with enough plain copying to keep it.
+    placeholders (fill, partial, wikifill: 70%), with enough plain copying to keep it.
     """
     if fill_stage:
-        return [0.05, 0.1, 0.1, 0.25, 0.15, 0.35]
+        return [0.1, 0.1, 0.1, 0.25, 0.15, 0.3]
     r = min(0.6, max(0.15, 0.6 - 0.45 * (progress - 0.15) / 0.25))
     rest = 1.0 - r
     return [r, 0.22 * rest, 0.18 * rest, 0.2 * rest, 0.1 * rest, 0.3 * rest]
