@@ -33,8 +33,9 @@ _SEARCH_PASSES = 6
 (on the CPU the loop stops early once every bracket is closed, which changes no result)."""
 
 
-_CLOSED = 1e-7
-"""A bracket [lo, hi] at most this wide is closed: the answer lo is that close to the optimum."""
+_CLOSED = 1e-6
+"""A group is done when the rigorous upper bound on lam* (:func:`_bounds`) is at most this far
+above lo: the answer lo is then that close to the optimum."""
 
 
 def _check_log_probs(name: str, logp: Tensor) -> None:
@@ -336,8 +337,8 @@ def _estimate(lo: _End, hi: _End, level: Tensor) -> Tensor:
     return torch.sigmoid(newton)
 
 
-def _next_candidates(lo: _End, hi: _End, level: Tensor, *, final: bool) -> Tensor:
-    """K = 3 weights per group between the rigorous bounds of :func:`_bounds`.
+def _next_candidates(lo: _End, hi: _End, level: Tensor, *, final: bool) -> tuple[Tensor, Tensor]:
+    """K = 3 weights per group between the rigorous bounds of :func:`_bounds`, and the upper bound.
 
     Before the last pass: the lower bound, the estimate of :func:`_estimate` and the upper
     bound (which tightens the next chord and tangent). In the last pass the upper bound can no
@@ -351,7 +352,7 @@ def _next_candidates(lo: _End, hi: _End, level: Tensor, *, final: bool) -> Tenso
     est = torch.where(torch.isfinite(est), est, torch.sigmoid(x_mid))
     est = torch.minimum(torch.maximum(est, lower), upper)
     third = est - _HEDGE * (est - lower) if final else upper
-    return torch.stack((lower, third, est), dim=-1)
+    return torch.stack((lower, third, est), dim=-1), upper
 
 
 _HEDGE = 0.02
@@ -480,9 +481,10 @@ def mollify_with_divergence(
         slope = torch.where(use_f, ev.forward_slope, ev.reverse_slope)
         cand = _End(lam, div, slope, *_slack(prob, ev))
         lo, hi = _update(lo, hi, cand, (ev.forward <= level) & (ev.reverse <= level))
-        if lam.device.type == "cpu" and bool((hi.lam - lo.lam <= _CLOSED).all()):
-            # Every bracket is closed, so further passes could move no answer by more than
-            # _CLOSED. Reading the flag costs nothing on the CPU; on accelerators all passes run.
+        candidates, upper = _next_candidates(lo, hi, prob.level, final=i == _SEARCH_PASSES - 1)
+        if lam.device.type == "cpu" and bool((upper - lo.lam <= _CLOSED).all()):
+            # Every group is within _CLOSED of its optimum, so further passes could move no
+            # answer by more. Reading the flag costs nothing on the CPU; on accelerators all
+            # passes run.
             break
-        candidates = _next_candidates(lo, hi, prob.level, final=i == _SEARCH_PASSES - 1)
     return lo.lam.to(out_dtype), lo.div
