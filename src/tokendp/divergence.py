@@ -81,20 +81,27 @@ def symmetric_renyi_divergence(logp: Tensor, logq: Tensor, alpha: float) -> Tens
 
 _MARGIN = {torch.float32: 1e-5, torch.float64: 2e-6}
 """Relative safety margin per work dtype: a weight is accepted only if its computed divergences
-are <= cap (1 - margin). It covers the rounding of the passes (products with Q in float32 are
-good to about 1.3e-6 relative); general orders in float32 add :func:`_float32_general_margin`."""
+are <= cap (1 - margin). It covers the rounding of the sums (products with Q in float32 are
+good to about 1.3e-6 relative); float32 passes add :func:`_float32_margin`."""
 
 
-def _float32_general_margin(alpha: float, cap: Tensor) -> Tensor:
-    """Extra relative margin (..., m) for float32 passes at an order a != 2.
+def _float32_margin(alpha: float, cap: Tensor) -> Tensor:
+    """Extra relative margin (..., m) for float32 passes, from two bounds on their rounding.
 
-    There l = log w carries an absolute error of about eps (w itself is rounded), so each term
-    of sum_y Q phi_p(w) is off by at most about (|p| + 2) eps (w^p + 1 + |p z|) and the excess
-    sum_y Q w^p - 1 by (a + 2) eps (2 + excess), i.e. the divergence (of at most about cap) by
-    (a + 2) eps 2 / (a - 1) in absolute terms: relative to cap, 2 (a + 2) eps / ((a - 1) cap).
+    r = e - 1 carries the rounding of e = exp(log P/Q), at most about eps e per token: the
+    computed quantities are those of a P' with |P' - P| <= eps P per token, which moves
+    chi2-type sums by at most 2 eps sum_y Q |r| e <= 2 eps sqrt(chi2 (1 + chi2)), i.e. by
+    2 eps sqrt((1 + cap) / cap) relative to sums of the size of the cap (chi2 >= cap
+    wherever the cap binds). At orders a != 2, l = log w carries an absolute error of about
+    eps (w itself is rounded), so each term of sum_y Q phi_p(w) is off by at most about
+    (|p| + 2) eps (w^p + 1 + |p z|) and the excess sum_y Q w^p - 1 by (a + 2) eps (2 + excess):
+    relative to the cap, 2 (a + 2) eps / ((a - 1) cap).
     """
     eps = torch.finfo(torch.float32).eps
-    return 2.0 * (alpha + 2.0) * eps / ((alpha - 1.0) * cap)
+    margin = 2.0 * eps * torch.sqrt((1.0 + cap) / cap)
+    if alpha != 2.0:
+        margin = margin + 2.0 * (alpha + 2.0) * eps / ((alpha - 1.0) * cap)
+    return margin
 
 
 @dataclass(frozen=True)
@@ -137,23 +144,20 @@ def _q_sum(x: Tensor, q: Tensor) -> Tensor:
 def _prepare(logp_priv: Tensor, logp_pub: Tensor, alpha: float, cap: Tensor) -> _Problem:
     """The weights of :class:`_Problem`, in float32 when that is safe, else in float64.
 
-    Float32 needs every public probability normal (so Q > 0 and P/Q is finite) and no overflow
-    in chi2. Then r comes from expm1 (full relative precision near 0) and w from e (full
-    relative precision near 0). At a = 2 every sum has non-negative terms, so the computed
-    divergences are within a few float32 ulps (relative) of the exact ones, well inside the
-    margin. At other orders the rounding bound of :func:`_float32_general_margin` joins the
-    margin, and float32 is used only while that stays below 1e-3 (the answer moves by less
-    than that) and every power w^p of a feasible weight stays in range: Q w^p <= e^((a-1) cap)
-    with Q >= 2^-126 gives w^p <= 2^126 e^((a-1) cap), so (a-1) cap <= 1 suffices. One host
-    sync per call decides; otherwise the same passes run in float64 (where overflow needs a
-    divergence above about 600 / (a-1)).
+    Float32 needs every public probability normal (so Q > 0 and P/Q is finite), no overflow in
+    chi2, and a rounding margin (:func:`_float32_margin`) below 1e-3, so that the answer moves
+    by less than that. At a != 2 every power w^p of a feasible weight must also stay in range:
+    Q w^p <= e^((a-1) cap) with Q >= 2^-126 gives w^p <= 2^126 e^((a-1) cap), so (a-1) cap <= 1
+    suffices. One host sync per call decides; otherwise the same passes run in float64 (where
+    overflow needs a divergence above about 600 / (a-1)).
     """
     if logp_priv.dtype == torch.float32 and logp_pub.dtype == torch.float32:
         prob = _weights(logp_priv, logp_pub, alpha, cap, torch.float32)
+        active = cap[~prob.forced_zero]
         safe = (logp_pub.amin() >= _FLOAT32_LOG_MIN) & torch.isfinite(prob.moments[..., 0]).all()
+        safe &= (_float32_margin(alpha, active) <= 1e-3).all()
         if alpha != 2.0:
-            active = cap[~prob.forced_zero]
-            safe &= ((alpha - 1.0) * active <= 1.0).all() & (_float32_general_margin(alpha, active) <= 1e-3).all()
+            safe &= ((alpha - 1.0) * active <= 1.0).all()
         if bool(safe):
             return prob
     return _weights(logp_priv, logp_pub, alpha, cap, torch.float64)
@@ -174,19 +178,18 @@ def _weights(logp_priv: Tensor, logp_pub: Tensor, alpha: float, cap: Tensor, dty
         # beyond float64's range): the group's sums become inf or NaN and it is forced to
         # lam = 0 (D(P_lam || Q) is infinite for every lam > 0). In float32, Q > 0 is checked.
         diff.nan_to_num_(nan=0.0, posinf=math.inf)
-    e = diff.exp()  # (..., m, V): P/Q of the unnormalised P (1 + r loses it where P << Q)
-    r = diff.expm1_()  # (..., m, V): P/Q - 1 of the unnormalised P
-    excess = _q_sum(r, q).unsqueeze(-1).to(dtype)  # (..., m, 1): sum_y P - 1
-    scale = 1.0 / (1.0 + excess)  # (..., m, 1): renormalises P
-    e.mul_(scale)
-    r = r.sub_(excess).mul_(scale)  # (..., m, V): (r - excess) / (1 + excess)
+    e = diff.exp_()  # (..., m, V): P/Q of the unnormalised P
+    r = e - 1.0  # (..., m, V): exact given e where e is in [1/2, 2] (Sterbenz)
+    excess = _q_sum(r, q).unsqueeze(-1).to(dtype)  # (..., m, 1): sum_y P - 1, without cancellation
+    e.mul_(1.0 / (1.0 + excess))  # renormalises P
+    r = torch.sub(e, 1.0, out=r)  # (..., m, V): sum_y Q r = 0 up to rounding
     qr2 = (r * q.sqrt().transpose(-1, -2)).square_()  # (..., m, V): (sqrt(Q) r)^2, finite where r^2 is not
     chi2 = qr2.sum(-1).to(torch.float64)  # (..., m)
     mu3 = torch.zeros_like(chi2) if alpha == 2.0 else (qr2 * r).sum(-1).to(torch.float64)  # (..., m)
     forced_zero = ~torch.isfinite(chi2) | (cap <= 0)  # (..., m)
     margin = _MARGIN[dtype]
-    if dtype == torch.float32 and alpha != 2.0:
-        margin = margin + _float32_general_margin(alpha, cap)  # (..., m)
+    if dtype == torch.float32:
+        margin = margin + _float32_margin(alpha, cap)  # (..., m)
     level = torch.where(forced_zero, 0.0, cap * (1.0 - margin))  # (..., m)
     return _Problem(alpha, level, e, r, qr2, q, torch.stack((chi2, mu3), dim=-1), forced_zero)
 
