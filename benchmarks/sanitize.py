@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import subprocess
 import sys
 import tempfile
@@ -31,6 +32,8 @@ import time
 from pathlib import Path
 
 import torch
+
+from tokendp.malloc import keep_freed_memory
 
 TAB = Path("../shared/data/tab")
 GROUPS, NEW_TOKENS, BETA, ALPHA = 6, 150, 0.05, 2.0
@@ -138,7 +141,9 @@ def run_dp_fusion_lib(python: str, work: Path, rows: dict, betas: dict, repeats:
                                "threads": torch.get_num_threads(), "repeats": repeats}))
     script = work / "dpf_run.py"
     script.write_text(DPF_SCRIPT)
-    out = subprocess.run([python, str(script), str(cfg)], capture_output=True, text=True, check=False)
+    # The same malloc settings as keep_freed_memory(), through glibc's environment variables.
+    env = {**os.environ, "MALLOC_MMAP_THRESHOLD_": str(32 << 20), "MALLOC_TRIM_THRESHOLD_": str(1 << 30)}
+    out = subprocess.run([python, str(script), str(cfg)], capture_output=True, text=True, check=False, env=env)
     if out.returncode != 0:
         print(out.stderr[-2000:], file=sys.stderr)
         return None
@@ -154,6 +159,7 @@ def main() -> None:
                         help="tokens to generate (the issue's setting is 150; fewer for a quick look)")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
+    keep_freed_memory()  # as the tokendp command does (tokendp.malloc); both sides of the ratio alike
 
     from tokendp.backends import HFBackend, RowSequence
     from tokendp.generation import generate, make_generator

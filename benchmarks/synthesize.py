@@ -30,6 +30,8 @@ from pathlib import Path
 
 import torch
 
+from tokendp.malloc import keep_freed_memory
+
 WIKITEXT = Path("../shared/data/wikitext-2/valid.txt")
 FALLBACK = "The hospital admitted the patient on a Tuesday, and the doctors reviewed the notes twice."
 
@@ -89,6 +91,7 @@ def main() -> None:
     parser.add_argument("--large", action="store_true")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
+    keep_freed_memory()  # as the tokendp command does (tokendp.malloc); both sides of the ratio alike
 
     from tokendp.synthesize import DEFAULT_INSTRUCTION, _public_document, _token_ids, batch_rows, partition, synthesize
     from tokendp.text.contexts import prompt_template

@@ -9,6 +9,7 @@ from __future__ import annotations
 import click
 
 from tokendp import __version__
+from tokendp.malloc import keep_freed_memory
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -19,6 +20,7 @@ def main() -> None:
     Rewrite documents (sanitize), generate synthetic text (synthesize), tag PII (tag),
     and compute privacy budgets (account), each with a formal (epsilon, delta) guarantee.
     """
+    keep_freed_memory()  # per-step buffers are reused instead of re-faulted (tokendp.malloc)
 
 
 from tokendp.cli.account import account  # noqa: E402
