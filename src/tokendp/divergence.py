@@ -484,10 +484,13 @@ def mollify_with_divergence(
         slope = torch.where(use_f, ev.forward_slope, ev.reverse_slope)
         cand = _End(lam, div, slope, *_slack(prob, ev))
         lo, hi = _update(lo, hi, cand, (ev.forward <= level) & (ev.reverse <= level))
+        on_cpu = lam.device.type == "cpu"
+        if on_cpu and bool((hi.lam - lo.lam <= _CLOSED).all()):  # the usual case at a = 2
+            break
         candidates, upper = _next_candidates(lo, hi, prob.level, final=i == _SEARCH_PASSES - 1)
-        if lam.device.type == "cpu" and bool((upper - lo.lam <= _CLOSED).all()):
+        if on_cpu and bool((upper - lo.lam <= _CLOSED).all()):
             # Every group is within _CLOSED of its optimum, so further passes could move no
-            # answer by more. Reading the flag costs nothing on the CPU; on accelerators all
+            # answer by more. Reading a flag costs nothing on the CPU; on accelerators all
             # passes run.
             break
     return lo.lam.to(out_dtype), lo.div
