@@ -291,6 +291,7 @@ class _Job:
             if b:
                 self.beta_t[i, :len(b)] = torch.tensor(b)
                 self.mask_t[i, :len(b)] = True
+        self.padded = not bool(self.mask_t.all())  # else the mechanism needs no group mask
 
     def epsilons(self, i: int) -> list[float | None]:
         c, b = self.contexts[i], self.betas[i]
@@ -322,7 +323,7 @@ class _Job:
         d = docs.to(self.beta_t.device)
         betas = self.beta_t[d][:, :logits.shape[1] - 1].to(logits.device)  # (Na, m)
         mask = self.mask_t[d][:, :logits.shape[1] - 1].to(logits.device)  # (Na, m)
-        return self.mechanism.step(logits, betas=betas, group_mask=mask, temperature=temperature)
+        return self.mechanism.step(logits, betas=betas, group_mask=mask if self.padded else None, temperature=temperature)
 
     def charge(self, docs: list[int]) -> None:
         """Charge each active document's ledger for one token, before it is sampled."""

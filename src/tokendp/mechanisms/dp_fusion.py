@@ -81,10 +81,14 @@ class DPFusion:
         count = mask.sum(-1, keepdim=True)  # (..., 1)
         weight = lam / count.clamp_min(1)  # (..., m) float64: lam_i / k
         public_weight = (1.0 - weight.sum(-1, keepdim=True)).clamp_min(0.0)  # (..., 1) float64
-        real = torch.where(mask, 0.0, -math.inf).unsqueeze(-1).to(priv.dtype)  # (..., m, 1)
-        shifted = priv + real  # (..., m, V): padding rows -inf
-        top = shifted.amax(-2, keepdim=True).nan_to_num_(neginf=0.0)  # (..., 1, V)
-        private = torch.matmul(weight.to(priv.dtype).unsqueeze(-2), shifted.sub_(top).exp_())  # (..., 1, V)
+        if group_mask is None:  # every row is a real group
+            top = priv.amax(-2, keepdim=True).nan_to_num_(neginf=0.0)  # (..., 1, V); 0 where every row is -inf
+            shifted = priv - top  # (..., m, V)
+        else:
+            shifted = priv + torch.where(mask, 0.0, -math.inf).unsqueeze(-1).to(priv.dtype)  # (..., m, V): padding -inf
+            top = shifted.amax(-2, keepdim=True).nan_to_num_(neginf=0.0)  # (..., 1, V)
+            shifted.sub_(top)
+        private = torch.matmul(weight.to(priv.dtype).unsqueeze(-2), shifted.exp_())  # (..., 1, V)
         log_private = private.log_().add_(top).squeeze(-2)  # (..., V): log sum_i (lam_i / k) p_i
         out = torch.logaddexp(public_weight.log().to(pub.dtype) + pub, log_private)  # (..., V)
         out = torch.where(count > 0, out, pub)
