@@ -124,10 +124,11 @@ DPF_SCRIPT = textwrap.dedent("""
         rows = {name: torch.tensor(ids) for name, ids in cfg["rows"].items()}
         torch.manual_seed(0)
         t0 = time.perf_counter()
-        dp_fusion_groups_incremental(rows, cfg["betas"], cfg["alpha"], model, tok,
-                                     temperature=1.0, max_new_tokens=cfg["new_tokens"])
+        _, lambdas, _ = dp_fusion_groups_incremental(rows, cfg["betas"], cfg["alpha"], model, tok,
+                                                     temperature=1.0, max_new_tokens=cfg["new_tokens"])
         times.append(time.perf_counter() - t0)
-    print(json.dumps({"seconds": min(times)}))
+    tokens = 1 + len(next(iter(lambdas.values()), []))  # the first token is not in its lists
+    print(json.dumps({"seconds": min(times), "tokens": tokens}))
 """)
 
 
@@ -147,7 +148,11 @@ def run_dp_fusion_lib(python: str, work: Path, rows: dict, betas: dict, repeats:
     if out.returncode != 0:
         print(out.stderr[-2000:], file=sys.stderr)
         return None
-    return json.loads(out.stdout.strip().splitlines()[-1])["seconds"]
+    result = json.loads(out.stdout.strip().splitlines()[-1])
+    if result["tokens"] != new_tokens:  # it stops at EOS: then the comparison is not like for like
+        print(f"dp-fusion-lib stopped after {result['tokens']} tokens", file=sys.stderr)
+        return None
+    return result["seconds"]
 
 
 def main() -> None:
