@@ -481,11 +481,16 @@ def mollify_with_divergence(
         ev = evaluate(prob, lam)
         use_f = ev.forward >= ev.reverse
         div = torch.where(use_f, ev.forward, ev.reverse)
+        feasible = (ev.forward <= level) & (ev.reverse <= level)
+        on_cpu = lam.device.type == "cpu"
+        if i == 0 and a == 2.0 and on_cpu and bool(feasible.all()):
+            # The usual case: the closed-form forward root meets the reverse cap too, so it is
+            # the answer for every group (hi was an upper bound); no bracket to keep.
+            return lam[..., 0].to(out_dtype), div[..., 0]
         slope = torch.where(use_f, ev.forward_slope, ev.reverse_slope)
         cand = _End(lam, div, slope, *_slack(prob, ev))
-        lo, hi = _update(lo, hi, cand, (ev.forward <= level) & (ev.reverse <= level))
-        on_cpu = lam.device.type == "cpu"
-        if on_cpu and bool((hi.lam - lo.lam <= _CLOSED).all()):  # the usual case at a = 2
+        lo, hi = _update(lo, hi, cand, feasible)
+        if on_cpu and bool((hi.lam - lo.lam <= _CLOSED).all()):
             break
         candidates, upper = _next_candidates(lo, hi, prob.level, final=i == _SEARCH_PASSES - 1)
         if on_cpu and bool((upper - lo.lam <= _CLOSED).all()):
