@@ -20,8 +20,8 @@ PACKAGE_DIR = Path(__file__).resolve().parents[1] / "src" / "tokendp" / "models"
 
 
 def smoke_config(out_dir: str) -> TrainConfig:
-    """A tiny model on a little data: end to end in well under a minute."""
-    return TrainConfig(out_dir=out_dir, vocab_size=400, hidden=32, layers=1, heads=2, ffn=64,
+    """A tiny model on a little synthetic data (no WikiText needed): end to end in well under a minute."""
+    return TrainConfig(out_dir=out_dir, wikitext="", vocab_size=400, hidden=32, layers=1, heads=2, ffn=64,
                        max_positions=256, total_steps=12, warmup=2, token_budget=512,
                        max_batch=4, min_doc=8, max_doc=48, max_paragraphs=200,
                        synthetic_for_tokenizer=200, log_every=4, threads=1)

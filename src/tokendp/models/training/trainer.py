@@ -98,7 +98,11 @@ def prepare_tokenizer(cfg: TrainConfig, paras: list[str]):
 
 
 def load_paragraphs(cfg: TrainConfig) -> list[str]:
+    """Detokenised WikiText paragraphs; with ``wikitext=""`` (the smoke run, which must not need
+    ../shared) synthetic documents stand in for them."""
     unk = SyntheticDocs(cfg.seed + 1)
+    if not cfg.wikitext:
+        return [unk.document(4).text for _ in range(cfg.max_paragraphs or 200)]
     paras = []
     for p in paragraphs(cfg.wikitext, unk=lambda: unk.value("name").split()[-1]):
         paras.append(p)
