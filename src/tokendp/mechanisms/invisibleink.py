@@ -48,7 +48,7 @@ class InvisibleInk:
         logits = logits.float()
         batch = logits.shape[-2] - 1
         pub = logits[..., 0, :]  # (..., V)
-        shift = (logits[..., 1:, :] - pub.unsqueeze(-2)).clamp(-self.clip, self.clip).mean(-2)  # (..., V)
+        shift = (logits[..., 1:, :] - pub.unsqueeze(-2)).clamp_(-self.clip, self.clip).mean(-2)  # (..., V)
         phi = pub + shift  # (..., V)
         scores = phi / self.temperature
         if self.top_k is not None and self.top_k < logits.shape[-1]:
