@@ -120,15 +120,14 @@ class _Problem:
         D_2(P_lam || Q) = log1p(lam^2 chi2),  chi2 = sum_y Q r^2   (closed form),
         D_2(Q || P_lam) = log1p(lam^2 sum_y Q r^2 / w_y),
 
-    with non-negative terms throughout, so the a = 2 passes can run in float32 (see
-    :func:`_prepare`); other orders run in float64. Sums over the vocabulary are
-    matrix-vector products with Q (one read of the operand).
+    with non-negative terms throughout. Every order runs in float32 when the rounding margin
+    allows it, else in float64 (see :func:`_prepare`).
     """
 
     alpha: float
     level: Tensor  # (..., m) float64: accepted divergence, cap (1 - margin)
     e: Tensor  # (..., m, V) work dtype: P/Q (0 where P = 0)
-    r: Tensor  # (..., m, V) work dtype: P/Q - 1 to full relative precision near 0
+    r: Tensor  # (..., m, V) work dtype: e - 1 (its rounding is covered by the margin)
     qr2: Tensor  # (..., m, V) work dtype: Q r^2 (finite where r^2 alone would overflow)
     q: Tensor  # (..., V, 1) work dtype: Q
     moments: Tensor  # (..., m, 2) float64: sum_y Q r^2 (= chi2) and sum_y Q r^3
