@@ -24,8 +24,8 @@ test: install
 
 # The table and plots of docs/results.md (issue 7): 20 reporting-half TAB documents, every method.
 # Resumable: rerun the same command after an interruption. Then paste runs/eval/results.md into docs/results.md.
-# About 22 minutes on 2 cores.
-EVAL_ARGS ?= --limit 20 --paper-settings --max-chars 600 --max-new-tokens 200 --threads 2
+# About 12 minutes on 2 cores.
+EVAL_ARGS ?= --limit 20 --paper-settings --max-chars 1200 --max-new-tokens 200 --threads 2
 DATA ?= ../shared/data
 eval-results: install
 	HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 $(BIN)/tokendp eval sanitize --data $(DATA)/tab \
