@@ -67,6 +67,23 @@ def test_invisibleink_topk_plus_and_zero_clip() -> None:
     assert InvisibleInk(clip=0.0, temperature=1.0).event(batch_size=8) == {"reference": ZcdpEvent(0.0)}
 
 
+def test_invisibleink_candidates_equal_the_full_vocabulary_formula() -> None:
+    """Top-k+ computed on gathered candidate columns equals the textbook full-V formula,
+    including ties at the threshold and rows whose sets differ in size."""
+    gen = torch.Generator().manual_seed(7)
+    logits = (logits_batch(300, 5, 64, gen).clamp_min(-1e4) * 3).round()  # rounding makes ties
+    for clip, k in ((0.5, 1), (2.0, 5), (8.0, 20)):
+        out = InvisibleInk(clip=clip, temperature=0.8, top_k=k).step(logits)
+        pub = logits[:, 0].double()
+        phi = pub + (logits[:, 1:].double() - pub.unsqueeze(1)).clamp(-clip, clip).mean(1)
+        kth = pub.topk(k, -1).values[:, -1:]
+        keep = pub >= kth - 2.0 * clip / 4
+        want = torch.log_softmax((phi / 0.8).masked_fill(~keep, -math.inf), -1)
+        assert torch.equal(out.diagnostics["topk_plus_size"], keep.sum(-1))
+        assert torch.equal(torch.isfinite(out.logprobs), keep)
+        torch.testing.assert_close(out.logprobs.double()[keep], want[keep], rtol=1e-5, atol=1e-5)
+
+
 @pytest.mark.parametrize("vocab", [2, 64])
 def test_amin_zcdp_bound(vocab: int) -> None:
     """Replace-one neighbours (a private row replaced by another case's row): 3,000 x 2 x 2 cases."""

@@ -43,21 +43,34 @@ class InvisibleInk:
         self.top_k = top_k
 
     def step(self, logits: Tensor) -> MechanismStep:
-        """logits (..., 1+B, V) -> log-probabilities (..., V); diagnostics "topk_plus_size" (...)."""
+        """logits (..., 1+B, V) -> log-probabilities (..., V); diagnostics "topk_plus_size" (...).
+
+        With Top-k+, DClip and the softmax run on the candidates only (every other token has
+        probability 0, and each token's score depends on its own column alone): the set is the
+        n largest public logits, gathered as the top max(n) columns of every row.
+        """
         check_logits(logits, min_rows=2)
         logits = logits.float()
-        batch = logits.shape[-2] - 1
         pub = logits[..., 0, :]  # (..., V)
-        shift = (logits[..., 1:, :] - pub.unsqueeze(-2)).clamp_(-self.clip, self.clip).mean(-2)  # (..., V)
-        phi = pub + shift  # (..., V)
-        scores = phi / self.temperature
-        if self.top_k is not None and self.top_k < logits.shape[-1]:
-            kth = pub.topk(self.top_k, dim=-1).values[..., -1:]  # (..., 1)
-            keep = pub >= kth - 2.0 * self.clip / batch  # (..., V), public data only
-            scores = scores.masked_fill(~keep, -math.inf)
-        else:
-            keep = torch.ones_like(pub, dtype=torch.bool)
-        return MechanismStep(scores.log_softmax(-1), {"topk_plus_size": keep.sum(-1)})
+        if self.top_k is None or self.top_k >= logits.shape[-1]:
+            scores = self._scores(logits)  # (..., V)
+            size = torch.full(pub.shape[:-1], pub.shape[-1], device=pub.device)
+            return MechanismStep(scores.log_softmax(-1), {"topk_plus_size": size})
+        kth = pub.topk(self.top_k, dim=-1).values[..., -1:]  # (..., 1)
+        size = (pub >= kth - 2.0 * self.clip / (logits.shape[-2] - 1)).sum(-1)  # (...), public data only
+        index = pub.topk(int(size.max()), dim=-1).indices  # (..., K'): sorted, the set first
+        columns = logits.gather(-1, index.unsqueeze(-2).expand(*logits.shape[:-1], index.shape[-1]))  # (..., 1+B, K')
+        scores = self._scores(columns)  # (..., K')
+        in_set = torch.arange(index.shape[-1], device=pub.device) < size.unsqueeze(-1)  # (..., K')
+        scores = scores.masked_fill(~in_set, -math.inf).log_softmax(-1)
+        out = torch.full_like(pub, -math.inf).scatter_(-1, index, scores)  # (..., V)
+        return MechanismStep(out, {"topk_plus_size": size})
+
+    def _scores(self, logits: Tensor) -> Tensor:
+        """DClip at temperature: (phi_pub + mean_i clip(phi_i - phi_pub, -C, C)) / tau, (..., 1+B, W) -> (..., W)."""
+        pub = logits[..., 0, :]  # (..., W)
+        shift = (logits[..., 1:, :] - pub.unsqueeze(-2)).clamp_(-self.clip, self.clip).mean(-2)  # (..., W)
+        return (pub + shift) / self.temperature
 
     def event(self, *, batch_size: int) -> dict[str, ZcdpEvent]:
         """{"reference": ZcdpEvent(C^2 / (2 B^2 tau^2))} per token, charged to every reference in the batch."""
