@@ -10,7 +10,7 @@ import torch
 import tinylm
 from tokendp.backends import HFBackend, RowSequence
 from tokendp.errors import BudgetExceededError, InvalidParameterError
-from tokendp.generation import generate, make_generator
+from tokendp.generation import generate, make_generator, sample
 
 
 @pytest.fixture(scope="module")
@@ -104,3 +104,18 @@ def test_per_document_limits(backend):
     assert all(r.stop_reason == "max_new_tokens" for r in res)
     with pytest.raises(InvalidParameterError, match="one per sequence"):
         generate(backend, SEQS, public_step, max_new_tokens=[2, 5], generator=make_generator(0))
+
+
+def test_sample_draws_from_the_distribution_and_never_a_zero():
+    """Chi-square on 200,000 draws over 6 tokens (one of them impossible, one rare)."""
+    scipy_stats = pytest.importorskip("scipy.stats")
+    probs = torch.tensor([0.5, 0.25, 0.0, 0.15, 0.0999, 0.0001])
+    logprobs = probs.log().expand(200_000, 6)  # (N, V)
+    draws = sample(logprobs, make_generator(3))  # (N,)
+    counts = torch.bincount(draws, minlength=6).double()
+    assert counts[2] == 0
+    expected = probs.double() * len(draws)
+    keep = expected > 0
+    p_value = scipy_stats.chisquare(counts[keep].numpy(), expected[keep].numpy()).pvalue
+    assert p_value > 1e-4, p_value
+    assert torch.equal(sample(logprobs[:5], make_generator(3)), sample(logprobs[:5], make_generator(3)))

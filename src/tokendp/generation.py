@@ -61,10 +61,18 @@ def make_generator(seed: int | None = None, device: str | torch.device = "cpu") 
 
 
 def sample(logprobs: torch.Tensor, generator: torch.Generator, *, greedy: bool = False) -> torch.Tensor:
-    """One token per row of ``logprobs # (N, V)``: a draw from exp(logprobs), or the argmax."""
+    """One token per row of ``logprobs # (N, V)``: a draw from exp(logprobs), or the argmax.
+
+    By inversion: one uniform u per row against the float64 cumulative distribution, so a step
+    draws N random numbers, not N x V (``torch.multinomial`` races V exponentials per row, which
+    cost more than the whole InvisibleInk step). Tokens of probability 0 are never drawn (the
+    search takes the first index whose cumulative mass exceeds u).
+    """
     if greedy:
         return logprobs.argmax(-1)  # (N,)
-    return torch.multinomial(logprobs.exp(), 1, generator=generator).squeeze(-1)  # (N,)
+    cdf = logprobs.exp().to(torch.float64).cumsum_(-1)  # (N, V)
+    u = torch.rand((cdf.shape[0], 1), generator=generator, dtype=torch.float64, device=cdf.device) * cdf[:, -1:]  # (N, 1)
+    return torch.searchsorted(cdf, u, right=True).clamp_max_(cdf.shape[-1] - 1).squeeze(-1)  # (N,)
 
 
 class _StopChecker:
