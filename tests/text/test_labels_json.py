@@ -34,6 +34,11 @@ def test_unknown_label_is_an_error():
         to_tab("WIDGET")
 
 
+def test_unknown_label_falls_back_only_when_asked():
+    assert to_tab("WIDGET", unknown="MISC") == "MISC"
+    assert to_tab("b-per", unknown="MISC") == "PERSON"  # known labels ignore the fallback
+
+
 def test_spans_from_presidio_style_objects_and_triples(tmp_path):
     text = "Jane Doe lives in Paris since 2001."
     data = [{"start": 18, "end": 23, "entity_type": "LOCATION", "score": 0.85},

@@ -85,10 +85,11 @@ _ANY_TO_TAB: dict[str, str] = {**STANZA_TO_TAB, **SPACY_TO_TAB, **PRESIDIO_TO_TA
                                **{label: label for label in TAB_LABELS}}
 
 
-def to_tab(label: str) -> str:
+def to_tab(label: str, *, unknown: str | None = None) -> str:
     """Map a TAB, Presidio, spaCy or Stanza label (any case, optional ``B-``/``I-``) to TAB's.
 
-    Raises :class:`InvalidInputError` naming the label if it is unknown.
+    An unknown label gives ``unknown`` when one is passed (taggers map labels outside TAB's
+    scheme to a catch-all), else raises :class:`InvalidInputError` naming the label.
     """
     key = label.upper()
     if len(key) > 2 and key[1] == "-" and key[0] in "BIES":
@@ -96,6 +97,8 @@ def to_tab(label: str) -> str:
     try:
         return _ANY_TO_TAB[key]
     except KeyError:
+        if unknown is not None:
+            return unknown
         raise InvalidInputError(
             f"unknown entity label {label!r}; use one of TAB's {', '.join(TAB_LABELS)} "
             "or a Presidio, spaCy or Stanza label") from None

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import os
 
-from tokendp.errors import InvalidInputError, InvalidParameterError
+from tokendp.errors import InvalidParameterError
 from tokendp.text.spans import Span
 from tokendp.text.taggers.labels import to_tab
 from tokendp.text.taggers.resolve import resolve_overlaps
@@ -37,12 +37,6 @@ def _spacy_model_installed(name: str) -> bool:
         return False
     return bool(spacy.util.is_package(name))
 
-
-def _tab_label(entity_type: str) -> str:
-    try:
-        return to_tab(entity_type)
-    except InvalidInputError:
-        return "CODE"
 
 
 class PresidioTagger:
@@ -69,6 +63,6 @@ class PresidioTagger:
 
     def tag(self, text: str) -> list[Span]:
         results = self._analyzer.analyze(text=text, language=self.language, score_threshold=self.min_score)
-        spans = [Span(r.start, r.end, _tab_label(r.entity_type), float(r.score), f"presidio:{r.entity_type}")
+        spans = [Span(r.start, r.end, to_tab(r.entity_type, unknown="CODE"), float(r.score), f"presidio:{r.entity_type}")
                  for r in results if r.end > r.start]
         return resolve_overlaps(spans, text)

@@ -6,7 +6,7 @@ Entity labels (OntoNotes: PERSON, GPE, ORG, DATE, ...) are mapped to TAB's with
 
 from __future__ import annotations
 
-from tokendp.errors import InvalidInputError, InvalidParameterError
+from tokendp.errors import InvalidParameterError
 from tokendp.text.spans import Span
 from tokendp.text.taggers.labels import to_tab
 from tokendp.text.taggers.resolve import resolve_overlaps
@@ -26,12 +26,6 @@ def _load(model: str):
             "or use --tagger auto, which ships with tokendp") from None
 
 
-def _tab_label(label: str) -> str:
-    try:
-        return to_tab(label)
-    except InvalidInputError:
-        return "MISC"
-
 
 class SpacyTagger:
     """Named entities from the spaCy pipeline ``model`` (a package name or a folder)."""
@@ -45,5 +39,5 @@ class SpacyTagger:
 
     def tag(self, text: str) -> list[Span]:
         doc = self._nlp(text)
-        spans = [Span(e.start_char, e.end_char, _tab_label(e.label_), 1.0, f"spacy:{e.label_}") for e in doc.ents]
+        spans = [Span(e.start_char, e.end_char, to_tab(e.label_, unknown="MISC"), 1.0, f"spacy:{e.label_}") for e in doc.ents]
         return resolve_overlaps(spans, text)
