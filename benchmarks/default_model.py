@@ -6,7 +6,9 @@ Measures, on this machine:
 - perplexity of the language model on detokenised WikiText-2 test (per token, the document
   tokens after ``<|doc|>``);
 - public-context rewrites: TAB paragraphs whose gold spans are replaced by placeholders
-  (every overlapping token -> ``<|mask|>``), greedily rewritten;
+  (every overlapping token -> ``<|mask|>``), greedily rewritten; the share of the characters
+  outside the spans that the rewrite reproduces in order (does it keep the thread of the
+  document around its fillers?), and a few examples;
 - latency: load the model and generate 100 tokens for 7 rows, next to the bare load time.
 
   PYTHONPATH=src python benchmarks/default_model.py [--quick] [--model-dir DIR] [--record]
@@ -79,17 +81,22 @@ def greedy(model, tokenizer, prompts: list[list[int]], max_new: int) -> list[str
     return [tokenizer.decode(row[width:], skip_special_tokens=True) for row in out]
 
 
-def copy_fidelity(model, tokenizer, fmt: dict, paras: list[str], batch: int = 8) -> float:
+def rewrites(model, tokenizer, fmt: dict, docs: list[list[int]], batch: int = 8) -> list[str]:
+    """Greedy rewrites of documents given as token ids, ``batch`` prompts at a time."""
+    out = []
+    for i in range(0, len(docs), batch):
+        chunk = docs[i:i + batch]
+        out += greedy(model, tokenizer, [prompt_ids(tokenizer, fmt, d) for d in chunk],
+                      max(map(len, chunk)) + 16)
+    return out
+
+
+def copy_fidelity(model, tokenizer, fmt: dict, paras: list[str]) -> float:
     """Mean difflib ratio between each paragraph and its greedy rewrite."""
-    scores = []
-    for i in range(0, len(paras), batch):
-        chunk = paras[i:i + batch]
-        docs = [tokenizer(p, add_special_tokens=False)["input_ids"] for p in chunk]
-        outs = greedy(model, tokenizer, [prompt_ids(tokenizer, fmt, d) for d in docs],
-                      max(map(len, docs)) + 16)
-        scores += [difflib.SequenceMatcher(None, o, p, autojunk=False).ratio()
-                   for o, p in zip(outs, chunk)]
-    return sum(scores) / len(scores)
+    docs = [tokenizer(p, add_special_tokens=False)["input_ids"] for p in paras]
+    outs = rewrites(model, tokenizer, fmt, docs)
+    return sum(difflib.SequenceMatcher(None, o, p, autojunk=False).ratio()
+               for o, p in zip(outs, paras)) / len(paras)
 
 
 @torch.no_grad()
@@ -108,15 +115,22 @@ def perplexity(model, tokenizer, n_paragraphs: int, max_len: int = 512) -> float
     return math.exp(nll / count)
 
 
-def rewrite_examples(model, tokenizer, fmt: dict, items, n: int) -> list[dict]:
+def public_rewrites(model, tokenizer, fmt: dict, items) -> list[dict]:
     """Public-context rewrites: gold spans masked token-wise, greedy rewrite."""
-    out = []
-    for para, spans in items[:n]:
-        doc = masked_ids(tokenizer, para, spans)
-        text = greedy(model, tokenizer, [prompt_ids(tokenizer, fmt, doc)], len(doc) + 24)[0]
-        public = tokenizer.decode(doc).replace(fmt["placeholder"], "[MASK]")
-        out.append({"public_context": public, "rewrite": text})
-    return out
+    docs = [masked_ids(tokenizer, para, spans) for para, spans in items]
+    return [{"public_context": tokenizer.decode(d).replace(fmt["placeholder"], "[MASK]"),
+             "rewrite": t} for d, t in zip(docs, rewrites(model, tokenizer, fmt, docs))]
+
+
+def context_kept(original: str, spans: list[Span], rewrite: str) -> float:
+    """Share of the characters of ``original`` outside ``spans`` that ``rewrite`` reproduces,
+    in order (difflib's matching blocks)."""
+    outside = [True] * len(original)
+    for s in spans:
+        outside[s.start:s.end] = [False] * (s.end - s.start)
+    blocks = difflib.SequenceMatcher(None, original, rewrite, autojunk=False).get_matching_blocks()
+    kept = sum(sum(outside[a:a + size]) for a, _, size in blocks)
+    return kept / max(1, sum(outside))
 
 
 def latency(model_dir: Path, rows: int = 7, new_tokens: int = 100) -> dict:
@@ -147,17 +161,20 @@ def main(argv: list[str] | None = None) -> int:
     model, tokenizer = load_default_model(model_dir=model_dir)
     fmt = prompt_format(model_dir)
     items = tab_paragraphs(8 if args.quick else 40)
+    public = public_rewrites(model, tokenizer, fmt, items)
+    kept = [context_kept(p, spans, r["rewrite"]) for (p, spans), r in zip(items, public)]
     metrics = {
         "copy_fidelity_tab_300_600": round(copy_fidelity(model, tokenizer, fmt,
                                                          [p for p, _ in items]), 4),
         "tab_paragraphs": len(items),
+        "public_rewrite_context_kept": round(sum(kept) / len(kept), 4),
         "wikitext2_test_ppl": round(perplexity(model, tokenizer, 40 if args.quick else 400), 2),
         "wikitext2_test_paragraphs": 40 if args.quick else 400,
         **timing,
         "cpu_load_avg_1m": round(os.getloadavg()[0], 1),
         "threads": args.threads,
     }
-    examples = rewrite_examples(model, tokenizer, fmt, items, 2 if args.quick else 3)
+    examples = public[:2 if args.quick else 3]
     print(json.dumps({"metrics": metrics, "rewrite_examples": examples}, indent=2,
                      ensure_ascii=False))
     if args.record:

@@ -6,10 +6,11 @@ import pytest
 
 pytest.importorskip("faker")
 
-from tokendp.models.training.examples import ExampleStream, masked_ids  # noqa: E402
+from tokendp.models.training.examples import ExampleStream, lockstep_fill, masked_ids  # noqa: E402
 from tokendp.models.training.synthetic import SyntheticDocs  # noqa: E402
 from tokendp.models.training.tokenizer import MASK, SPECIAL_TOKENS, train_tokenizer  # noqa: E402
 from tokendp.models.training.wikitext import detokenize  # noqa: E402
+from tokendp.text.spans import Span  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -37,17 +38,36 @@ def test_spans_point_at_the_values(synth):
         assert value and value == value.strip()
 
 
-def test_refill_changes_only_the_fresh_slots(synth):
-    doc = synth.document(8)
-    fresh = set(range(0, len(doc.spans), 2))
-    new = synth.refill(doc, fresh)
-    assert len(new.spans) == len(doc.spans)
-    for i, (a, b) in enumerate(zip(doc.spans, new.spans)):
-        if i not in fresh:
-            assert doc.text[a.start:a.end] == new.text[b.start:b.end]
-    # The text between entities (the template) is unchanged.
-    gaps = lambda d: [d.text[s.end:t.start] for s, t in zip(d.spans, d.spans[1:])]  # noqa: E731
-    assert gaps(doc) == gaps(new)
+def test_lockstep_fill_replaces_each_placeholder_run_by_a_filler_of_its_length(tokenizer, synth):
+    mask_id = tokenizer.convert_tokens_to_ids(MASK)
+    changed = 0
+    for _ in range(30):
+        doc = synth.document(5)
+        spans = list(doc.spans)
+        source, target = lockstep_fill(tokenizer, doc.text, spans, lambda i: synth.value(doc.kinds[i]))
+        original = tokenizer(doc.text, add_special_tokens=False)["input_ids"]
+        assert source == masked_ids(tokenizer, doc.text, spans)
+        assert len(target) == len(source) == len(original)
+        for s, t, o in zip(source, target, original):
+            assert t == o if s != mask_id else t != mask_id
+        changed += target != original
+        # The text between the entities survives in the decoded target.
+        for a, b in zip(spans, spans[1:]):
+            gap = doc.text[a.end:b.start].strip()
+            if len(gap) > 6:
+                assert gap[1:-1] in tokenizer.decode(target)
+    assert changed >= 25
+
+
+def test_lockstep_fill_cuts_or_joins_fillers_when_no_length_fits(tokenizer):
+    text = "Dear Mr Smith, thank you."
+    span = Span(text.index("Mr Smith"), text.index(","), "PERSON")
+    n_hidden = masked_ids(tokenizer, text, [span]).count(tokenizer.convert_tokens_to_ids(MASK))
+    for value in ("X" * 200, "Y"):
+        source, target = lockstep_fill(tokenizer, text, [span], lambda i: value)
+        assert len(target) == len(source)
+        assert value[0] in tokenizer.decode(target) and "thank you." in tokenizer.decode(target)
+    assert n_hidden >= 2
 
 
 def test_masking_keeps_token_count_and_masks_exactly_overlapping_tokens(tokenizer, synth):
@@ -83,3 +103,4 @@ def test_examples_put_loss_on_the_rewrite_only(tokenizer, synth):
         assert all(w < 1.0 for w in ex.weights[:cut + 1])
         if kind in ("fill", "partial", "wikifill"):
             assert tokenizer.convert_tokens_to_ids(MASK) in ex.ids[:cut]
+            assert len(ex.ids) == 2 * cut + 1  # lockstep: the rewrite is as long as the source

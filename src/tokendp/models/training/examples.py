@@ -16,12 +16,19 @@ Kinds of example:
 - ``wikifill``: the same on WikiText prose, masking some pseudo-entities (capitalised word
   runs, numbers) and filling them with fresh Faker names, places, organisations or numbers,
   so copying-with-fillers is also learned on natural text, not only on templates.
+
+Fill targets are in lockstep with their source (:func:`lockstep_fill`): a run of k placeholders
+becomes exactly k filler tokens, so target token t always sits opposite source token t. The
+model then keeps its place in the document by the constant offset it learns from copying;
+fillers of another length would shift the offset at every run, which a small model cannot
+follow (it loses the thread of the document after the first placeholders).
 """
 
 from __future__ import annotations
 
 import random
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from transformers import PreTrainedTokenizerFast
@@ -47,10 +54,60 @@ class Example:
 
 def masked_ids(tokenizer: PreTrainedTokenizerFast, text: str, spans: list[Span]) -> list[int]:
     """Token ids of ``text`` where every token overlapping a span becomes ``<|mask|>``."""
+    return lockstep_fill(tokenizer, text, spans, fresh=None)[0]
+
+
+def lockstep_fill(tokenizer: PreTrainedTokenizerFast, text: str, spans: list[Span],
+                  fresh: Callable[[int], str] | None, *, tries: int = 32) -> tuple[list[int], list[int]]:
+    """(source, target) of one fill example, of equal length.
+
+    source: the ids of ``text`` with every token that overlaps a span replaced by ``<|mask|>``.
+    target: the same ids, except that each run of k placeholders becomes k tokens of a filler:
+    the run's text with ``fresh(i)`` in place of each span ``spans[i]`` inside it. Of up to
+    ``tries`` fillers the first that is exactly k tokens long is taken; if none is, the shortest
+    longer one (or several, joined) is cut to k tokens. ``fresh=None``: the source only.
+    """
     enc = tokenizer(text, add_special_tokens=False, return_offsets_mapping=True)
+    ids, offsets = enc["input_ids"], enc["offset_mapping"]
+    hidden = [any(s.start < e and b < s.end for s in spans) for b, e in offsets]
     mask_id = tokenizer.convert_tokens_to_ids(MASK)
-    return [mask_id if any(s.start < e and b < s.end for s in spans) else t
-            for t, (b, e) in zip(enc["input_ids"], enc["offset_mapping"])]
+    source = [mask_id if h else t for t, h in zip(ids, hidden)]
+    if fresh is None:
+        return source, []
+    target, i = list(ids), 0
+    while i < len(ids):
+        j = i
+        while j < len(ids) and hidden[j]:
+            j += 1
+        if j > i:
+            lo, hi = offsets[i][0], offsets[j - 1][1]
+            inside = [k for k, s in enumerate(spans) if s.start < hi and lo < s.end]
+            target[i:j] = _filler(tokenizer, text, lo, hi, [(spans[k], k) for k in inside],
+                                  fresh, j - i, tries)
+        i = j + 1
+    return source, target
+
+
+def _filler(tokenizer, text: str, lo: int, hi: int, inside: list[tuple[Span, int]],
+            fresh: Callable[[int], str], k: int, tries: int) -> list[int]:
+    """Exactly ``k`` token ids for text[lo:hi] with fresh values in the spans ``inside``."""
+    def candidate() -> list[int]:
+        out, pos = "", lo
+        for span, index in inside:
+            out += text[pos:max(pos, span.start)] + fresh(index)
+            pos = max(pos, span.end)
+        return tokenizer(out + text[pos:hi], add_special_tokens=False)["input_ids"]
+
+    longer: list[int] = []
+    for _ in range(tries):
+        ids = candidate()
+        if len(ids) == k:
+            return ids
+        if len(ids) > k and (not longer or len(ids) < len(longer)):
+            longer = ids
+    while len(longer) < k:
+        longer += candidate()
+    return longer[:k]
 
 
 def curriculum_max_doc(progress: float, *, start: int, end: int, ramp: float) -> int:
@@ -137,11 +194,11 @@ class ExampleStream:
         if kind == "synth":
             return self._example(kind, ids, ids, self.lm_weight)
         if kind == "fill" or len(doc.spans) < 2:
-            fresh = set(range(len(doc.spans)))
+            hidden = list(range(len(doc.spans)))
         else:
-            fresh = {i for i in range(len(doc.spans)) if self.rng.random() < 0.5} or {0}
-        source = masked_ids(self.tok, doc.text, [doc.spans[i] for i in sorted(fresh)])
-        target = self._encode(self.synth.refill(doc, fresh).text)
+            hidden = [i for i in range(len(doc.spans)) if self.rng.random() < 0.5] or [0]
+        source, target = lockstep_fill(self.tok, doc.text, [doc.spans[i] for i in hidden],
+                                       lambda i: self.synth.value(doc.kinds[hidden[i]]))
         return self._example(kind, source, target, 0.0)
 
     def _fresh_like(self, value: str) -> str:
@@ -150,7 +207,8 @@ class ExampleStream:
             if len(value) == 4 and value.isdigit():
                 return str(self.rng.randint(1800, 2024))
             return "".join(str(self.rng.randint(0, 9)) if c.isdigit() else c for c in value)
-        return self.synth.value(self.rng.choice(["name", "city", "company", "country", "name"]))
+        return self.synth.value(self.rng.choice(["surname", "first_name", "name", "city",
+                                                 "company", "country"]))
 
     def _wikifill(self, n_tokens: int) -> Example:
         text = self.tok.decode(self._encode(self._wiki_text(n_tokens))[:n_tokens])
@@ -159,13 +217,9 @@ class ExampleStream:
             ids = self._encode(text)
             return self._example("wikifill", ids, ids, 0.0)
         spans = [Span(m.start(), m.end(), "MISC") for m in found]
-        target, pos = "", 0
-        for m in found:
-            target += text[pos:m.start()] + self._fresh_like(m.group())
-            pos = m.end()
-        target += text[pos:]
-        return self._example("wikifill", masked_ids(self.tok, text, spans),
-                             self._encode(target), 0.0)
+        source, target = lockstep_fill(self.tok, text, spans,
+                                       lambda i: self._fresh_like(found[i].group()))
+        return self._example("wikifill", source, target, 0.0)
 
     def batch(self, progress: float, *, token_budget: int, max_batch: int) -> list[Example]:
         """Examples of similar length for one step: their count fits the token budget."""

@@ -3,8 +3,8 @@
 A document is a sequence of sentences drawn from domain templates (letters, medical, court,
 HR, case summaries). Slots ``{LABEL:kind}`` are filled by Faker; each filled slot becomes a
 :class:`~tokendp.text.spans.Span` with a TAB-style label (PERSON, CODE, LOC, ORG, DATETIME,
-QUANTITY, DEM, MISC). :meth:`SyntheticDocs.refill` re-renders the same document with fresh
-values in chosen slots, which gives the target of the fill objective.
+QUANTITY, DEM, MISC) and keeps its slot kind, so :meth:`SyntheticDocs.value` can draw fresh
+values of the same kind for the fill objective.
 """
 
 from __future__ import annotations
@@ -89,7 +89,6 @@ class Document:
     text: str
     spans: tuple[Span, ...]
     kinds: tuple[str, ...]
-    template: tuple[str, ...]
 
 
 class SyntheticDocs:
@@ -114,6 +113,8 @@ class SyntheticDocs:
         f, r = self._fake(), self.rng
         makers = {
             "name": lambda: f.name(),
+            "first_name": lambda: f.first_name(),
+            "surname": lambda: f.last_name(),
             "title_name": lambda: f"{r.choice(['Mr', 'Mrs', 'Ms', 'Dr', 'Prof.'])} {f.last_name()}",
             "doctor": lambda: f"Dr {f.first_name()} {f.last_name()}",
             "year": lambda: str(r.randint(1930, 2024)),
@@ -164,28 +165,18 @@ class SyntheticDocs:
         """A document of 1..max_sentences sentences from one domain."""
         domain = self.rng.choice(sorted(_TEMPLATES))
         n = self.rng.randint(1, max(1, max_sentences))
-        # Each sentence after the first carries its separator, so a re-render keeps the layout.
         pool = self.rng.sample(_TEMPLATES[domain], len(_TEMPLATES[domain]))
         template = tuple((("\n" if self.rng.random() < 0.15 else " ") if i else "")
                          + pool[i % len(pool)] for i in range(n))
-        return self.render(template, {})
-
-    def render(self, template: tuple[str, ...], fixed: dict[int, str]) -> Document:
-        """Render ``template``; slot ``i`` takes ``fixed[i]`` if given, else a fresh value."""
-        text, spans, kinds, slot = "", [], [], 0
+        text, spans, kinds = "", [], []
         for sentence in template:
             pos = 0
             for m in _SLOT.finditer(sentence):
                 text += sentence[pos:m.start()]
-                value = fixed.get(slot) or self.value(m.group(2))
+                value = self.value(m.group(2))
                 spans.append(Span(len(text), len(text) + len(value), m.group(1)))
                 kinds.append(m.group(2))
                 text += value
-                pos, slot = m.end(), slot + 1
+                pos = m.end()
             text += sentence[pos:]
-        return Document(text, tuple(spans), tuple(kinds), template)
-
-    def refill(self, doc: Document, fresh: set[int]) -> Document:
-        """``doc`` with fresh values in the slots listed in ``fresh``, others kept."""
-        fixed = {i: doc.text[s.start:s.end] for i, s in enumerate(doc.spans) if i not in fresh}
-        return self.render(doc.template, fixed)
+        return Document(text, tuple(spans), tuple(kinds))
