@@ -104,3 +104,18 @@ def test_examples_put_loss_on_the_rewrite_only(tokenizer, synth):
         if kind in ("fill", "partial", "wikifill"):
             assert tokenizer.convert_tokens_to_ids(MASK) in ex.ids[:cut]
             assert len(ex.ids) == 2 * cut + 1  # lockstep: the rewrite is as long as the source
+
+
+def test_synthetic_data_does_not_depend_on_the_hash_seed():
+    """Same seed, same documents, in processes with different PYTHONHASHSEED (Faker's it_IT
+    city list is built from a set)."""
+    import os
+    import subprocess
+    import sys
+
+    code = ("from tokendp.models.training.synthetic import SyntheticDocs\n"
+            "s = SyntheticDocs(5)\n"
+            "print([s.document(6).text for _ in range(40)], [s.value('city') for _ in range(300)])")
+    outputs = {subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                              env={**os.environ, "PYTHONHASHSEED": seed}).stdout for seed in ("1", "2")}
+    assert len(outputs) == 1

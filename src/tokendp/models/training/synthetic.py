@@ -99,6 +99,11 @@ class SyntheticDocs:
         self.fakers = [Faker(loc) for loc in _LOCALES]
         for i, f in enumerate(self.fakers):
             f.seed_instance(seed * 1000 + i)
+            for provider in f.providers:
+                # Faker's it_IT builds its city list from a set: its order (and so every draw
+                # after the first Italian city) would follow Python's per-process hash seed.
+                if isinstance(getattr(provider, "cities", None), list):
+                    provider.cities = sorted(provider.cities)
 
     def _fake(self) -> Faker:
         # English locales twice as likely: the prose around the entities is English.
