@@ -9,6 +9,9 @@ Measures, on this machine:
   (every overlapping token -> ``<|mask|>``), greedily rewritten; the share of the characters
   outside the spans that the rewrite reproduces in order (does it keep the thread of the
   document around its fillers?), and a few examples;
+- filler loss: nats per token of fill examples built like the training data but freshly drawn
+  (synthetic documents and WikiText-2 train excerpts, seed 99), over the tokens opposite a
+  placeholder (the fillers) and over the copied tokens;
 - latency: load the model and generate 100 tokens for 7 rows, next to the bare load time.
 
   PYTHONPATH=src python benchmarks/default_model.py [--quick] [--model-dir DIR] [--record]
@@ -28,7 +31,7 @@ from pathlib import Path
 import torch
 
 from tokendp.models import DEFAULT_MODEL_DIR, load_default_model, prompt_format
-from tokendp.models.training.examples import masked_ids
+from tokendp.models.training.examples import ExampleStream, masked_ids
 from tokendp.models.training.wikitext import paragraphs
 from tokendp.text.spans import Span
 
@@ -133,6 +136,26 @@ def context_kept(original: str, spans: list[Span], rewrite: str) -> float:
     return kept / max(1, sum(outside))
 
 
+@torch.no_grad()
+def filler_loss(model, tokenizer, per_kind: int = 32, n_tokens: int = 200) -> dict:
+    """Mean nats per token of fresh fill/wikifill examples: opposite placeholders, and copied."""
+    paras = paragraphs(DATA / "wikitext-2" / "train.txt", unk=lambda: "Smith")
+    stream = ExampleStream(tokenizer, list(paras), seed=99)
+    mask_id = tokenizer.convert_tokens_to_ids("<|mask|>")
+    sums = {"filler": [0.0, 0], "copied": [0.0, 0]}
+    for kind in ("fill", "wikifill") * per_kind:
+        ids = stream.example(kind, n_tokens).ids  # <|doc|> source <|rewrite|> target <|end|>
+        n = (len(ids) - 3) // 2
+        logits = model(input_ids=torch.tensor([ids])).logits[0].float()  # (L, V)
+        ce = torch.nn.functional.cross_entropy(logits[n + 1:2 * n + 1], torch.tensor(ids[n + 2:2 * n + 2]),
+                                               reduction="none")  # (n,) target token t
+        hidden = torch.tensor(ids[1:n + 1]) == mask_id  # (n,) source token t is a placeholder
+        for name, where in (("filler", hidden), ("copied", ~hidden)):
+            sums[name][0] += ce[where].sum().item()
+            sums[name][1] += int(where.sum())
+    return {name: round(total / max(1, count), 3) for name, (total, count) in sums.items()}
+
+
 def latency(model_dir: Path, rows: int = 7, new_tokens: int = 100) -> dict:
     """Seconds to load the model, and to load it and generate ``new_tokens`` for ``rows`` rows."""
     t0 = time.perf_counter()
@@ -168,6 +191,7 @@ def main(argv: list[str] | None = None) -> int:
                                                          [p for p, _ in items]), 4),
         "tab_paragraphs": len(items),
         "public_rewrite_context_kept": round(sum(kept) / len(kept), 4),
+        "fill_loss_nats": filler_loss(model, tokenizer, 8 if args.quick else 32),
         "wikitext2_test_ppl": round(perplexity(model, tokenizer, 40 if args.quick else 400), 2),
         "wikitext2_test_paragraphs": 40 if args.quick else 400,
         **timing,

@@ -4,7 +4,7 @@
   python scripts/train_default_model.py --out runs/model --export   # -> src/tokendp/models/default
   python scripts/train_default_model.py --smoke                           # tiny run in a temp dir
   python scripts/train_default_model.py --out runs/fill --init-from runs/base \
-      --total-steps 3000 --max-doc 512 --lr 5e-4                          # fill stage from a model
+      --total-steps 6000 --max-doc 512 --lr 1.5e-4                        # fill stage from a model
 """
 
 from __future__ import annotations

@@ -34,8 +34,8 @@ from tokendp.models.training.wikitext import paragraphs
 DATA = ("WikiText-2 train (detokenised) and synthetic PII-dense documents (Faker: court, "
         "medical, HR, letters, case summaries); random-token sequences; no TAB")
 OBJECTIVE = ("copy '<|doc|>X<|rewrite|>X<|end|>' and fill '<|doc|>X with spans masked<|rewrite|>X "
-             "with fresh entities<|end|>'; loss on the rewrite (+0.1 x LM loss on natural sources); "
-             "length curriculum")
+             "with fresh entities, each as many tokens as its placeholders<|end|>'; loss on the "
+             "rewrite (+0.1 x LM loss on natural sources); length curriculum")
 TOKENDP_JSON = {"prompt_template": "<|doc|>{document}<|rewrite|>", "placeholder": "<|mask|>",
                 "stop": ["<|end|>"]}
 
