@@ -70,3 +70,27 @@ def test_truncation_is_span_safe():
     cut, kept = truncate_document(text, spans, max_chars=40)
     assert cut == "First paragraph here." and kept == []
     assert truncate_document(text, spans, max_chars=1000) == (text, sorted(spans))
+
+
+def test_length_matched_fakes_take_strings_of_each_forms_length():
+    pool = ["Al", "Bo", "Cy", "Dee Dee", "Eve Ann", "Flo Jo", "Mr Xavier Quentin"]
+    words = lambda s: len(s.split())  # noqa: E731  (a stand-in for a token count)
+    for seed in range(20):
+        cands = attack_candidates(TEXT, SPANS, "PERSON", pool, generator=_gen(seed), length=words)
+        for fake in cands[1:]:
+            # "Mr Smith", "Ms Jones" -> two-word names; "Smith", "Jones" -> one-word names.
+            assert fake.startswith(("Dee Dee met", "Eve Ann met", "Flo Jo met"))
+            assert all(w not in fake for w in ("Smith ", "Jones", "Xavier"))
+            one_word = fake.split(" wrote on")[0].split(", not ")[0].split(". ")[-1]
+            assert one_word in ("Al", "Bo", "Cy")
+
+
+def test_length_matching_falls_back_to_the_nearest_length():
+    pool = ["Mr Xavier Quentin", "Dr Yara Zed Long", "Ann Lee Roe", "Bo"]
+    cands = attack_candidates(TEXT, SPANS, "PERSON", pool, generator=_gen(3),
+                              length=lambda s: len(s.split()))
+    for fake in cands[1:]:
+        assert fake.endswith("to Bo.")  # "Jones" (1 word) takes the only 1-word name
+        assert "Dr Yara Zed Long" not in fake.split(" met ")[0]  # "Mr Smith" (2): a 3-word name
+    a = attack_candidates(TEXT, SPANS, "PERSON", pool, generator=_gen(3), length=lambda s: len(s.split()))
+    assert a == cands

@@ -41,6 +41,10 @@ def _floats(value: str) -> tuple[float, ...]:
 @click.option("--delta", type=float, default=1e-5, show_default=True)
 @click.option("--min-k", type=float, default=0.2, show_default=True, help="k of the Min-K% attack.")
 @click.option("--seed", type=int, default=0, show_default=True)
+@click.option("--match-lengths", is_flag=True,
+              help="Draw each attack candidate's strings among those with the true form's token count. "
+                   "Span lengths are public (one placeholder per token); this measures what a method "
+                   "leaks about span content rather than layout.")
 @click.option("--batch-docs", type=int, default=20, show_default=True,
               help="Documents generated together (also the unit of the sampling seeds).")
 @click.option("--threads", type=int, default=1, show_default=True,
@@ -53,7 +57,7 @@ def _floats(value: str) -> tuple[float, ...]:
 @library_errors
 def eval_sanitize(data_dir: Path, candidates: Path, split: str, methods: str, epsilons: str, paper_settings: bool,
                   limit: int | None, max_chars: int, max_new_tokens: int, delta: float, min_k: float, seed: int,
-                  batch_docs: int, threads: int, model: str | None, out_dir: Path, as_json: bool) -> None:
+                  match_lengths: bool, batch_docs: int, threads: int, model: str | None, out_dir: Path, as_json: bool) -> None:
     """Compare sanitization methods: teacher-forced perplexity of the original document, LOSS and
     Min-K% success in the 5-candidate token-recovery game (PERSON, CODE, DATETIME), and the
     certified epsilon. A killed run resumes from OUT's cache.
@@ -68,7 +72,7 @@ def eval_sanitize(data_dir: Path, candidates: Path, split: str, methods: str, ep
                         methods=tuple(m.strip() for m in methods.split(",") if m.strip()),
                         epsilons=_floats(epsilons), paper_settings=paper_settings, split=split, limit=limit,
                         max_chars=max_chars, max_new_tokens=max_new_tokens, delta=delta, min_k=min_k, seed=seed,
-                        batch_docs=batch_docs)
+                        batch_docs=batch_docs, match_lengths=match_lengths)
     if threads < 1:
         raise InvalidParameterError(f"--threads must be >= 1, got {threads}")
     torch.set_num_threads(threads)

@@ -6,12 +6,15 @@ document and each of candidates 1..C-1 replaces every distinct surface form of t
 string drawn (seeded) from the same-type list of the candidate set. Every occurrence of a
 surface form is replaced: its gold spans, and any other whole-word occurrence of the same
 string (an unannotated repeat would otherwise give the truth away); all other text is kept.
+Optionally (``--match-lengths``) each string is drawn among those with the form's token count:
+a rewrite that keeps span lengths (as DP-Fusion's public context does, one placeholder per
+token) then cannot be attributed by its layout alone.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 import torch
 
@@ -96,12 +99,15 @@ def replace_forms(text: str, ranges: Sequence[tuple[int, int]], mapping: Mapping
 
 
 def attack_candidates(text: str, spans: Sequence[Span], label: str, pool: Sequence[str], *,
-                      n_candidates: int = 5, generator: torch.Generator) -> list[str]:
+                      n_candidates: int = 5, generator: torch.Generator,
+                      length: Callable[[str], int] | None = None) -> list[str]:
     """``n_candidates`` documents for ``label``: index 0 is ``text``, the others are fakes.
 
     In each fake, the k distinct surface forms of ``label`` get k distinct strings drawn
     uniformly (``generator``) from ``pool`` minus the true forms, so every fake differs from
-    the truth. Raises when the document has no span of ``label`` (skip it instead).
+    the truth. With ``length`` (e.g. a token count), each form's string is drawn among those of
+    the form's length, or the nearest length when there is none: the fakes then differ from
+    the truth in content, not in layout. Raises when the document has no span of ``label``.
     """
     forms = surface_forms(text, spans, label)
     if not forms:
@@ -116,6 +122,23 @@ def attack_candidates(text: str, spans: Sequence[Span], label: str, pool: Sequen
     ranges = occurrences(text, spans, label)
     out = [text]
     for _ in range(n_candidates - 1):
-        draw = torch.randperm(len(choices), generator=generator)[:len(forms)].tolist()
-        out.append(replace_forms(text, ranges, {f: choices[i] for f, i in zip(forms, draw)}))
+        if length is None:
+            draw = torch.randperm(len(choices), generator=generator)[:len(forms)].tolist()
+            mapping = {f: choices[i] for f, i in zip(forms, draw)}
+        else:
+            mapping = _length_matched(forms, choices, length, generator)
+        out.append(replace_forms(text, ranges, mapping))
     return out
+
+
+def _length_matched(forms: list[str], choices: list[str], length: Callable[[str], int],
+                    generator: torch.Generator) -> dict[str, str]:
+    """A distinct string of ``choices`` per form, uniform among the unused ones nearest in length."""
+    sizes = {c: length(c) for c in choices}
+    mapping: dict[str, str] = {}
+    for form in forms:
+        free = [c for c in choices if c not in mapping.values()]
+        gap = min(abs(sizes[c] - length(form)) for c in free)
+        nearest = [c for c in free if abs(sizes[c] - length(form)) == gap]
+        mapping[form] = nearest[int(torch.randint(len(nearest), (1,), generator=generator))]
+    return mapping

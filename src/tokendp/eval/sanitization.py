@@ -69,11 +69,12 @@ class EvalConfig:
     n_candidates: int = 5
     seed: int = 0
     batch_docs: int = 20
+    match_lengths: bool = False  # attack candidates with the true forms' token counts
 
     def run_hash(self) -> str:
         """Hash of what changes results (not the method list or limit: those only select)."""
         keys = ("data_dir", "candidates", "model", "split", "max_chars", "max_new_tokens", "delta", "min_k",
-                "n_candidates", "seed", "batch_docs")
+                "n_candidates", "seed", "batch_docs", "match_lengths")
         blob = json.dumps({k: getattr(self, k) for k in keys}, sort_keys=True)
         return hashlib.sha256(blob.encode()).hexdigest()[:12]
 
@@ -99,6 +100,7 @@ def prepare_documents(config: EvalConfig, backend: HFBackend) -> list[EvalDocume
     tok, opts = backend.tokenizer, backend.options
     template = prompt_template(tok, options=opts)
     placeholder = placeholder_id(tok, options=opts)
+    length = (lambda s: len(tok(" " + s, add_special_tokens=False)["input_ids"])) if config.match_lengths else None
     docs = []
     for doc_id in ids:
         text, spans = truncate_document(tab.texts[doc_id], tab.gold[doc_id], max_chars=config.max_chars)
@@ -107,7 +109,7 @@ def prepare_documents(config: EvalConfig, backend: HFBackend) -> list[EvalDocume
             if any(s.label == label for s in spans):
                 gen = torch.Generator().manual_seed(_seed(config.seed, doc_id, label))
                 cands = attack_candidates(text, spans, label, pool[label], n_candidates=config.n_candidates,
-                                          generator=gen)
+                                          generator=gen, length=length)
                 doc.candidates[label] = [template.wrap(tok(c, add_special_tokens=False)["input_ids"]) for c in cands]
         docs.append(doc)
     return docs
