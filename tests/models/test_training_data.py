@@ -68,6 +68,8 @@ def test_lockstep_fill_cuts_or_joins_fillers_when_no_length_fits(tokenizer):
         assert len(target) == len(source)
         assert value[0] in tokenizer.decode(target) and "thank you." in tokenizer.decode(target)
     assert n_hidden >= 2
+    with pytest.raises(ValueError, match="empty"):
+        lockstep_fill(tokenizer, "Smith, thank you.", [Span(0, 5, "PERSON")], lambda i: "")
 
 
 def test_masking_keeps_token_count_and_masks_exactly_overlapping_tokens(tokenizer, synth):

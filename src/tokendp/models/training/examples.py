@@ -106,7 +106,10 @@ def _filler(tokenizer, text: str, lo: int, hi: int, inside: list[tuple[Span, int
         if len(ids) > k and (not longer or len(ids) < len(longer)):
             longer = ids
     while len(longer) < k:
-        longer += candidate()
+        more = candidate()
+        if not more:
+            raise ValueError("a filler is empty: fresh values must not be empty strings")
+        longer += more
     return longer[:k]
 
 
