@@ -191,7 +191,8 @@ def main(argv: list[str] | None = None) -> int:
                                                          [p for p, _ in items]), 4),
         "tab_paragraphs": len(items),
         "public_rewrite_context_kept": round(sum(kept) / len(kept), 4),
-        "fill_loss_nats": filler_loss(model, tokenizer, 8 if args.quick else 32),
+        **{f"{name}_loss_nats": value
+           for name, value in filler_loss(model, tokenizer, 8 if args.quick else 32).items()},
         "wikitext2_test_ppl": round(perplexity(model, tokenizer, 40 if args.quick else 400), 2),
         "wikitext2_test_paragraphs": 40 if args.quick else 400,
         **timing,
