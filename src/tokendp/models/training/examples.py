@@ -52,28 +52,33 @@ class Example:
     weights: list[float]
 
 
-def masked_ids(tokenizer: PreTrainedTokenizerFast, text: str, spans: list[Span]) -> list[int]:
-    """Token ids of ``text`` where every token overlapping a span becomes ``<|mask|>``."""
-    return lockstep_fill(tokenizer, text, spans, fresh=None)[0]
-
-
-def lockstep_fill(tokenizer: PreTrainedTokenizerFast, text: str, spans: list[Span],
-                  fresh: Callable[[int], str] | None, *, tries: int = 32) -> tuple[list[int], list[int]]:
-    """(source, target) of one fill example, of equal length.
-
-    source: the ids of ``text`` with every token that overlaps a span replaced by ``<|mask|>``.
-    target: the same ids, except that each run of k placeholders becomes k tokens of a filler:
-    the run's text with ``fresh(i)`` in place of each span ``spans[i]`` inside it. Of up to
-    ``tries`` fillers the first that is exactly k tokens long is taken; if none is, the shortest
-    longer one (or several, joined) is cut to k tokens. ``fresh=None``: the source only.
-    """
+def _encode_masked(tokenizer: PreTrainedTokenizerFast, text: str, spans: list[Span]
+                   ) -> tuple[list[int], list[int], list[tuple[int, int]], list[bool]]:
+    """Ids of ``text``, the same ids with every token overlapping a span as ``<|mask|>``, the
+    tokens' character offsets, and whether each token is masked."""
     enc = tokenizer(text, add_special_tokens=False, return_offsets_mapping=True)
     ids, offsets = enc["input_ids"], enc["offset_mapping"]
     hidden = [any(s.start < e and b < s.end for s in spans) for b, e in offsets]
     mask_id = tokenizer.convert_tokens_to_ids(MASK)
-    source = [mask_id if h else t for t, h in zip(ids, hidden)]
-    if fresh is None:
-        return source, []
+    return ids, [mask_id if h else t for t, h in zip(ids, hidden)], offsets, hidden
+
+
+def masked_ids(tokenizer: PreTrainedTokenizerFast, text: str, spans: list[Span]) -> list[int]:
+    """Token ids of ``text`` where every token overlapping a span becomes ``<|mask|>``."""
+    return _encode_masked(tokenizer, text, spans)[1]
+
+
+def lockstep_fill(tokenizer: PreTrainedTokenizerFast, text: str, spans: list[Span],
+                  fresh: Callable[[int], str], *, tries: int = 32) -> tuple[list[int], list[int]]:
+    """(source, target) of one fill example, of equal length.
+
+    source: :func:`masked_ids` of ``text`` (every token that overlaps a span is ``<|mask|>``).
+    target: the ids of ``text``, except that each run of k placeholders becomes k tokens of a
+    filler: the run's text with ``fresh(i)`` in place of each span ``spans[i]`` inside it. Of up
+    to ``tries`` fillers the first that is exactly k tokens long is taken; if none is, the
+    shortest longer one (or several, joined) is cut to k tokens.
+    """
+    ids, source, offsets, hidden = _encode_masked(tokenizer, text, spans)
     target, i = list(ids), 0
     while i < len(ids):
         j = i
