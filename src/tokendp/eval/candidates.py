@@ -120,25 +120,25 @@ def attack_candidates(text: str, spans: Sequence[Span], label: str, pool: Sequen
             f"the {label} candidate list has {len(choices)} usable strings for {len(forms)} surface forms; "
             "use a larger candidate set")
     ranges = occurrences(text, spans, label)
+    sizes = None if length is None else {s: length(s) for s in [*forms, *choices]}
     out = [text]
     for _ in range(n_candidates - 1):
-        if length is None:
+        if sizes is None:
             draw = torch.randperm(len(choices), generator=generator)[:len(forms)].tolist()
             mapping = {f: choices[i] for f, i in zip(forms, draw)}
         else:
-            mapping = _length_matched(forms, choices, length, generator)
+            mapping = _length_matched(forms, choices, sizes, generator)
         out.append(replace_forms(text, ranges, mapping))
     return out
 
 
-def _length_matched(forms: list[str], choices: list[str], length: Callable[[str], int],
+def _length_matched(forms: list[str], choices: list[str], sizes: Mapping[str, int],
                     generator: torch.Generator) -> dict[str, str]:
     """A distinct string of ``choices`` per form, uniform among the unused ones nearest in length."""
-    sizes = {c: length(c) for c in choices}
     mapping: dict[str, str] = {}
     for form in forms:
         free = [c for c in choices if c not in mapping.values()]
-        gap = min(abs(sizes[c] - length(form)) for c in free)
-        nearest = [c for c in free if abs(sizes[c] - length(form)) == gap]
+        gap = {c: abs(sizes[c] - sizes[form]) for c in free}
+        nearest = [c for c in free if gap[c] == min(gap.values())]
         mapping[form] = nearest[int(torch.randint(len(nearest), (1,), generator=generator))]
     return mapping
