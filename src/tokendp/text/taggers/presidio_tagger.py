@@ -38,7 +38,6 @@ def _spacy_model_installed(name: str) -> bool:
     return bool(spacy.util.is_package(name))
 
 
-
 class PresidioTagger:
     """Presidio's AnalyzerEngine, with spaCy NER if ``spacy_model`` is installed."""
 

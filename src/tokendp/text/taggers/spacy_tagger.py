@@ -26,7 +26,6 @@ def _load(model: str):
             "or use --tagger auto, which ships with tokendp") from None
 
 
-
 class SpacyTagger:
     """Named entities from the spaCy pipeline ``model`` (a package name or a folder)."""
 
