@@ -242,14 +242,15 @@ def sanitize_batch(
         raise InvalidInputError("sanitize_batch takes a list of documents; use sanitize() for one")
     if spans is not None and len(spans) != len(texts):
         raise InvalidInputError(f"got {len(spans)} span lists for {len(texts)} documents; give one per document")
+    if spans is None or any(s is None for s in spans):
+        # Before the model: a tagger whose package is missing fails at once (MissingDependencyError).
+        from tokendp.text.taggers import get_tagger
+
+        tagger = get_tagger(tagger) if isinstance(tagger, str) else tagger
     backend = load_backend(model, device=device, dtype=dtype)
     tok, opts = backend.tokenizer, backend.options
     tpl = prompt_template(tok, options=opts, instruction=instruction, template=template)
     ph = placeholder_id(tok, options=opts, placeholder=placeholder)
-    if spans is None or any(s is None for s in spans):
-        from tokendp.text.taggers import get_tagger
-
-        tagger = get_tagger(tagger) if isinstance(tagger, str) else tagger
     contexts = [build_contexts(t, _spans_of(t, None if spans is None else spans[i], tagger), tok,
                                template=tpl, placeholder=ph, groups=groups, on_overlap=on_overlap)
                 for i, t in enumerate(texts)]
