@@ -14,7 +14,7 @@ from tokendp.mechanisms import DPFusion
 
 
 def _bound(alpha: float, beta: torch.Tensor, groups: torch.Tensor) -> torch.Tensor:
-    """r_i = log(1 + (exp((alpha-1) alpha beta_i) - 1) / m) / (alpha - 1), float64 (docs/privacy.md)."""
+    """r_i = log(1 + (exp((alpha-1) alpha beta_i) - 1) / m) / (alpha - 1), float64 (docs/privacy.md, DP-Fusion)."""
     return torch.log1p(torch.expm1((alpha - 1) * alpha * beta.double()) / groups.double()) / (alpha - 1)
 
 

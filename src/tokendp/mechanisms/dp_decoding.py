@@ -3,7 +3,7 @@
 Claim. Adjacency: any change of the private context (the unit "context"). Per-step bound: the
 output q' = lam q + (1 - lam)/V satisfies q'(y) / q''(y) <= (lam + (1 - lam)/V) / ((1 - lam)/V)
 = 1 + lam V / (1 - lam) for any two private distributions q, q'' and any token y, so each token
-is eps-DP with eps = log(1 + lam V / (1 - lam)) (pure DP; DESIGN.md "Baselines").
+is eps-DP with eps = log(1 + lam V / (1 - lam)) (pure DP; docs/privacy.md "DP-Decoding (baseline)").
 Composition: epsilons add over the T generated tokens.
 """
 

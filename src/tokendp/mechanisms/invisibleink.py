@@ -8,9 +8,9 @@ Step, for logits (..., 1+B, V) with row 0 public (phi_pub) and rows 1..B the ref
 Claim. Adjacency: replace-by-null on one reference (its row becomes the public row). Unit:
 the reference; every reference in the batch is charged. Per step: phi moves by at most C/B
 in every coordinate, so sampling is an exponential mechanism with a bounded range of width
-2C/(B tau), hence rho-zCDP with rho = C^2 / (2 B^2 tau^2) (Cesar and Rogers 2021; DESIGN.md
-"InvisibleInk accounting"). Composition: rho adds over the T generated tokens.
-Caveat (DESIGN.md): a coordinate of phi can exceed the public one by up to C, not C/B, so
+2C/(B tau), hence rho-zCDP with rho = C^2 / (2 B^2 tau^2) (Cesar and Rogers 2021; docs/privacy.md
+"InvisibleInk (synthetic text from B references)"). Composition: rho adds over the T generated tokens.
+Caveat (docs/privacy.md, "Note on the Top-k+ threshold"): a coordinate of phi can exceed the public one by up to C, not C/B, so
 the paper's threshold l_k - 2C/B is not always a superset of the private top-k. That costs
 utility, not privacy. C = 0 gives the public model's text.
 """
