@@ -99,6 +99,10 @@ class DPFusion:
         mask = torch.ones(betas.shape, dtype=torch.bool, device=logits.device) if group_mask is None else group_mask.to(torch.bool)
         logp = log_softmax_at(logits, temperature)  # (..., 1+m, V)
         pub, priv = logp[..., 0, :], logp[..., 1:, :]  # (..., V), (..., m, V)
+        # A row equal to the public one (the neighbour's group row) gets its log-probabilities
+        # exactly, whatever rounding a batched log_softmax gives rows at other positions.
+        same = (logits[..., 1:, :] == logits[..., :1, :]).all(-1, keepdim=True)  # (..., m, 1)
+        priv = torch.where(same, pub.unsqueeze(-2), priv)
         count = mask.sum(-1, keepdim=True)  # (..., 1): k, public (which groups a document has)
         allowance = count * release_allowance(self.alpha, groups=m, vocab=logits.shape[-1])  # (..., 1)
         cap = torch.where(mask, self.alpha * betas.to(torch.float64) - allowance, 0.0).clamp_min(0.0)  # (..., m)
