@@ -129,7 +129,7 @@ def _amin_switch(n: int, *, c: int, threshold: float, clip: float = 1.0, refs: i
 def test_amin_switch_private_until_c_then_exactly_the_public_model() -> None:
     logits = logits_batch(64, 4, 30, torch.Generator().manual_seed(2)).clamp_min(-1e4)  # (N, 1+B, V)
     private = AminEtAl(clip=1.0, temperature=0.8).step(logits).logprobs
-    public = torch.log_softmax(logits[:, 0] / 0.8, -1)
+    public = torch.log_softmax(logits[:, 0].double() / 0.8, -1)
     mech = _amin_switch(64, c=2, threshold=-1e9)  # every open run answers "private"
     gen = torch.Generator().manual_seed(1)
     for t in range(5):

@@ -27,6 +27,8 @@ from tokendp.accounting.mechanisms import (
     invisibleink_clip,
     invisibleink_epsilon,
     invisibleink_rho_per_token,
+    sparse_vector_discrete_noise,
+    sparse_vector_grid,
     sparse_vector_noise,
 )
 from tokendp.accounting.rdp import (
@@ -88,6 +90,8 @@ __all__ = [
     "pure_dp_to_zcdp",
     "rdp_to_epsilon",
     "rdp_to_epsilon_and_order",
+    "sparse_vector_discrete_noise",
+    "sparse_vector_grid",
     "sparse_vector_noise",
     "subsampled_gaussian_rdp",
     "zcdp_optimal_order",
