@@ -14,7 +14,13 @@ import sys
 import tempfile
 from pathlib import Path
 
-from tokendp.models.training.trainer import TrainConfig, export, train
+from tokendp.errors import MissingDependencyError
+
+try:
+    from tokendp.models.training.trainer import TrainConfig, export, train
+except MissingDependencyError as err:  # the train extra (Faker): one line and exit 2, before any work
+    print(f"error: {err}", file=sys.stderr)
+    sys.exit(2)
 
 PACKAGE_DIR = Path(__file__).resolve().parents[1] / "src" / "tokendp" / "models" / "default"
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 import torch
 
 FAMILIES = ("random", "close", "identical", "tiny_public", "zero_public", "zero_private", "tiny_private", "swap")
@@ -107,3 +108,48 @@ def logits_batch(n: int, rows: int, vocab: int, gen: torch.Generator) -> torch.T
         lp, lq = pairs(per, rows - 1, vocab, gen, family)
         out.append(torch.cat((lq.unsqueeze(1), lp), 1))
     return torch.cat(out)[:n].float()
+
+
+def _log_fsum_exp(t: np.ndarray) -> float:
+    """log sum exp(t) with an exactly rounded sum (math.fsum): no summation-order error."""
+    top = t.max()
+    if not np.isfinite(top):
+        return float(top)
+    return float(top + math.log(math.fsum(np.exp(t - top))))
+
+
+def _renyi_exact(lx: np.ndarray, ly: np.ndarray, alpha: float) -> float:
+    """D_alpha(X || Y) of normalised log-probabilities, float64 terms and an exact sum."""
+    support = lx > -np.inf
+    if np.any(support & (ly == -np.inf)):
+        return math.inf
+    t = alpha * lx[support] + (1 - alpha) * ly[support]
+    return _log_fsum_exp(t) / (alpha - 1)
+
+
+def _normalised(logp: np.ndarray) -> np.ndarray:
+    return logp - _log_fsum_exp(logp)
+
+
+def symmetric_divergence_exact(logp: torch.Tensor, logq: torch.Tensor, lam: torch.Tensor, alpha: float) -> torch.Tensor:
+    """max(D_a(P_lam || Q), D_a(Q || P_lam)) for logp (..., m, V), logq (..., V), lam (..., m),
+    independent of tokendp and of any summation order: float64 terms, math.fsum sums."""
+    lp = logp.double().numpy()
+    lq = np.broadcast_to(logq.double().numpy()[..., None, :], lp.shape)
+    lams = lam.double().numpy()
+    out = np.empty(lams.shape)
+    for idx in np.ndindex(*lams.shape):
+        p, q, w = _normalised(lp[idx]), _normalised(lq[idx]), float(lams[idx])
+        with np.errstate(divide="ignore"):
+            mix = np.logaddexp(math.log(w) + p if w > 0 else np.full_like(p, -np.inf), math.log1p(-w) + q if w < 1 else np.full_like(q, -np.inf))
+        out[idx] = max(_renyi_exact(mix, q, alpha), _renyi_exact(q, mix, alpha))
+    return torch.from_numpy(out)
+
+
+def renyi_exact(logp: torch.Tensor, logq: torch.Tensor, alpha: float) -> torch.Tensor:
+    """D_alpha(P || Q) (..., V) -> (...) of the normalised distributions, with exact sums."""
+    lp, lq = np.broadcast_arrays(logp.double().numpy(), logq.double().numpy())
+    out = np.empty(lp.shape[:-1])
+    for idx in np.ndindex(*out.shape):
+        out[idx] = _renyi_exact(_normalised(lp[idx]), _normalised(lq[idx]), alpha)
+    return torch.from_numpy(out)

@@ -119,3 +119,20 @@ def test_sample_draws_from_the_distribution_and_never_a_zero():
     p_value = scipy_stats.chisquare(counts[keep].numpy(), expected[keep].numpy()).pvalue
     assert p_value > 1e-4, p_value
     assert torch.equal(sample(logprobs[:5], make_generator(3)), sample(logprobs[:5], make_generator(3)))
+
+
+def test_rows_equal_to_the_public_row_get_its_logits_exactly(backend):
+    """A neighbour's group row IS the public row: the mechanism must see identical logits for
+    it, whatever rounding the batched forward pass gives rows at other positions."""
+    seqs = [RowSequence.from_ids([[5, 6, 7], [5, 9, 7], [5, 6, 7]]),  # row 2 twins the public row
+            RowSequence.from_ids([[1, 2], [1, 2], [3, 2], [1, 2]])]
+    seen = []
+
+    def step(logits, docs, temperature):
+        seen.append(logits.clone())
+        return public_step(logits, docs, temperature)
+
+    generate(backend, seqs, step, max_new_tokens=3, generator=make_generator(0), eos_ids=[])
+    for logits in seen:  # (N, R, V)
+        assert torch.equal(logits[0, 2], logits[0, 0]) and not torch.equal(logits[0, 1], logits[0, 0])
+        assert torch.equal(logits[1, 1], logits[1, 0]) and torch.equal(logits[1, 3], logits[1, 0])

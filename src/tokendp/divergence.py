@@ -5,14 +5,15 @@ The Rényi divergence of order a > 1 (Rényi 1961; Mironov 2017, Def. 3) is
     D_a(P || Q) = 1/(a-1) log sum_y P(y)^a Q(y)^(1-a).
 
 It is computed from log-probabilities with ``logsumexp``, never by clamping probabilities
-(clamping at 1e-10 hides divergences of 0.5 to 18 under a cap of 0.02; see DESIGN.md,
-"Privacy math"). Inputs are treated as the distributions they represent: both are
-renormalised in log space, so the rounding of a ``log_softmax`` in float32 does not show up as
+(clamping at 1e-10 hides divergences of 0.5 to 18 under a cap of 0.02; docs/privacy.md).
+Inputs are treated as the distributions they represent: both are renormalised in log space, so the rounding of a ``log_softmax`` in float32 does not show up as
 a divergence, and identical inputs give exactly 0.
 
 :func:`mollify` finds, for every privacy group at once, the largest mixing weight
 lambda in [0, 1] such that P_lambda = lambda P + (1 - lambda) Q stays within a cap of Q in the
-symmetric divergence max(D_a(P_lambda || Q), D_a(Q || P_lambda)) (DP-Fusion, Sec. 3).
+symmetric divergence max(D_a(P_lambda || Q), D_a(Q || P_lambda)) (DP-Fusion, Sec. 3). The
+returned weights meet their caps under exact arithmetic on every CPU and GPU: the bounds that
+accept them hold for any summation order (docs/privacy.md, "Floating point").
 """
 
 from __future__ import annotations
@@ -26,7 +27,10 @@ from torch import Tensor
 from tokendp.accounting._checks import check_order
 from tokendp.errors import InvalidInputError, InvalidParameterError
 
-__all__ = ["mollify", "mollify_with_divergence", "renyi_divergence", "symmetric_renyi_divergence"]
+__all__ = [
+    "Mollification", "mollify", "mollify_detailed", "mollify_with_divergence", "normalisation_bound", "renyi_divergence",
+    "symmetric_renyi_divergence",
+]
 
 _SEARCH_PASSES = 6
 """Batched passes over the vocabulary after the first one: a fixed number, with no host sync
@@ -79,59 +83,98 @@ def symmetric_renyi_divergence(logp: Tensor, logq: Tensor, alpha: float) -> Tens
     return torch.maximum(renyi_divergence(logp, logq, alpha), renyi_divergence(logq, logp, alpha))
 
 
-_MARGIN = {torch.float32: 1e-5, torch.float64: 2e-6}
-"""Relative safety margin per work dtype: a weight is accepted only if its computed divergences
-are <= cap (1 - margin). It covers the rounding of the sums (products with Q in float32 are
-good to about 1.3e-6 relative); float32 passes add :func:`_float32_margin`."""
+_U = 2.0**-53
+"""Unit roundoff of float64: +, -, *, / and sqrt are exact to a factor (1 +- U)."""
+
+_TAU = 8.0 * _U
+"""Relative error assumed of exp, log and log1p in float64: 4 ulp, above what IEEE libraries
+(1 ulp) and CUDA (at most 2 ulp) document."""
+
+_RATIO_ERROR = 2.0 * _TAU + 760.0 * _U
+"""Relative error of each computed ratio e = P/Q and weight Q = exp(log Q - logsumexp): a float64
+difference of log-probabilities within U of exact (|difference| <= 745, beyond which exp under-
+or overflows), then exp within TAU."""
+
+
+def _gamma(n: int) -> float:
+    """gamma_n = n U / (1 - n U): a float64 sum of n terms, added in ANY order, is within gamma_n
+    times the sum of their absolute values (Higham 2002, Sec. 4.2). Nothing here depends on the
+    order a CPU, BLAS, thread count or GPU happens to use."""
+    nu = n * _U
+    if nu >= 1e-3:
+        raise InvalidInputError(f"a vocabulary of {n} tokens is beyond the float64 error bounds (at most 9e12)")
+    return nu / (1.0 - nu)
+
+
+_AIM32 = 1e-5
+"""Float32 searches (orders other than 2) aim this far below the cap (relative), plus
+:func:`_float32_margin`, so that the float64 certificate at the end rarely has to step down."""
 
 
 def _float32_margin(alpha: float, cap: Tensor) -> Tensor:
-    """Extra relative margin (..., m) for float32 passes, from two bounds on their rounding.
+    """Relative margin (..., m) a float32 search aims below the cap: an estimate of its rounding
+    (not a proof; the float64 certificate of :func:`_certify` is the proof).
 
-    r = e - 1 carries the rounding of e = exp(log P/Q), at most about eps e per token: the
-    computed quantities are those of a P' with |P' - P| <= eps P per token, which moves
-    chi2-type sums by at most 2 eps sum_y Q |r| e <= 2 eps sqrt(chi2 (1 + chi2)), i.e. by
-    2 eps sqrt((1 + cap) / cap) relative to sums of the size of the cap (chi2 >= cap
-    wherever the cap binds). At orders a != 2, l = log w carries an absolute error of about
-    eps (w itself is rounded), so each term of sum_y Q phi_p(w) is off by at most about
-    (|p| + 2) eps (w^p + 1 + |p z|) and the excess sum_y Q w^p - 1 by (a + 2) eps (2 + excess):
-    relative to the cap, 2 (a + 2) eps / ((a - 1) cap).
+    Terms w^p = exp(p log w) carry about (a + 2) eps of error on sums near 1, so the excess
+    sum_y Q w^p - 1 about (a + 2) eps (2 + excess): relative to the cap, 2 (a + 2) eps / ((a - 1) cap).
     """
     eps = torch.finfo(torch.float32).eps
-    margin = 2.0 * eps * torch.sqrt((1.0 + cap) / cap)
-    if alpha != 2.0:
-        margin = margin + 2.0 * (alpha + 2.0) * eps / ((alpha - 1.0) * cap)
-    return margin
+    return 2.0 * eps * torch.sqrt((1.0 + cap) / cap) + 2.0 * (alpha + 2.0) * eps / ((alpha - 1.0) * cap)
+
+
+@dataclass(frozen=True)
+class _Float32Copies:
+    """Float32 copies for a float32 search (orders other than 2), in the centred forms of
+    :func:`_evaluate_float32`."""
+
+    rho: Tensor  # (..., m, V) float32: P/Q
+    r: Tensor  # (..., m, V) float32: rho - 1
+    q: Tensor  # (..., V, 1) float32
 
 
 @dataclass(frozen=True)
 class _Problem:
-    """One mollifier search for shapes (..., m, V) against (..., V), preprocessed once.
+    """One mollifier search for shapes (..., m, V) against (..., V), prepared once in float64.
 
-    With P and Q renormalised, e_y = P(y)/Q(y), r_y = e_y - 1 (so sum_y Q r = 0) and
-    w_y(lam) = (1 - lam) + lam e_y = P_lam(y)/Q(y) (a sum of non-negative terms, so it keeps
-    full relative precision, and is exactly 1 - lam where P(y) = 0):
+    Q is the public distribution of ``logp_pub`` and P a group's private one; q_y are computed
+    weights of Q and e_y = exp(logp_priv - logp_pub) computed ratios (so e = 1 exactly where a
+    private row equals the public one), each within _RATIO_ERROR of exact. With
+    c = 1 / sum_y q e, rho = c e = P/Q and w_y(lam) = (1 - lam) + lam rho_y = P_lam(y)/Q(y):
 
-        D_a(P_lam || Q) = log sum_y Q w^a / (a-1),   D_a(Q || P_lam) = log sum_y Q w^(1-a) / (a-1).
+        D_a(P_lam || Q) = log S_a / (a-1),  D_a(Q || P_lam) = log S_(1-a) / (a-1),  S_p = sum_y Q w^p,
 
-    Written with phi_p(w) = w^p - 1 - p (w - 1) >= 0 (convexity of w^p for p > 1 and p < 0),
-    sum_y Q w^p = 1 + sum_y Q phi_p(w): no sum cancels. At a = 2 both are rational:
-
-        D_2(P_lam || Q) = log1p(lam^2 chi2),  chi2 = sum_y Q r^2   (closed form),
-        D_2(Q || P_lam) = log1p(lam^2 sum_y Q r^2 / w_y),
-
-    with non-negative terms throughout. Every order runs in float32 when the rounding margin
-    allows it, else in float64 (see :func:`_prepare`).
+    sums of non-negative terms; at a = 2, S_2 = (1 - lam)^2 + 2 lam (1 - lam) A + lam^2 B with
+    A = c sum_y q e and B = c^2 sum_y q e^2, and S_(-1) = sum_y q / w. Every sum accumulates in
+    float64 in any order; :func:`_upper` turns a computed S_p into a rigorous bound on D.
     """
 
     alpha: float
-    level: Tensor  # (..., m) float64: accepted divergence, cap (1 - margin)
-    e: Tensor  # (..., m, V) work dtype: P/Q (0 where P = 0)
-    r: Tensor  # (..., m, V) work dtype: e - 1 (its rounding is covered by the margin)
-    qr2: Tensor  # (..., m, V) work dtype: Q r^2 (finite where r^2 alone would overflow)
-    q: Tensor  # (..., V, 1) work dtype: Q
-    moments: Tensor  # (..., m, 2) float64: sum_y Q r^2 (= chi2) and sum_y Q r^3
+    cap: Tensor  # (..., m) float64: every returned lam provably meets it
+    level: Tensor  # (..., m) float64: what the search aims for (cap, or below it in float32)
+    q: Tensor  # (..., V, 1) float64: weights of Q, summing to 1 up to rounding
+    log_q: Tensor  # (..., V) float64: log Q, within _RATIO_ERROR of log q (relative, as probabilities)
+    e: Tensor  # (..., m, V) float64: ratios e (1 where P = Q = 0)
+    norm: Tensor  # (..., m) float64: c = 1 / (1 + eps), so rho = c e
+    moments: Tensor  # (..., m, 2) float64: A and B
+    skew: Tensor  # (..., m) float64: sum_y Q (rho - 1)^3 at orders other than 2 (first guesses only)
+    rho_range: Tensor  # (..., m, 2) float64: min and max of rho (orders other than 2; else empty)
+    scale: float  # bound on |rho (exact) / rho (computed) - 1| (normalisation_bound)
+    rel: float  # relative error of a sum of V non-negative weighted terms: weights, accumulation
     forced_zero: Tensor  # (..., m) bool: cap 0, or P puts mass where Q has none
+    float32: _Float32Copies | None  # set when the search runs in float32 (orders other than 2)
+    scratch: Tensor  # (..., m, V) float64: a buffer one evaluation with K = 1 may overwrite
+
+    @property
+    def chi2(self) -> Tensor:
+        """chi2(P || Q) = B - 2A + 1 (..., m) (cancels: only an estimate, for guesses)."""
+        return (self.moments[..., 1] - 2.0 * self.moments[..., 0] + 1.0).clamp_min(0.0)
+
+
+def _sum(x: Tensor) -> Tensor:
+    """sum_y x(..., y) -> (...): every float64 sum a bound rests on goes through here,
+    :func:`_q_sum` or :func:`_dot`, in whatever order the library picks (the bounds allow any;
+    the tests replace all three by the worst any order could do)."""
+    return x.sum(-1)
 
 
 def _q_sum(x: Tensor, q: Tensor) -> Tensor:
@@ -140,62 +183,90 @@ def _q_sum(x: Tensor, q: Tensor) -> Tensor:
     return torch.matmul(flat, q).reshape(x.shape[:-1]).to(torch.float64)
 
 
-def _prepare(logp_priv: Tensor, logp_pub: Tensor, alpha: float, cap: Tensor) -> _Problem:
-    """The weights of :class:`_Problem`, in float32 when that is safe, else in float64.
+def _dot(x: Tensor, y: Tensor) -> Tensor:
+    """sum_y x(..., K, y) y(..., y) for x (..., K, V) and y (..., V) -> (..., K), without a temporary."""
+    return torch.matmul(x, y.unsqueeze(-1)).squeeze(-1)
 
-    Float32 needs every public probability normal (so Q > 0 and P/Q is finite), no overflow in
-    chi2, and a rounding margin (:func:`_float32_margin`) below 1e-3, so that the answer moves
-    by less than that. At a != 2 every power w^p of a feasible weight must also stay in range:
-    Q w^p <= e^((a-1) cap) with Q >= 2^-126 gives w^p <= 2^126 e^((a-1) cap), so (a-1) cap <= 1
-    suffices. One host sync per call decides; otherwise the same passes run in float64 (where
-    overflow needs a divergence above about 600 / (a-1)).
+
+def _ratios(logp_priv: Tensor, logp_pub: Tensor) -> Tensor:
+    """e = exp(logp_priv - logp_pub) # (..., m, V) float64, exactly 1 where the log-probabilities agree.
+
+    In float64 from the inputs (float32 inputs convert exactly), within _RATIO_ERROR. NaN
+    (P = Q = 0: the token plays no role) becomes 1; +inf (P > 0 = Q) stays and forces the group
+    to lam = 0.
     """
-    if logp_priv.dtype == torch.float32 and logp_pub.dtype == torch.float32:
-        prob = _weights(logp_priv, logp_pub, alpha, cap, torch.float32)
-        active = cap[~prob.forced_zero]
-        safe = (logp_pub.amin() >= _FLOAT32_LOG_MIN) & torch.isfinite(prob.moments[..., 0]).all()
-        safe &= (_float32_margin(alpha, active) <= 1e-3).all()
-        if alpha != 2.0:
-            safe &= ((alpha - 1.0) * active <= 1.0).all()
-        if bool(safe):
-            return prob
-    return _weights(logp_priv, logp_pub, alpha, cap, torch.float64)
+    e = torch.empty(logp_priv.shape, dtype=torch.float64, device=logp_priv.device).copy_(logp_priv)  # never the input
+    e.sub_(logp_pub.to(torch.float64).unsqueeze(-2)).exp_()  # (..., m, V)
+    if e.device.type != "cpu" or bool((logp_pub == -math.inf).any()):  # NaN needs Q = 0 somewhere
+        e.nan_to_num_(nan=1.0, posinf=math.inf)
+    return e
+
+
+def normalisation_bound(vocab: int) -> float:
+    """``scale``: how far each computed rho = c e can be from the exact P/Q at V = ``vocab``.
+
+    sum_y q e is a sum of V non-negative products of factors within _RATIO_ERROR, so within
+    k = 2 _RATIO_ERROR + 2 U + gamma_V of exact (relative, any order); c = 1 / that sum within
+    k / (1 - k), and e within _RATIO_ERROR.
+    """
+    k = 2.0 * _RATIO_ERROR + 2.0 * _U + _gamma(vocab + 4)
+    return k / (1.0 - k) + _RATIO_ERROR + 3.0 * _U
 
 
 _FLOAT32_LOG_MIN = math.log(torch.finfo(torch.float32).tiny)
 """Below this a float32 probability is subnormal (slow, and imprecise)."""
 
 
-def _weights(logp_priv: Tensor, logp_pub: Tensor, alpha: float, cap: Tensor, dtype: torch.dtype) -> _Problem:
-    """e, r, Q and the moments in ``dtype``: a few passes over (..., m, V), two of them products with Q."""
-    logq = logp_pub.to(dtype)
-    logq = logq - torch.logsumexp(logq, dim=-1, keepdim=True)  # (..., V): renormalised Q
-    q = logq.exp().unsqueeze(-1)  # (..., V, 1)
-    diff = logp_priv.to(dtype) - logq.unsqueeze(-2)  # (..., m, V): log P/Q
-    if dtype == torch.float64:
-        # NaN: P(y) = Q(y) = 0, a token that plays no role. +inf: P(y) > 0 = Q(y) (or P/Q
-        # beyond float64's range): the group's sums become inf or NaN and it is forced to
-        # lam = 0 (D(P_lam || Q) is infinite for every lam > 0). In float32, Q > 0 is checked.
-        diff.nan_to_num_(nan=0.0, posinf=math.inf)
-    e = diff.exp_()  # (..., m, V): P/Q of the unnormalised P
-    r = e - 1.0  # (..., m, V): exact given e where e is in [1/2, 2] (Sterbenz)
-    excess = _q_sum(r, q).unsqueeze(-1).to(dtype)  # (..., m, 1): sum_y P - 1, without cancellation
-    e.mul_(1.0 / (1.0 + excess))  # renormalises P
-    r = torch.sub(e, 1.0, out=r)  # (..., m, V): sum_y Q r = 0 up to rounding
-    qr2 = (r * q.sqrt().transpose(-1, -2)).square_()  # (..., m, V): (sqrt(Q) r)^2, finite where r^2 is not
-    chi2 = qr2.sum(-1).to(torch.float64)  # (..., m)
-    mu3 = torch.zeros_like(chi2) if alpha == 2.0 else (qr2 * r).sum(-1).to(torch.float64)  # (..., m)
-    forced_zero = ~torch.isfinite(chi2) | (cap <= 0)  # (..., m)
-    margin = _MARGIN[dtype]
-    if dtype == torch.float32:
-        margin = margin + _float32_margin(alpha, cap)  # (..., m)
-    level = torch.where(forced_zero, 0.0, cap * (1.0 - margin))  # (..., m)
-    return _Problem(alpha, level, e, r, qr2, q, torch.stack((chi2, mu3), dim=-1), forced_zero)
+def _float32_search(logp_priv: Tensor, logp_pub: Tensor, alpha: float, cap: Tensor) -> bool:
+    """Whether a search at an order other than 2 may run in float32, from public inputs only
+    (the public distribution, the caps, alpha): so every group's result is the same whatever
+    the other groups' private rows hold."""
+    if alpha == 2.0 or logp_priv.dtype != torch.float32 or logp_pub.dtype != torch.float32:
+        return False
+    active = cap[cap > 0]
+    safe = (logp_pub.amin() >= _FLOAT32_LOG_MIN) & (_float32_margin(alpha, active) <= 1e-3).all()
+    return bool(safe & ((alpha - 1.0) * active <= 1.0).all())
+
+
+def _prepare(logp_priv: Tensor, logp_pub: Tensor, alpha: float, cap: Tensor) -> _Problem:
+    """The float64 quantities of :class:`_Problem`: four passes over (..., m, V) at a = 2."""
+    gamma = _gamma(logp_pub.shape[-1] + 4)
+    logq = logp_pub.to(torch.float64)
+    logq = logq - torch.logsumexp(logq, dim=-1, keepdim=True)  # (..., V)
+    q = logq.exp()  # (..., V)
+    total_q = _sum(q).unsqueeze(-1)  # (..., 1)
+    q, logq = q.div_(total_q).unsqueeze(-1), logq.sub_(total_q.log())  # (..., V, 1): Q, and (..., V): log Q
+    e = _ratios(logp_priv, logp_pub)  # (..., m, V)
+    total = _q_sum(e, q)  # (..., m): sum_y q e = 1 + eps
+    forced_zero = ~torch.isfinite(total) | (total <= 0) | (cap <= 0)  # (..., m)
+    if e.device.type != "cpu" or bool(forced_zero.any()):
+        e = torch.where(forced_zero.unsqueeze(-1), 1.0, e)  # such a group keeps lam = 0
+        total = _q_sum(e, q)
+    norm = 1.0 / total  # (..., m): c
+    scratch = torch.mul(e, e)  # (..., m, V): e^2 now, reused for 1/w (a smaller working set stays in cache)
+    moments = torch.stack((norm * total, norm * norm * _q_sum(scratch, q)), -1)  # (..., m, 2): A, B
+    level = torch.where(forced_zero, 0.0, cap)  # (..., m)
+    rho_range, skew, float32 = moments[..., :0], torch.zeros_like(norm), None
+    if alpha != 2.0:
+        rho_range = torch.stack((e.amin(-1), e.amax(-1)), -1) * norm.unsqueeze(-1)
+        r = e * norm.unsqueeze(-1) - 1.0  # (..., m, V)
+        skew = _q_sum(r * r * r, q)  # sum_y Q r^3: for the first guess only
+        if _float32_search(logp_priv, logp_pub, alpha, cap):
+            r32 = r.to(torch.float32)
+            float32 = _Float32Copies(r32 + 1.0, r32, q.to(torch.float32))
+            level = level * (1.0 - _AIM32 - _float32_margin(alpha, cap))
+    rel = 3.0 * _RATIO_ERROR + 2.0 * gamma + 4.0 * _U
+    return _Problem(alpha, torch.where(forced_zero, 0.0, cap), level, q, logq, e, norm, moments, skew, rho_range,
+                    normalisation_bound(logp_pub.shape[-1]), rel, forced_zero, float32, scratch)
 
 
 @dataclass(frozen=True)
 class _Evaluation:
-    """Divergences and their slopes d/dlam at candidate weights, each (..., m, K) float64."""
+    """Divergences and their slopes d/dlam at candidate weights, each (..., m, K) float64.
+
+    From a float64 evaluation the divergences are rigorous upper bounds (:func:`_upper`); from
+    a float32 one they are estimates. Slopes are NaN where not asked for (they only place
+    candidates, so their rounding can cost optimality, never feasibility)."""
 
     forward: Tensor
     reverse: Tensor
@@ -203,46 +274,96 @@ class _Evaluation:
     reverse_slope: Tensor
 
 
-def _evaluate_order2(prob: _Problem, lam: Tensor) -> _Evaluation:
-    """One pass over V for K candidates per group at a = 2 (see :class:`_Problem`).
+def _upper(prob: _Problem, s: Tensor, p: float, rounding: Tensor | float) -> Tensor:
+    """A rigorous upper bound on D = log S_p / (a-1) (..., m, K) from a computed S_p.
 
-    s = sum_y (Q r^2) / w and t = sum_y (Q r^2 / w) r / w, formed from Q r^2 so that no factor
-    overflows (1/w <= 1/(1-lam), |r|/w <= max(1/lam, 1/(1-lam))).
+    The exact S_p is at most the computed one times (1 + rel) (the weights q and the float64
+    sum), (1 + scale)^|p| (w within a factor 1 +- scale, as rho) and (1 + ``rounding``) (the
+    rounding of each term w^p); the last factor covers log1p's rounding and the division.
     """
-    lam_w = lam.to(prob.r.dtype).unsqueeze(-1)  # (..., m, K, 1)
-    inv_w = torch.mul(prob.e.unsqueeze(-2), lam_w).add_(1.0 - lam_w).reciprocal_()  # (..., m, K, V): 1 / w
-    term = inv_w * prob.qr2.unsqueeze(-2)  # (..., m, K, V): Q r^2 / w
-    s = term.sum(-1).to(torch.float64)  # sum Q r^2 / w   (..., m, K)
-    t = term.mul_(inv_w).mul_(prob.r.unsqueeze(-2)).sum(-1).to(torch.float64)  # sum Q r^3 / w^2
-    chi2 = prob.moments[..., :1]  # (..., m, 1)
-    excess = lam * lam * s  # sum Q / w - 1
-    forward = torch.log1p(lam * lam * chi2)
-    forward_slope = 2.0 * lam * chi2 / (1.0 + lam * lam * chi2)
-    reverse_slope = (2.0 * lam * s - lam * lam * t) / (1.0 + excess)
-    return _Evaluation(forward, torch.log1p(excess), forward_slope, reverse_slope)
+    shift = torch.log1p(torch.as_tensor(rounding, dtype=torch.float64)) + math.log1p(prob.rel)
+    shift = shift + abs(p) * math.log1p(prob.scale)
+    return (torch.log(s) + shift).clamp_min(0.0) * (1.0 + 4.0 * _TAU) / (prob.alpha - 1.0)
 
 
-def _evaluate_general(prob: _Problem, lam: Tensor) -> _Evaluation:
-    """One pass over V for K candidates per group at any order a > 1 (see :class:`_Problem`).
+def _evaluate_order2(prob: _Problem, lam: Tensor, *, slopes: bool = True) -> _Evaluation:
+    """One float64 pass over V for K candidates per group at a = 2 (see :class:`_Problem`).
 
-    With z = lam r and l = log w, for p in (a, 1-a): phi_p(w) = w^p - 1 - p z with
-    w^p = exp(p l), and the slope d/dlam sum_y Q w^p = p sum_y Q r w^p / w (its rounding can
-    only cost optimality, never feasibility: slopes only place candidates).
+    S_2 is closed-form (terms within 8 U); S_(-1) = sum_y q / w with w = lam c (e + t),
+    t = (1 - lam) / (lam c) (each 1/w within 6 U: a sum of non-negative terms, then products). Slopes: dS_2/dlam = 2 (A - 1) + 2 lam chi2 and
+    dS_(-1)/dlam = -sum_y q (rho - 1) / w^2.
     """
+    a_sum, b_sum = prob.moments[..., :1], prob.moments[..., 1:]  # (..., m, 1)
+    s_forward = (1.0 - lam) ** 2 + 2.0 * lam * (1.0 - lam) * a_sum + lam * lam * b_sum  # (..., m, K)
+    slope_c = lam * prob.norm.unsqueeze(-1)  # (..., m, K): lam c, so w = lam c (e + t)
+    t = ((1.0 - lam) / slope_c).unsqueeze(-1)  # (..., m, K, 1): inf at lam = 0
+    out = prob.scratch.unsqueeze(-2) if lam.shape[-1] == 1 else None  # K = 1: reuse the buffer
+    inv_w = torch.add(prob.e.unsqueeze(-2), t, out=out).reciprocal_()  # (..., m, K, V): lam c / w
+    s_reverse = torch.where(lam > 0, _q_sum(inv_w, prob.q) / slope_c, 1.0)  # (..., m, K): sum_y q / w
+    forward = _upper(prob, s_forward, 2.0, 8.0 * _U)
+    reverse = _upper(prob, s_reverse, -1.0, 6.0 * _U)
+    if not slopes:
+        return _Evaluation(forward, reverse, forward + math.nan, reverse + math.nan)
+    inv_w2 = inv_w.square_().div_((slope_c * slope_c).unsqueeze(-1))  # (..., m, K, V): 1 / w^2
+    q_rho = prob.e * (prob.q.transpose(-1, -2) * prob.norm.unsqueeze(-1))  # (..., m, V): q rho
+    d_reverse = _q_sum(inv_w2, prob.q) - _dot(inv_w2, q_rho)  # dS_(-1)/dlam
+    d_forward = 2.0 * (a_sum - 1.0) + 2.0 * lam * prob.chi2.unsqueeze(-1)
+    return _Evaluation(forward, reverse, d_forward / s_forward, d_reverse / s_reverse)
+
+
+def _power_rounding(prob: _Problem, lam: Tensor, p: float) -> Tensor:
+    """Relative rounding (..., m, K) of each term w^p of S_p at any order, in float64.
+
+    w = (1 - lam) + (lam c) e is within 4 U (non-negative terms), l = log w within
+    4 U + TAU |l| absolute, p l within |p| that plus U |p l|, and exp(p l) within TAU more:
+    delta = TAU + |p| (5 U + (TAU + U) L) with L = max_y |log w_y| (from the range of rho).
+    """
+    low = (1.0 - lam) + lam * prob.rho_range[..., :1]  # (..., m, K): min_y w
+    high = (1.0 - lam) + lam * prob.rho_range[..., 1:]  # max_y w
+    big_l = torch.maximum(torch.log(high).abs(), torch.log(low).abs())  # inf where some w = 0
+    return _TAU + abs(p) * (5.0 * _U + (_TAU + _U) * big_l)
+
+
+def _evaluate_general(prob: _Problem, lam: Tensor, *, slopes: bool = True) -> _Evaluation:
+    """One float64 pass over V for K candidates per group at any order a > 1, with rigorous
+    bounds (:func:`_upper`, :func:`_power_rounding`): S_p = sum_y q exp(p log w) for
+    p in (a, 1 - a), and dS_p/dlam = p sum_y q w^p (rho - 1) / w."""
     a = prob.alpha
-    lam_w = lam.to(prob.r.dtype).unsqueeze(-1)  # (..., m, K, 1)
-    r = prob.r.unsqueeze(-2)  # (..., m, 1, V)
-    z = lam_w * r  # (..., m, K, V)
-    w = torch.mul(prob.e.unsqueeze(-2), lam_w).add_(1.0 - lam_w)  # (..., m, K, V)
+    lam_w = lam.unsqueeze(-1)  # (..., m, K, 1)
+    rho = prob.e * prob.norm.unsqueeze(-1)  # (..., m, V)
+    w = torch.addcmul(1.0 - lam_w, rho.unsqueeze(-2), lam_w)  # (..., m, K, V)
     log_w = w.log()
     out = []
     for p in (a, 1.0 - a):
         power = torch.mul(log_w, p).exp_()  # w^p   (..., m, K, V)
-        excess = _q_sum(torch.sub(power, z, alpha=p).sub_(1.0), prob.q)  # sum Q phi_p(w) = sum Q w^p - 1
-        slope = p * _q_sum(power.div_(w).mul_(r), prob.q)  # d/dlam sum Q w^p   (..., m, K)
-        out.append((torch.log1p(excess) / (a - 1.0), slope / ((1.0 + excess) * (a - 1.0))))
+        s = _q_sum(power, prob.q)  # (..., m, K)
+        divergence = _upper(prob, s, p, _power_rounding(prob, lam, p))
+        slope = p * _q_sum(power.div_(w).mul_(rho.unsqueeze(-2) - 1.0), prob.q) / s if slopes else s + math.nan
+        out.append((divergence, slope / (a - 1.0)))
     (forward, forward_slope), (reverse, reverse_slope) = out
-    return _Evaluation(forward.clamp_min(0.0), reverse.clamp_min(0.0), forward_slope, reverse_slope)
+    return _Evaluation(forward, reverse, forward_slope, reverse_slope)
+
+
+def _evaluate_float32(prob: _Problem, lam: Tensor, *, slopes: bool = True) -> _Evaluation:
+    """The float32 search's pass at orders a != 2: estimates, certified by :func:`_certify`.
+
+    With z = lam r and l = log w, for p in (a, 1-a): phi_p(w) = w^p - 1 - p z >= 0 (so no sum
+    cancels), sum_y Q w^p = 1 + sum_y Q phi_p(w), and dS_p/dlam = p sum_y Q r w^p / w.
+    """
+    a, src = prob.alpha, prob.float32
+    lam_w = lam.to(torch.float32).unsqueeze(-1)  # (..., m, K, 1)
+    r = src.r.unsqueeze(-2)  # (..., m, 1, V)
+    z = lam_w * r  # (..., m, K, V)
+    w = torch.mul(src.rho.unsqueeze(-2), lam_w).add_(1.0 - lam_w)  # (..., m, K, V)
+    log_w = w.log()
+    out = []
+    for p in (a, 1.0 - a):
+        power = torch.mul(log_w, p).exp_()  # w^p   (..., m, K, V)
+        excess = _q_sum(torch.sub(power, z, alpha=p).sub_(1.0), src.q)  # sum Q phi_p(w) = sum Q w^p - 1
+        slope = p * _q_sum(power.div_(w).mul_(r), src.q) if slopes else excess + math.nan
+        out.append(((torch.log1p(excess) / (a - 1.0)).clamp_min(0.0), slope / ((1.0 + excess) * (a - 1.0))))
+    (forward, forward_slope), (reverse, reverse_slope) = out
+    return _Evaluation(forward, reverse, forward_slope, reverse_slope)
 
 
 def _slack(prob: _Problem, ev: _Evaluation) -> tuple[Tensor, Tensor]:
@@ -288,12 +409,14 @@ def _pick(mask: Tensor, index: Tensor, values: _End, old: _End) -> _End:
     return _End(**fields)
 
 
-def _update(lo: _End, hi: _End, cand: _End, feasible: Tensor) -> tuple[_End, _End]:
-    """Move lo up to the largest feasible candidate and hi down to the smallest infeasible one."""
+def _update(lo: _End, hi: _End, cand: _End, feasible: Tensor, active: Tensor) -> tuple[_End, _End]:
+    """Move lo up to the largest feasible candidate and hi down to the smallest infeasible one,
+    for the ``active`` groups (..., m) only: a closed group keeps its answer, so it never
+    depends on how many passes the other groups need."""
     best_lo, i_lo = torch.where(feasible, cand.lam, -1.0).max(-1, keepdim=True)
     best_hi, i_hi = torch.where(feasible, math.inf, cand.lam).min(-1, keepdim=True)
-    up = best_lo.squeeze(-1) > lo.lam
-    down = (best_hi.squeeze(-1) < hi.lam) | ((best_hi.squeeze(-1) == hi.lam) & torch.isnan(hi.g))
+    up = active & (best_lo.squeeze(-1) > lo.lam)
+    down = active & ((best_hi.squeeze(-1) < hi.lam) | ((best_hi.squeeze(-1) == hi.lam) & torch.isnan(hi.g)))
     return _pick(up, i_lo, cand, lo), _pick(down, i_hi, cand, hi)
 
 
@@ -310,8 +433,9 @@ def _bounds(lo: _End, hi: _End) -> tuple[Tensor, Tensor]:
     return lower, upper
 
 
-_NOISE = 1e-12
-"""Divergences below this are rounding noise in float64 sums near 1: no use for a log-scale model."""
+_NOISE = 1e-8
+"""Divergences below this are dominated by the rounding allowances of :func:`_upper` (about
+1e-11): no use for a log-scale model."""
 
 
 def _logit_point(end: _End, level: Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor]:
@@ -368,7 +492,7 @@ def _taylor_guess(prob: _Problem, hi: Tensor) -> Tensor:
     Only a starting point: every candidate is verified.
     """
     a = prob.alpha
-    mu2, mu3 = prob.moments.unbind(-1)
+    mu2, mu3 = prob.chi2, prob.skew
     guesses = []
     for cubic in (a * (a - 2.0) / 6.0, -a * (a + 1.0) / 6.0):
         lam = torch.sqrt(prob.level / (0.5 * a * mu2))
@@ -385,6 +509,93 @@ def _round_down(lam: Tensor, dtype: torch.dtype) -> Tensor:
     rounded = lam.to(dtype)
     rounded = torch.where(rounded.to(torch.float64) > lam, torch.nextafter(rounded, torch.zeros_like(rounded)), rounded)
     return rounded.to(torch.float64)
+
+
+_STEP_DOWN = (1.0 - 1e-6, 1.0 - 1e-4, 1.0 - 1e-2, 0.9, 0.5, 0.1)
+"""Fractions of a float32 search's answer tried, in one float64 pass, if the certificate fails."""
+
+
+def _forward_root(prob: _Problem) -> Tensor:
+    """At a = 2, the largest lam (..., m) whose forward bound (:func:`_upper`) meets the level:
+    with S_2 = 1 + 2 lam (A - 1) + lam^2 chi2, the root of 2 lam (A - 1) + lam^2 chi2 = R,
+    R = expm1(level / (1 + 4 TAU) - shift), a hair lower so rounding keeps it feasible. (If
+    chi2's cancellation puts it off, the search only starts from a slightly worse bracket.)"""
+    a_minus_1 = prob.moments[..., 0] - 1.0
+    shift = math.log1p(8.0 * _U) + math.log1p(prob.rel) + 2.0 * math.log1p(prob.scale)
+    room = torch.expm1(prob.level / (1.0 + 4.0 * _TAU) - shift).clamp_min(0.0)
+    root = room / (a_minus_1 + torch.sqrt(a_minus_1 * a_minus_1 + prob.chi2 * room))  # stable form
+    return (root * (1.0 - 1e-12)).nan_to_num(1.0, posinf=1.0).clamp(0.0, 1.0)
+
+
+def _search(prob: _Problem, out_dtype: torch.dtype) -> tuple[Tensor, Tensor]:
+    """The batched search of :func:`mollify_with_divergence`: (lam, divergence) (..., m) float64."""
+    a = prob.alpha
+    zero = torch.zeros_like(prob.level)  # (..., m)
+    on_cpu = zero.device.type == "cpu"
+    hi = torch.where(prob.forced_zero, 0.0, 1.0) + zero
+    if a == 2.0:
+        evaluate = _evaluate_order2
+        hi = torch.minimum(hi, _forward_root(prob))
+    else:
+        evaluate = _evaluate_general if prob.float32 is None else _evaluate_float32
+    hi = _round_down(hi, out_dtype)
+    at_zero = zero.unsqueeze(-1)  # (..., m, 1): lam = 0 is feasible with D = 0 and slope 0
+    g0, g0_slope = _slack(prob, _Evaluation(at_zero, at_zero, at_zero, at_zero))
+    lo = _End(zero, zero, zero, g0.squeeze(-1), g0_slope.squeeze(-1))
+    hi = _End(hi, *(zero + math.nan,) * 4)
+    if a == 2.0:  # hi is the forward root: often the answer, closing the bracket at once
+        candidates = hi.lam.unsqueeze(-1)  # (..., m, 1)
+    else:
+        guess = _taylor_guess(prob, hi.lam)
+        candidates = torch.stack((guess, torch.sqrt(guess * hi.lam), hi.lam), dim=-1)  # (..., m, K)
+    level = prob.level.unsqueeze(-1)  # (..., m, 1)
+    active = ~prob.forced_zero  # (..., m): groups still searching
+    for i in range(1 + _SEARCH_PASSES):
+        lam = torch.minimum(torch.maximum(candidates, lo.lam.unsqueeze(-1)), hi.lam.unsqueeze(-1))
+        lam = _round_down(lam, out_dtype)  # (..., m, K)
+        quick = i == 0 and a == 2.0 and on_cpu
+        ev = evaluate(prob, lam, slopes=not quick)
+        feasible = (ev.forward <= level) & (ev.reverse <= level)
+        if quick:
+            if bool(feasible.all()):
+                # The usual case: the forward root meets the reverse cap too, so it is the answer
+                # for every group (hi was an upper bound); no bracket to keep.
+                return lam[..., 0], torch.maximum(ev.forward, ev.reverse)[..., 0]
+            ev = evaluate(prob, lam)  # with the slopes the bracket needs
+        use_f = ev.forward >= ev.reverse
+        div = torch.where(use_f, ev.forward, ev.reverse)
+        slope = torch.where(use_f, ev.forward_slope, ev.reverse_slope)
+        cand = _End(lam, div, slope, *_slack(prob, ev))
+        lo, hi = _update(lo, hi, cand, feasible, active)
+        active = active & (hi.lam - lo.lam > _CLOSED)
+        candidates, upper = _next_candidates(lo, hi, prob.level, final=i == _SEARCH_PASSES - 1)
+        # A group is done once the rigorous upper bound on its optimum is within _CLOSED of lo.
+        active = active & (upper - lo.lam > _CLOSED)
+        if on_cpu and not bool(active.any()):
+            break  # reading a flag costs nothing on the CPU; on accelerators all passes run
+    return lo.lam, lo.div
+
+
+def _certify(prob: _Problem, lam: Tensor, out_dtype: torch.dtype) -> tuple[Tensor, Tensor]:
+    """(lam, divergence bound) (..., m): the float32 search's lam where a float64 evaluation with
+    rigorous bounds confirms it, else the largest certified of :data:`_STEP_DOWN` times it, else 0."""
+    bound = _symmetric_bound(prob, lam.unsqueeze(-1)).squeeze(-1)  # (..., m)
+    ok = bound <= prob.cap
+    if lam.device.type == "cpu" and bool(ok.all()):
+        return lam, bound
+    steps = torch.tensor(_STEP_DOWN, dtype=torch.float64, device=lam.device)
+    tries = _round_down(lam.unsqueeze(-1) * steps, out_dtype)  # (..., m, K)
+    tries_bound = _symmetric_bound(prob, tries)
+    best, index = torch.where(tries_bound <= prob.cap.unsqueeze(-1), tries, -1.0).max(-1, keepdim=True)
+    fallback = best.squeeze(-1).clamp_min(0.0)
+    fallback_bound = torch.where(best >= 0, tries_bound.gather(-1, index), 0.0).squeeze(-1)
+    return torch.where(ok, lam, fallback), torch.where(ok, bound, fallback_bound)
+
+
+def _symmetric_bound(prob: _Problem, lam: Tensor) -> Tensor:
+    """Rigorous float64 upper bound (..., m, K) on the symmetric divergence at candidates lam."""
+    ev = _evaluate_general(prob, lam, slopes=False)
+    return torch.where(lam > 0, torch.maximum(ev.forward, ev.reverse), 0.0)
 
 
 def _as_cap(cap: float | Tensor, shape: torch.Size) -> Tensor:
@@ -404,6 +615,22 @@ def _as_cap(cap: float | Tensor, shape: torch.Size) -> Tensor:
     return cap64
 
 
+@dataclass(frozen=True)
+class Mollification:
+    """What :func:`mollify_detailed` found, and the distributions it certified.
+
+    Q = exp(log_q) and P_i = Q norm_i e_i, each ratio within ``normalisation_bound(V)`` of exact
+    (docs/privacy.md, "Floating point"); a mixture formed from these is the one the
+    certificate speaks of.
+    """
+
+    lam: Tensor  # (..., m) in the dtype of logp_priv: every one meets its cap
+    divergence: Tensor  # (..., m) float64: a rigorous upper bound on the symmetric divergence at lam (diagnostic)
+    log_q: Tensor  # (..., V) float64: log Q
+    ratios: Tensor  # (..., m, V) float64: e_i = P_i / Q up to the factor norm_i
+    norm: Tensor  # (..., m) float64
+
+
 def mollify(
     logp_priv: Tensor,  # (..., m, V)
     logp_pub: Tensor,  # (..., V)
@@ -415,7 +642,7 @@ def mollify(
 
     See :func:`mollify_with_divergence`, which also returns the divergence at lam.
     """
-    return mollify_with_divergence(logp_priv, logp_pub, alpha=alpha, cap=cap)[0]
+    return mollify_detailed(logp_priv, logp_pub, alpha=alpha, cap=cap).lam
 
 
 def mollify_with_divergence(
@@ -427,23 +654,35 @@ def mollify_with_divergence(
 ) -> tuple[Tensor, Tensor]:  # (..., m) in the dtype of logp_priv, (..., m) float64
     """Largest lam in [0, 1] per group with max(D_a(P_lam || Q), D_a(Q || P_lam)) <= cap.
 
+    See :func:`mollify_detailed`; returns its ``lam`` and ``divergence``.
+    """
+    found = mollify_detailed(logp_priv, logp_pub, alpha=alpha, cap=cap)
+    return found.lam, found.divergence
+
+
+def mollify_detailed(
+    logp_priv: Tensor,  # (..., m, V)
+    logp_pub: Tensor,  # (..., V)
+    *,
+    alpha: float,
+    cap: float | Tensor,  # broadcastable to (..., m)
+) -> Mollification:
+    """Largest lam in [0, 1] per group with max(D_a(P_lam || Q), D_a(Q || P_lam)) <= cap.
+
     P_lam = lam P + (1 - lam) Q, with P a group's private next-token distribution and Q the
-    public one (DP-Fusion, Sec. 3; DESIGN.md "Privacy math"). Both divergences are
+    public one (DP-Fusion, Sec. 3; docs/privacy.md, "DP-Fusion"). Both divergences are
     non-decreasing in lam, so the feasible set is an interval [0, lam*]. The search runs for a
     fixed number of passes, each evaluating K candidate weights for every group in one batched
     pass over the vocabulary, and moves a bracket [lo, hi] by Newton steps (upper bounds) and
     chords (lower bounds) on a convex transform of the constraint (see :func:`_slack`).
 
-    The returned lam is always a weight whose divergences were computed to be <= cap (never a
-    bracket midpoint), exactly representable in the dtype of ``logp_priv``; lam = 1 when P
-    itself meets the cap, lam = 0 when cap = 0 or when P puts mass where Q has none (then
-    D_a(P_lam || Q) is infinite for every lam > 0). D_a(Q || P_lam) is finite for every
-    lam < 1 since P_lam >= (1 - lam) Q. At a = 2 the forward root is closed-form,
-    lam = sqrt(expm1(cap) / chi2(P || Q)). Terms that overflow float64 (a divergence above
-    about 600 / (a - 1)) count as infeasible, which can only lower lam.
-
-    Also returns the symmetric divergence at lam as computed by the search (0 at lam = 0): a
-    diagnostic that costs nothing extra.
+    Every returned lam meets its cap under exact arithmetic, whatever order a CPU, BLAS or GPU
+    sums in (docs/privacy.md, "Floating point"): at a = 2 each candidate is accepted only if a
+    float64 bound that holds for every summation order says so; at other orders a float32
+    search proposes lam and one such float64 pass certifies it (stepping down if it fails).
+    lam is exactly representable in the dtype of ``logp_priv``; lam = 1 when P itself meets the
+    cap, lam = 0 when cap = 0 or when P puts mass where Q has none. Each group's answer depends
+    on its own row, the public row and the public parameters only, never on the other groups.
     """
     a = check_order(alpha)
     _check_log_probs("logp_priv", logp_priv)
@@ -458,43 +697,7 @@ def mollify_with_divergence(
     logp_pub = logp_pub.expand(*lead, logp_pub.shape[-1])
     out_dtype = logp_priv.dtype
     prob = _prepare(logp_priv, logp_pub, a, _as_cap(cap, group_shape).to(logp_priv.device))
-    evaluate = _evaluate_order2 if a == 2.0 else _evaluate_general
-    zero = torch.zeros(group_shape, dtype=torch.float64, device=logp_priv.device)
-    hi = torch.where(prob.forced_zero, 0.0, 1.0) + zero
-    if a == 2.0:
-        hi = torch.minimum(hi, torch.sqrt(torch.expm1(prob.level) / prob.moments[..., 0]).nan_to_num(1.0))
-    hi = _round_down(hi, out_dtype)
-    at_zero = zero.unsqueeze(-1)  # (..., m, 1): lam = 0 is feasible with D = 0 and slope 0
-    g0, g0_slope = _slack(prob, _Evaluation(at_zero, at_zero, at_zero, at_zero))
-    lo = _End(zero, zero, zero, g0.squeeze(-1), g0_slope.squeeze(-1))
-    hi = _End(hi, *(zero + math.nan,) * 4)
-    if a == 2.0:  # hi is the closed-form forward root: often the answer, closing the bracket at once
-        candidates = hi.lam.unsqueeze(-1)  # (..., m, 1)
-    else:
-        guess = _taylor_guess(prob, hi.lam)
-        candidates = torch.stack((guess, torch.sqrt(guess * hi.lam), hi.lam), dim=-1)  # (..., m, K)
-    level = prob.level.unsqueeze(-1)  # (..., m, 1)
-    for i in range(1 + _SEARCH_PASSES):
-        lam = torch.minimum(torch.maximum(candidates, lo.lam.unsqueeze(-1)), hi.lam.unsqueeze(-1))
-        lam = _round_down(lam, out_dtype)  # (..., m, K)
-        ev = evaluate(prob, lam)
-        use_f = ev.forward >= ev.reverse
-        div = torch.where(use_f, ev.forward, ev.reverse)
-        feasible = (ev.forward <= level) & (ev.reverse <= level)
-        on_cpu = lam.device.type == "cpu"
-        if i == 0 and a == 2.0 and on_cpu and bool(feasible.all()):
-            # The usual case: the closed-form forward root meets the reverse cap too, so it is
-            # the answer for every group (hi was an upper bound); no bracket to keep.
-            return lam[..., 0].to(out_dtype), div[..., 0]
-        slope = torch.where(use_f, ev.forward_slope, ev.reverse_slope)
-        cand = _End(lam, div, slope, *_slack(prob, ev))
-        lo, hi = _update(lo, hi, cand, feasible)
-        if on_cpu and bool((hi.lam - lo.lam <= _CLOSED).all()):
-            break
-        candidates, upper = _next_candidates(lo, hi, prob.level, final=i == _SEARCH_PASSES - 1)
-        if on_cpu and bool((upper - lo.lam <= _CLOSED).all()):
-            # Every group is within _CLOSED of its optimum, so further passes could move no
-            # answer by more. Reading a flag costs nothing on the CPU; on accelerators all
-            # passes run.
-            break
-    return lo.lam.to(out_dtype), lo.div
+    lam, divergence = _search(prob, out_dtype)
+    if prob.float32 is not None:
+        lam, divergence = _certify(prob, lam, out_dtype)
+    return Mollification(lam.to(out_dtype), divergence, prob.log_q, prob.e, prob.norm)

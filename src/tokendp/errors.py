@@ -18,3 +18,11 @@ class InvalidInputError(TokenDPError, ValueError):
 
 class BudgetExceededError(TokenDPError):
     """A ledger refused a step that would exceed a privacy budget."""
+
+
+class MissingDependencyError(TokenDPError, ImportError):
+    """An optional package a command needs is not installed (CLI exit code 2).
+
+    Raised by :func:`tokendp._optional.require` before any work is done; the message names
+    what to install (``pip install "tokendp[extra]"``).
+    """

@@ -118,10 +118,12 @@ def generate(backend: HFBackend, sequences: Sequence[RowSequence], step: StepFn,
     reasons: list[StopReason | None] = [None] * n
     active = list(range(n))
     sums: dict[str, torch.Tensor] = {}
+    twins = [public_twins(seq) for seq in sequences]
     state, flat = backend.prefill(sequences)
     for t in range(max(limits)):
         docs = torch.tensor(active, device=flat.device)
-        out = step(_layout(flat, state.rows_per_sequence), docs, temperature if temperature > 0 else 1.0)
+        logits = _layout(flat, state.rows_per_sequence, [twins[i] for i in active])
+        out = step(logits, docs, temperature if temperature > 0 else 1.0)
         _accumulate(sums, out.diagnostics, docs, n)
         if charge is not None:
             charge(list(active))
@@ -146,20 +148,36 @@ def generate(backend: HFBackend, sequences: Sequence[RowSequence], step: StepFn,
     return results
 
 
-def _layout(flat: torch.Tensor, rows_per_sequence: Sequence[int]) -> torch.Tensor:
-    """Flat logits ``# (Rtot, V)`` -> ``# (N, R, V)``; a view when all sequences have R rows."""
-    if len(set(rows_per_sequence)) == 1:
+def public_twins(sequence: RowSequence) -> tuple[int, ...]:
+    """Rows of ``sequence`` that hold exactly the public row's tokens and adapter.
+
+    Every row receives the same tokens, so a twin stays one for the whole generation. Its
+    logits are taken from the public row (:func:`_layout`): a batched forward pass need not
+    give identical rows identical logits (kernels may round rows by their position), and the
+    privacy proofs compare a document with its neighbour, where a group's row IS the public row
+    (docs/privacy.md, "Floating point").
+    """
+    public = sequence.rows[0]
+    return tuple(i for i, row in enumerate(sequence.rows) if i > 0 and row == public)
+
+
+def _layout(flat: torch.Tensor, rows_per_sequence: Sequence[int], twins: Sequence[tuple[int, ...]]) -> torch.Tensor:
+    """Flat logits ``# (Rtot, V)`` -> ``# (N, R, V)``; a view when all sequences have R rows and no twins."""
+    if len(set(rows_per_sequence)) == 1 and not any(twins):
         return flat.view(len(rows_per_sequence), rows_per_sequence[0], flat.shape[-1])
-    return flat[_gather_index(rows_per_sequence, flat.device)]
+    return flat[_gather_index(rows_per_sequence, twins, flat.device)]
 
 
-def _gather_index(rows_per_sequence: Sequence[int], device: torch.device) -> torch.Tensor:
-    """Flat row index of (sequence, row) ``# (N, R)``; padding rows point at the public row."""
+def _gather_index(rows_per_sequence: Sequence[int], twins: Sequence[tuple[int, ...]], device: torch.device) -> torch.Tensor:
+    """Flat row index of (sequence, row) ``# (N, R)``; padding rows and twins of the public row point at it."""
     width = max(rows_per_sequence)
     starts = torch.cumsum(torch.tensor([0, *rows_per_sequence[:-1]]), 0)  # (N,)
     counts = torch.tensor(rows_per_sequence)  # (N,)
     r = torch.arange(width)  # (R,)
-    return (starts[:, None] + torch.where(r[None, :] < counts[:, None], r[None, :], 0)).to(device)
+    own = (r[None, :] < counts[:, None]).clone()  # (N, R): a row of its own, not padding
+    for n, rows in enumerate(twins):
+        own[n, list(rows)] = False
+    return (starts[:, None] + torch.where(own, r[None, :], 0)).to(device)
 
 
 def _accumulate(sums: dict[str, torch.Tensor], diagnostics: dict[str, torch.Tensor],

@@ -1,5 +1,4 @@
-"""Sampling a token from log-probabilities exactly, whatever their size (docs/privacy.md,
-"Floating point", "Sampling").
+"""Sampling a token from log-probabilities exactly, whatever their size (docs/privacy.md "Sampling").
 
 A row of log-weights l (float32 or float64, any finite values and -inf) is released as one
 token drawn from P(y) = W_y / sum_j W_j, where W_y = 0 when l_y = -inf and otherwise
@@ -99,7 +98,7 @@ def fast_inversion(logprobs: Tensor, u: Tensor) -> tuple[Tensor, Tensor]:
     row falls through to the exact path). Two levels: sums over blocks of b = min(_BLOCK, V)
     tokens, their cumulative sum (which finds U's block), then the cumulative sum inside that one
     block. Every computed cumulative weight Shat_j is a sum of the float64 weights with at most
-    D = 2 b + ceil(V/b) roundings on any term (in any summation order), so (docs/privacy.md, "Sampling"), when
+    D = 2 b + ceil(V/b) roundings on any term (in any summation order), so (docs/privacy.md "Sampling"), when
     2^-899 <= Shat_V < inf, |Shat_j - S_j| <= E <= Shat_V (2^-42 + (1.02 D + 3) u) for the exact
     cumulative weights S_j (scaled by e^M). The exact target x = U S is within E + 2.01 u Shat_V of
     xhat = fl(u 2^-53 Shat_V), so y is certain when Shat_(y-1) + H <= xhat and xhat + H < Shat_y

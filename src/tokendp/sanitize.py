@@ -3,8 +3,8 @@
 ``tokendp.sanitize(text, epsilon=8)`` rewrites a document so that, for every privacy group
 i (by default one per span label: PERSON, DATETIME, ...), the rewrite is
 (epsilon_i, delta)-DP with respect to the tokens of group i's spans (DP-Fusion, Thareja et
-al., ICLR 2026; the per-token bound and its proof are in DESIGN.md "DP-Fusion accounting"
-and docs/privacy.md). The certificate depends only on public parameters: alpha, beta_i,
+al., ICLR 2026; the per-token bound is :func:`tokendp.accounting.dp_fusion_rdp_per_token`,
+its proof is in docs/privacy.md, "DP-Fusion (document sanitization)"). The certificate depends only on public parameters: alpha, beta_i,
 the number m of groups in the document, T = max_new_tokens and delta:
 
     epsilon_i = dp_fusion_epsilon(alpha, beta_i, groups=m, max_tokens=T, delta)
@@ -242,14 +242,15 @@ def sanitize_batch(
         raise InvalidInputError("sanitize_batch takes a list of documents; use sanitize() for one")
     if spans is not None and len(spans) != len(texts):
         raise InvalidInputError(f"got {len(spans)} span lists for {len(texts)} documents; give one per document")
+    if spans is None or any(s is None for s in spans):
+        # Before the model: a tagger whose package is missing fails at once (MissingDependencyError).
+        from tokendp.text.taggers import get_tagger
+
+        tagger = get_tagger(tagger) if isinstance(tagger, str) else tagger
     backend = load_backend(model, device=device, dtype=dtype)
     tok, opts = backend.tokenizer, backend.options
     tpl = prompt_template(tok, options=opts, instruction=instruction, template=template)
     ph = placeholder_id(tok, options=opts, placeholder=placeholder)
-    if spans is None or any(s is None for s in spans):
-        from tokendp.text.taggers import get_tagger
-
-        tagger = get_tagger(tagger) if isinstance(tagger, str) else tagger
     contexts = [build_contexts(t, _spans_of(t, None if spans is None else spans[i], tagger), tok,
                                template=tpl, placeholder=ph, groups=groups, on_overlap=on_overlap)
                 for i, t in enumerate(texts)]
@@ -357,7 +358,8 @@ def _guarantee(method: str, limit: int) -> str:
     if method == "public":
         return "epsilon 0 for every group: only the public context (every span hidden) was read"
     return (f"(epsilon_i, delta)-DP per privacy group i, for documents that differ only in group i's "
-            f"span tokens, over all {limit} possible generated tokens (DP-Fusion, RDP bound of DESIGN.md)")
+            f"span tokens, over all {limit} possible generated tokens (DP-Fusion's RDP bound: "
+            "tokendp.accounting.dp_fusion_epsilon, proof in docs/privacy.md)")
 
 
 class _CallableModule(types.ModuleType):

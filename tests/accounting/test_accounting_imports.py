@@ -1,4 +1,4 @@
-"""accounting/ is pure math: importing it must not import torch (DESIGN.md house rule 1)."""
+"""accounting/ is pure math: importing it must not import torch (docs/design.md, house rule 1)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Per-mechanism accountants: closed forms, the DESIGN.md anchor, calibration, validation."""
+"""Per-mechanism accountants: closed forms, the docs/privacy.md anchor, calibration, validation."""
 
 from __future__ import annotations
 
@@ -32,7 +32,8 @@ def test_dp_fusion_one_group_charges_the_cap():
 
 
 def test_design_anchor_is_alpha_two():
-    # DESIGN.md: one group, alpha*beta = 0.01, T = 900, delta = 1e-3 gives 14.5. Only alpha = 2 reproduces it:
+    # docs/privacy.md, "DP-Fusion (document sanitization)", the anchor of "Composition and conversion":
+    # one group, alpha*beta = 0.01, T = 900, delta = 1e-3 gives 14.5. Only alpha = 2 reproduces it:
     # 9 + log(1/2) - log(2e-3) = 14.52; other orders give different values (e.g. 11.5 at alpha = 3).
     eps = {a: acc.dp_fusion_epsilon(alpha=a, beta=0.01 / a, groups=1, max_tokens=900, delta=1e-3) for a in (1.5, 2.0, 3.0)}
     assert eps[2.0] == pytest.approx(14.5215, abs=5e-4)

@@ -2,7 +2,7 @@
 
 import pytest
 
-from tokendp.errors import InvalidParameterError
+from tokendp.errors import InvalidParameterError, MissingDependencyError
 from tokendp.text.taggers import get_tagger
 
 
@@ -28,7 +28,7 @@ def test_spacy_adapter_names_the_missing_model():
     try:
         import spacy  # noqa: F401
     except ImportError:
-        with pytest.raises(InvalidParameterError, match="pip install spacy"):
+        with pytest.raises(MissingDependencyError, match="pip install spacy"):
             get_tagger("spacy")
         return
     with pytest.raises(InvalidParameterError, match="no_such_spacy_model_xyz"):

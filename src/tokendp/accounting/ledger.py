@@ -3,7 +3,8 @@
 A unit is any hashable name (a privacy group label, a reference id, a shard). Each unit holds an
 epsilon budget at the ledger's delta. Charges arrive as ``{unit: event}`` once per released token;
 the ledger computes the would-be epsilon of every charged unit and either commits all charges
-or raises :class:`~tokendp.errors.BudgetExceededError` having committed none (DESIGN.md rule 3).
+or raises :class:`~tokendp.errors.BudgetExceededError` having committed none (house rule 3 of
+docs/design.md; docs/privacy.md, "The ledger").
 
 Per unit the ledger stores how many times each (frozen, hashable) event was charged. A unit's
 epsilon is the smallest of the bounds that apply to its events, all sound:

@@ -39,7 +39,7 @@ def dp_fusion_rdp_per_token(*, alpha: float, beta: float, groups: int) -> float:
     lengths and group labels are public); on the neighbour, group i's mixed distribution equals
     the public one. Unit: one privacy group. Per token, with cap c = alpha * beta on the
     symmetric divergence of each group's mixture to the public distribution and ``groups`` = m
-    groups averaged, joint convexity of exp((a-1) D_a) gives (DESIGN.md "DP-Fusion accounting")
+    groups averaged, joint convexity of exp((a-1) D_a) gives (proof: docs/privacy.md "DP-Fusion (document sanitization)")
 
         r = log(1 + (exp((alpha-1) c) - 1) / m) / (alpha - 1),      (r = c when m = 1).
 

@@ -36,7 +36,7 @@ def zcdp_to_epsilon(*, rho: float, delta: float) -> float:
     """Epsilon of a rho-zCDP mechanism at ``delta``, minimised over a continuous order.
 
     eps = min_{a>1} a rho + log((a-1)/a) - (log delta + log a)/(a-1)   (Canonne, Kamath, Steinke
-    2020, Prop. 12 applied to RDP a rho; the exact conversion of DESIGN.md). rho = 0 gives 0
+    2020, Prop. 12 applied to RDP a rho; docs/privacy.md "Common ground", Conversions). rho = 0 gives 0
     (the output does not depend on the unit); a negative optimum is reported as 0 (sound:
     (eps, delta)-DP with eps < 0 implies (0, delta)-DP).
     """

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import click
 
+from tokendp._optional import require
 from tokendp.cli._common import library_errors
 from tokendp.errors import InvalidParameterError
 
@@ -53,15 +54,20 @@ def _floats(value: str) -> tuple[float, ...]:
 @click.option("--model", default=None, help="Model directory (default: the embedded model).")
 @click.option("--out", "out_dir", required=True, type=click.Path(file_okay=False, path_type=Path),
               help="Output folder (results, plots and the resume cache).")
+@click.option("--no-plots", is_flag=True,
+              help="Write results.json/.csv/.md without the PNG plots (then matplotlib is not needed).")
 @click.option("--json", "as_json", is_flag=True, help="Print the results as JSON.")
 @library_errors
 def eval_sanitize(data_dir: Path, candidates: Path, split: str, methods: str, epsilons: str, paper_settings: bool,
                   limit: int | None, max_chars: int, max_new_tokens: int, delta: float, min_k: float, seed: int,
-                  match_lengths: bool, batch_docs: int, threads: int, model: str | None, out_dir: Path, as_json: bool) -> None:
+                  match_lengths: bool, batch_docs: int, threads: int, model: str | None, out_dir: Path, no_plots: bool,
+                  as_json: bool) -> None:
     """Compare sanitization methods: teacher-forced perplexity of the original document, LOSS and
     Min-K% success in the 5-candidate token-recovery game (PERSON, CODE, DATETIME), and the
     certified epsilon. A killed run resumes from OUT's cache.
     """
+    if not no_plots:  # checked before any work: a missing extra must not cost a whole evaluation
+        require("matplotlib", "eval", "tokendp eval sanitize", why="for its plots (or pass --no-plots)")
     import torch
 
     from tokendp.eval.report import markdown_table, write_results
@@ -79,7 +85,7 @@ def eval_sanitize(data_dir: Path, candidates: Path, split: str, methods: str, ep
     rows = evaluate_sanitization(config, out_dir, progress=not as_json)
     command = "tokendp eval " + " ".join(shlex.quote(a) for a in sys.argv[sys.argv.index("sanitize"):]) \
         if "sanitize" in sys.argv else ""
-    paths = write_results(rows, out_dir, command=command)
+    paths = write_results(rows, out_dir, command=command, plots=not no_plots)
     if as_json:
         click.echo(json.dumps(rows, indent=2))
     else:

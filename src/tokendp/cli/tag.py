@@ -74,8 +74,8 @@ def tag(input_path: Path, tagger_name: str, as_json: bool, html_path: Path | Non
 
     INPUT is a UTF-8 text file, or a .jsonl file with one {"id", "text"} object per line.
     """
+    tagger = get_tagger(tagger_name)  # first: a missing optional package fails before any reading
     documents = read_documents(input_path)
-    tagger = get_tagger(tagger_name)
     results = [(doc.id, doc.text, tagger.tag(doc.text)) for doc in documents]
     if as_json and is_jsonl(input_path):
         for doc_id, _, spans in results:

@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from tokendp._optional import require
 from tokendp.eval.candidates import ATTACK_LABELS
 
 COLUMNS = ("method", "setting", "epsilon", "ppl", "asr_loss", "asr_mink",
@@ -43,7 +44,12 @@ def markdown_table(rows: Sequence[dict[str, Any]]) -> str:
 
 def write_results(rows: Sequence[dict[str, Any]], out_dir: str | Path, *, command: str = "",
                   plots: bool = True) -> list[Path]:
-    """Write every output file into ``out_dir``; return their paths."""
+    """Write every output file into ``out_dir``; return their paths.
+
+    With ``plots``, matplotlib (the ``eval`` extra) is checked before anything is written.
+    """
+    if plots and rows:
+        _pyplot()
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     (out / "results.json").write_text(json.dumps(list(rows), indent=2))
@@ -69,10 +75,7 @@ def write_results(rows: Sequence[dict[str, Any]], out_dir: str | Path, *, comman
 
 def plot_results(rows: Sequence[dict[str, Any]], out: Path) -> list[Path]:
     """``epsilon_vs_ppl.png`` and ``epsilon_vs_asr.png`` (LOSS and Min-K% panels)."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = _pyplot()
 
     paths = []
     fig, ax = plt.subplots(figsize=(6, 4))
@@ -113,10 +116,15 @@ def _panel(ax, rows: Sequence[dict[str, Any]], key: str, ylabel: str) -> None:
         ax.legend(fontsize=7, loc="best")
 
 
+def _pyplot():
+    """matplotlib.pyplot on the non-interactive Agg backend (the ``eval`` extra)."""
+    matplotlib = require("matplotlib", "eval", "the evaluation plots")
+    matplotlib.use("Agg")
+    return require("matplotlib.pyplot", "eval", "the evaluation plots", package="matplotlib")
+
+
 def _save(fig, path: Path) -> Path:
     fig.tight_layout()
     fig.savefig(path, dpi=120)
-    import matplotlib.pyplot as plt
-
-    plt.close(fig)
+    _pyplot().close(fig)
     return path

@@ -1,4 +1,4 @@
-"""Floating-point slack of the per-token mechanisms (docs/privacy.md, "Floating point").
+"""Floating-point slack of the per-token mechanisms (docs/privacy.md "InvisibleInk, Amin, DP-Prompt and DP-Decoding").
 
 Lemma. A step computes float64 log-weights lhat with |lhat_y - (l_y + c)| <= e for every token y,
 where l is the exact mechanism's log-probability vector and c any per-row constant, and the
@@ -31,5 +31,5 @@ def shrunk(name: str, value: float, slope: float, slack: float) -> float:
     if value > 0 and out < value / 2:
         raise InvalidParameterError(
             f"{name} {value:g} is too small for float64: its privacy loss per token is below the rounding slack "
-            f"{slack:.3g} that the guarantee must absorb (docs/privacy.md, 'Floating point')")
+            f"{slack:.3g} that the guarantee must absorb (docs/privacy.md \"InvisibleInk, Amin, DP-Prompt and DP-Decoding\")")
     return max(out, 0.0)

@@ -7,7 +7,7 @@ Claim. Adjacency: replace one private row by any other. Unit: the reference. Per
 average moves by at most 2C/B per coordinate, so sampling is an exponential mechanism with a
 bounded range of width 4C/(B tau): rho = 2 C^2 / (B^2 tau^2) zCDP (Cesar and Rogers 2021).
 Composition: rho adds over the tokens that use the private prediction.
-Floating point (docs/privacy.md, "Floating point"): the step runs in float64 and clips to
+Floating point (docs/privacy.md "InvisibleInk, Amin, DP-Prompt and DP-Decoding"): the step runs in float64 and clips to
 C' = C minus a public room for its rounding and the sampler's (:mod:`tokendp.mechanisms._float`),
 so the released distribution is (4C/(B tau))-bounded range exactly as accounted.
 
@@ -58,7 +58,7 @@ class AminEtAl:
     def effective_clip(self, *, batch_size: int, vocab_size: int) -> float:
         """C' = C - B tau (4 e + 2^-40) / 2 (:func:`~tokendp.mechanisms._float.shrunk`), with
         e = u ((B + 5) C / tau + ln V + 2) + 2^-44 bounding how far the float64 log-weights of the
-        step stray from the exact ones at C' (docs/privacy.md, "Floating point"): centring and
+        step stray from the exact ones at C' (docs/privacy.md "InvisibleInk, Amin, DP-Prompt and DP-Decoding"): centring and
         clipping give values in [-C', C'] exactly, the mean of B of them is within (B + 1) u C' of
         its exact value, the division by tau and the subtraction of the log-normaliser add
         u C'/tau and u (2 C'/tau + ln V + 1)."""

@@ -3,9 +3,9 @@
 Claim. Adjacency: any change of the private context (the unit "context"). Per-step bound: the
 output q' = lam q + (1 - lam)/V satisfies q'(y) / q''(y) <= (lam + (1 - lam)/V) / ((1 - lam)/V)
 = 1 + lam V / (1 - lam) for any two private distributions q, q'' and any token y, so each token
-is eps-DP with eps = log(1 + lam V / (1 - lam)) (pure DP; docs/privacy.md, "DP-Decoding").
+is eps-DP with eps = log(1 + lam V / (1 - lam)) (pure DP; docs/privacy.md "DP-Decoding (baseline)").
 Composition: epsilons add over the T generated tokens.
-Floating point (docs/privacy.md, "Floating point"): a float32 mixture can exceed that ratio by
+Floating point (docs/privacy.md "InvisibleInk, Amin, DP-Prompt and DP-Decoding"): a float32 mixture can exceed that ratio by
 a few ulps; the step computes the mixture in float64 with lam' = lam minus a public room for its
 rounding and the sampler's, so the released distribution is eps-DP exactly as accounted.
 """
@@ -39,7 +39,7 @@ class DPDecoding:
     def effective_lam(self, *, vocab_size: int) -> float:
         """lam' = lam - 2 s (:func:`~tokendp.mechanisms._float.shrunk`; d eps / d lam >= 1), with
         s = 2^-40 + 2^-42 (ln V + |ln(1 - lam)| + 1) + 2.1 (V + 8) u the most the float64 step and
-        the sampler can add to the log-ratio (docs/privacy.md, "Floating point"): p = e / sum e
+        the sampler can add to the log-ratio (docs/privacy.md "InvisibleInk, Amin, DP-Prompt and DP-Decoding"): p = e / sum e
         gives p_y in [0, 1] with sum within 1.01 (V + 2) u of 1, q_y = fl(lam' p_y + fl((1 - lam')/V))
         lies in [c0, (lam' + c0)(1 + u)^2], and log adds 2^-44 |log q_y| per token."""
         if self.lam == 0.0:

@@ -1,6 +1,6 @@
 """DP-Fusion (Thareja et al., ICLR 2026): per-group mollification toward the public distribution.
 
-Claim (DESIGN.md "Privacy math"; docs/privacy.md).
+Claim (docs/privacy.md, "DP-Fusion" and "Floating point").
   Adjacency: two documents are neighbours for privacy group i if they differ only in the
   tokens of group i's spans (the neighbour has placeholders there); span positions, lengths
   and group membership are public.
@@ -13,6 +13,10 @@ Claim (DESIGN.md "Privacy math"; docs/privacy.md).
       r_i = log(1 + (exp((alpha - 1) c_i) - 1) / m) / (alpha - 1)      (= c_i for m = 1).
   Composition: RDP adds over the T generated tokens (T fixed before generation); convert with
   the improved RDP conversion (Canonne, Kamath and Steinke 2020).
+  Rounding: the mixture is formed in float64 from exactly the distributions mollify certified,
+  as a sum of non-negative terms, each group's cap lowered by k times the release allowance of
+  :func:`release_allowance` (k real groups), so the released distribution, not only lam, meets
+  r_i under exact arithmetic on every machine.
 The realised mixing weights and divergences are diagnostics only: the event depends on
 (alpha, beta, m) alone.
 """
@@ -28,11 +32,31 @@ from torch import Tensor
 from tokendp.accounting import dp_fusion_rdp_per_token
 from tokendp.accounting.events import RdpEvent
 from tokendp.accounting._checks import check_order
-from tokendp.divergence import mollify_with_divergence
+from tokendp.divergence import mollify_detailed, normalisation_bound
 from tokendp.errors import InvalidInputError, InvalidParameterError
 from tokendp.mechanisms.base import MechanismStep, check_logits, check_nonnegative, check_positive, log_softmax_at
 
-__all__ = ["DPFusion"]
+__all__ = ["DPFusion", "release_allowance"]
+
+_U = 2.0**-53
+
+
+def release_allowance(alpha: float, *, groups: int, vocab: int) -> float:
+    """A, the most the rounding of the released distribution can add to D_alpha between
+    neighbours (docs/privacy.md, "Floating point"); each cap is lowered by k A for k real groups.
+
+    The release is Q (sum_i (1 - lam_i)/k + sum_i (lam_i c_i/k) e_i), a sum of non-negative float64
+    terms, each c_i e_i within s = ``normalisation_bound(vocab)`` of the certified ratio. Each
+    released probability is then within
+    eta = s + (2m + 16) U + 16 TAU 2000 of the exact mixture (2000 bounds |log p| of any positive
+    probability formed here; log space keeps 2000 TAU of relative precision). Perturbing both
+    outputs of a pair by factors within 1 +- eta moves D_a by at most
+    (2a - 1)/(a - 1) log((1 + eta)/(1 - eta)); r_i(c) grows at least 1/k per unit of c, so
+    lowering c by k A covers it.
+    """
+    tau = 8.0 * _U
+    eta = normalisation_bound(vocab) + (2 * groups + 16) * _U + 16.0 * tau * 2000.0
+    return (2.0 * alpha - 1.0) / (alpha - 1.0) * math.log((1.0 + eta) / (1.0 - eta))
 
 
 class DPFusion:
@@ -75,26 +99,20 @@ class DPFusion:
         mask = torch.ones(betas.shape, dtype=torch.bool, device=logits.device) if group_mask is None else group_mask.to(torch.bool)
         logp = log_softmax_at(logits, temperature)  # (..., 1+m, V)
         pub, priv = logp[..., 0, :], logp[..., 1:, :]  # (..., V), (..., m, V)
-        cap = torch.where(mask, self.alpha * betas.to(torch.float64), 0.0)  # (..., m)
-        lam, divergence = mollify_with_divergence(priv, pub, alpha=self.alpha, cap=cap)  # (..., m) each
-        lam = torch.where(mask, lam, 0.0)
-        count = mask.sum(-1, keepdim=True)  # (..., 1)
-        weight = lam / count.clamp_min(1)  # (..., m) float64: lam_i / k
-        public_weight = (1.0 - weight.sum(-1, keepdim=True)).clamp_min(0.0)  # (..., 1) float64
-        if group_mask is None:  # every row is a real group
-            top = priv.amax(-2, keepdim=True).nan_to_num_(neginf=0.0)  # (..., 1, V); 0 where every row is -inf
-            shifted = priv - top  # (..., m, V)
-        else:
-            shifted = priv + torch.where(mask, 0.0, -math.inf).unsqueeze(-1).to(priv.dtype)  # (..., m, V): padding -inf
-            top = shifted.amax(-2, keepdim=True).nan_to_num_(neginf=0.0)  # (..., 1, V)
-            shifted.sub_(top)
-        private = torch.matmul(weight.to(priv.dtype).unsqueeze(-2), shifted.exp_())  # (..., 1, V)
-        log_private = private.log_().add_(top).squeeze(-2)  # (..., V): log sum_i (lam_i / k) p_i
-        out = torch.logaddexp(public_weight.log().to(pub.dtype) + pub, log_private)  # (..., V)
-        out = torch.where(count > 0, out, pub)
+        count = mask.sum(-1, keepdim=True)  # (..., 1): k, public (which groups a document has)
+        allowance = count * release_allowance(self.alpha, groups=m, vocab=logits.shape[-1])  # (..., 1)
+        cap = torch.where(mask, self.alpha * betas.to(torch.float64) - allowance, 0.0).clamp_min(0.0)  # (..., m)
+        found = mollify_detailed(priv, pub, alpha=self.alpha, cap=cap)
+        lam = torch.where(mask, found.lam, 0.0)  # (..., m)
+        lam64 = lam.to(torch.float64)
+        weight = lam64 * found.norm / count.clamp_min(1)  # (..., m): lam_i c_i / k
+        public_weight = (torch.where(mask, 1.0 - lam64, 0.0) / count.clamp_min(1)).sum(-1, keepdim=True)  # (..., 1)
+        mixed = torch.matmul(weight.unsqueeze(-2), found.ratios).squeeze(-2).add_(public_weight)  # (..., V): P_mix / Q
+        out = torch.log_softmax(found.log_q + mixed.log_(), dim=-1)  # (..., V) float64
+        out = torch.where(count > 0, out, torch.log_softmax(found.log_q, dim=-1))
         diagnostics = {"lam": lam.to(torch.float32)}
         if realised_divergence:
-            diagnostics["divergence"] = torch.where(mask, divergence, 0.0)
+            diagnostics["divergence"] = torch.where(mask, found.divergence, 0.0)
         return MechanismStep(out, diagnostics)
 
     def event(self, *, betas: Mapping[str, float]) -> dict[str, RdpEvent]:

@@ -4,10 +4,10 @@ Claim. Adjacency: any change of the private context (the unit "context"). Each r
 are shifted so that their maximum is 0 and clipped to [-w, 0] (a range of width w); sampling
 is softmax(clipped / tau). For any two inputs and any token y, the clipped logits differ by at
 most w and each normaliser by at most a factor exp(w / tau), so
-P(y) / P'(y) <= exp(2 w / tau): eps = 2 w / tau per token (pure DP; docs/privacy.md, "DP-Prompt").
+P(y) / P'(y) <= exp(2 w / tau): eps = 2 w / tau per token (pure DP; docs/privacy.md "DP-Prompt (baseline)").
 Softmax is shift-invariant, so the shift itself changes nothing but where the clip acts.
 Composition: epsilons add over the T generated tokens.
-Floating point (docs/privacy.md, "Floating point"): the step runs in float64 and clips to the
+Floating point (docs/privacy.md "InvisibleInk, Amin, DP-Prompt and DP-Decoding"): the step runs in float64 and clips to the
 width w' = w minus a public room for its rounding and the sampler's, so the released distribution
 is (2 w / tau)-DP exactly as accounted.
 """

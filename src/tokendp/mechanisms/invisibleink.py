@@ -8,13 +8,13 @@ Step, for logits (..., 1+B, V) with row 0 public (phi_pub) and rows 1..B the ref
 Claim. Adjacency: replace-by-null on one reference (its row becomes the public row). Unit:
 the reference; every reference in the batch is charged. Per step: phi moves by at most C/B
 in every coordinate, so sampling is an exponential mechanism with a bounded range of width
-2C/(B tau), hence rho-zCDP with rho = C^2 / (2 B^2 tau^2) (Cesar and Rogers 2021;
-docs/privacy.md, "InvisibleInk"). Composition: rho adds over the T generated tokens.
-Floating point (docs/privacy.md, "Floating point"): the step runs in float64 on public logits
-shifted to their maximum and floored at -2^16 below it (a public transformation), and clips to
-C' = C minus a public room for its rounding and the sampler's, so the released distribution is
-(2C/(B tau))-bounded range exactly as accounted.
-Caveat: a coordinate of phi can exceed the public one by up to C, not C/B, so
+2C/(B tau), hence rho-zCDP with rho = C^2 / (2 B^2 tau^2) (Cesar and Rogers 2021; docs/privacy.md
+"InvisibleInk (synthetic text from B references)"). Composition: rho adds over the T generated tokens.
+Floating point (docs/privacy.md "InvisibleInk, Amin, DP-Prompt and DP-Decoding"): the step runs in
+float64 on public logits shifted to their maximum and floored at -2^16 below it (a public
+transformation), and clips to C' = C minus a public room for its rounding and the sampler's, so
+the released distribution is (2C/(B tau))-bounded range exactly as accounted.
+Caveat (docs/privacy.md, "Note on the Top-k+ threshold"): a coordinate of phi can exceed the public one by up to C, not C/B, so
 the paper's threshold l_k - 2C/B is not always a superset of the private top-k. That costs
 utility, not privacy. C = 0 gives the public model's text.
 """
@@ -77,8 +77,8 @@ class InvisibleInk:
     def effective_clip(self, *, batch_size: int, vocab_size: int) -> float:
         """C' = C - B tau (4 e + 2^-40) / 2 (:func:`~tokendp.mechanisms._float.shrunk`), with
         e = u ((B + 5) C / tau + 3 (L + C) / tau + ln V + 2) + 2^-44 (L = PUBLIC_FLOOR) bounding how
-        far the float64 log-weights stray from the exact ones at C' (docs/privacy.md, "Floating
-        point"): the clipped differences lie in [-C', C'] exactly, their mean is within
+        far the float64 log-weights stray from the exact ones at C' (docs/privacy.md "InvisibleInk,
+        Amin, DP-Prompt and DP-Decoding"): the clipped differences lie in [-C', C'] exactly, their mean is within
         (B + 1) u C', adding the public logit in [-L, 0], dividing by tau and subtracting the
         log-normaliser each round by at most u ((L + C')/tau + ln V + 1)."""
         if self.clip == 0:

@@ -2,7 +2,7 @@
 
 Lyu, Su and Li 2017, "Understanding the Sparse Vector Technique for Differential Privacy"
 (PVLDB 10(6)), Alg. 1, run independently for each of N texts (tensors of shape (N,)), with every
-number on a grid of step g so that no floating-point rounding can leak (docs/privacy.md,
+number on a grid of step g so that no floating-point rounding can leak (docs/privacy.md
 "Laplace noise in the sparse-vector switch"; textbook floating-point Laplace noise is attackable,
 Mironov 2012):
 

@@ -13,9 +13,10 @@ import random
 import re
 from dataclasses import dataclass
 
-from faker import Faker
-
+from tokendp._optional import require
 from tokendp.text.spans import Span
+
+Faker = require("faker", "train", "training the default model").Faker
 
 _LOCALES = ["en_GB", "en_US", "en_IE", "de_DE", "fr_FR", "it_IT", "es_ES", "pl_PL", "nl_NL",
             "tr_TR", "sv_SE", "pt_PT", "cs_CZ", "ro_RO", "hu_HU"]

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 
+from tokendp._optional import require
 from tokendp.errors import InvalidInputError, InvalidParameterError
 from tokendp.text.spans import Span
 from tokendp.text.taggers.features import Token, bio_from_spans, sentence_features, tokenize
@@ -31,12 +32,8 @@ def default_model_dir() -> Path:
 
 
 def _crfsuite():
-    try:
-        import pycrfsuite
-    except ImportError:
-        raise InvalidParameterError("the model tagger needs python-crfsuite: "
-                                    "pip install python-crfsuite (a tokendp dependency)") from None
-    return pycrfsuite
+    # A core dependency, imported late so that tokendp.text loads without it.
+    return require("pycrfsuite", None, "the model tagger", package="python-crfsuite")
 
 
 def _lines(tokens: list[Token], text: str) -> list[tuple[int, int]]:

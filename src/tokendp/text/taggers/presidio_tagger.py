@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import os
 
-from tokendp.errors import InvalidParameterError
+from tokendp._optional import require
 from tokendp.text.spans import Span
 from tokendp.text.taggers.labels import to_tab
 from tokendp.text.taggers.resolve import resolve_overlaps
@@ -22,12 +22,9 @@ def _presidio():
     # tldextract (used by Presidio's e-mail recogniser) would fetch the public suffix list
     # over the network; an empty URL list makes it use its bundled snapshot instead.
     os.environ.setdefault("TLDEXTRACT_PUBLIC_SUFFIX_LIST_URLS", "")
-    try:
-        import presidio_analyzer
-        from presidio_analyzer.nlp_engine import NlpEngineProvider, NoOpNlpEngine
-    except ImportError:
-        raise InvalidParameterError('the presidio tagger needs Presidio: pip install "tokendp[presidio]"') from None
-    return presidio_analyzer, NlpEngineProvider, NoOpNlpEngine
+    presidio_analyzer = require("presidio_analyzer", "presidio", "the presidio tagger", package="presidio-analyzer")
+    nlp_engine = require("presidio_analyzer.nlp_engine", "presidio", "the presidio tagger", package="presidio-analyzer")
+    return presidio_analyzer, nlp_engine.NlpEngineProvider, nlp_engine.NoOpNlpEngine
 
 
 def _spacy_model_installed(name: str) -> bool:

@@ -6,6 +6,7 @@ Entity labels (OntoNotes: PERSON, GPE, ORG, DATE, ...) are mapped to TAB's with
 
 from __future__ import annotations
 
+from tokendp._optional import require
 from tokendp.errors import InvalidParameterError
 from tokendp.text.spans import Span
 from tokendp.text.taggers.labels import to_tab
@@ -13,11 +14,7 @@ from tokendp.text.taggers.resolve import resolve_overlaps
 
 
 def _load(model: str):
-    try:
-        import spacy
-    except ImportError:
-        raise InvalidParameterError("the spacy tagger needs spaCy and a trained pipeline: "
-                                    f"pip install spacy, then install the model {model!r}") from None
+    spacy = require("spacy", None, "the spacy tagger", why="and a trained pipeline such as en_core_web_sm")
     try:
         return spacy.load(model)
     except OSError:
