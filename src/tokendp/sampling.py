@@ -84,7 +84,7 @@ def sample_to_host(logprobs: Tensor, generator: torch.Generator, *, greedy: bool
     packed = torch.stack((tokens, status, u)).cpu()  # (3, N): the one host transfer
     tokens, status, u = packed[0].clone(), packed[1], packed[2]
     undecided = (status == 1) | _force_exact  # (N,)
-    for row in undecided.nonzero().flatten().tolist():  # rare: about V * 2^-36 per row
+    for row in undecided.nonzero().flatten().tolist():  # rare: at most about 3e-12 per cell boundary near U
         weights = dyadic_weights(logprobs[row].detach().to("cpu", torch.float64), row_index=row)
         tokens[row] = invert_exactly(weights, int(u[row]), _GRID, lambda: _more_bits(generator))
     return tokens
