@@ -9,7 +9,7 @@ import pytest
 import torch
 from distributions import logits_batch, max_log_ratio64, renyi64
 
-from tokendp.accounting import amin_switch_sensitivity
+from tokendp.accounting import amin_switch_discrete_noise, amin_switch_sensitivity
 from tokendp.accounting.events import PureDpEvent, ZcdpEvent
 from tokendp.errors import InvalidInputError, InvalidParameterError
 from tokendp.mechanisms import (
@@ -137,6 +137,9 @@ def test_amin_switch_private_until_c_then_exactly_the_public_model() -> None:
         assert bool(step.diagnostics["private"].all()) == (t < 2)
         torch.testing.assert_close(step.logprobs, private if t < 2 else public, rtol=0, atol=0)
     assert mech.switch.positives.tolist() == [2] * 64
+    sw = mech.switch  # the noise it draws is the one tokendp account reports
+    assert (sw.grid, sw.threshold_scale, sw.query_scale) == amin_switch_discrete_noise(
+        svt_epsilon=0.5, max_private_tokens=2, clip=1.0, batch_size=3)
     rho = mech.event(batch_size=3)
     assert mech.events_per_text(batch_size=3) == [{"reference": PureDpEvent(0.5)}, rho, rho]
     never = _amin_switch(64, c=2, threshold=1e9).step(logits, generator=gen)

@@ -286,6 +286,20 @@ def amin_switch_noise(
     )
 
 
+def amin_switch_discrete_noise(
+    *, svt_epsilon: float, max_private_tokens: int, clip: float, batch_size: int, threshold_share: float | None = None
+) -> tuple[float, int, int]:
+    """The noise the switch actually draws: (g, t1, t2), grid step g (:func:`sparse_vector_grid` of
+    Delta = 2C/B) and the integer discrete Laplace scales in grid steps
+    (:func:`sparse_vector_discrete_noise`); in the statistic's units the scales are g t1 and g t2,
+    slightly above :func:`amin_switch_noise`'s continuous ones."""
+    grid, steps = sparse_vector_grid(sensitivity=amin_switch_sensitivity(clip=clip, batch_size=batch_size))
+    t1, t2 = sparse_vector_discrete_noise(steps=steps, epsilon=check_positive("svt_epsilon", svt_epsilon),
+                                          max_positives=check_count("max_private_tokens", max_private_tokens),
+                                          threshold_share=threshold_share)
+    return grid, t1, t2
+
+
 def _switch_rho(svt: float, c: int, rho_tok: float) -> float:
     return svt**2 / 2.0 + c * rho_tok  # the Ledger's zCDP sum, term by term in the same order
 
