@@ -13,7 +13,8 @@ certificate must count all T tokens even when a document stops early (on EOS or 
 string), because the stopping time itself depends on the private text.
 
 The only host-device synchronisation per step is the transfer of the N sampled token ids,
-which the host needs for stop checks and streaming.
+which the host needs for stop checks and streaming (:func:`tokendp.sampling.sample_to_host`,
+an exact draw from the step's distribution however small its probabilities).
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ import torch
 
 from tokendp.backends import HFBackend, RowSequence
 from tokendp.errors import InvalidParameterError
+from tokendp.sampling import sample, sample_to_host  # noqa: F401 (sample: re-exported, tokendp.generation.sample)
 
 StopReason = Literal["eos", "stop_string", "max_new_tokens"]
 
@@ -58,21 +60,6 @@ def make_generator(seed: int | None = None, device: str | torch.device = "cpu") 
     gen = torch.Generator(device=device)
     gen.manual_seed(secrets.randbits(63) if seed is None else int(seed))
     return gen
-
-
-def sample(logprobs: torch.Tensor, generator: torch.Generator, *, greedy: bool = False) -> torch.Tensor:
-    """One token per row of ``logprobs # (N, V)``: a draw from exp(logprobs), or the argmax.
-
-    By inversion: one uniform u per row against the float64 cumulative distribution, so a step
-    draws N random numbers, not N x V (``torch.multinomial`` races V exponentials per row, which
-    cost more than the whole InvisibleInk step). Tokens of probability 0 are never drawn (the
-    search takes the first index whose cumulative mass exceeds u).
-    """
-    if greedy:
-        return logprobs.argmax(-1)  # (N,)
-    cdf = logprobs.exp().to(torch.float64).cumsum_(-1)  # (N, V)
-    u = torch.rand((cdf.shape[0], 1), generator=generator, dtype=torch.float64, device=cdf.device) * cdf[:, -1:]  # (N, 1)
-    return torch.searchsorted(cdf, u, right=True).clamp_max_(cdf.shape[-1] - 1).squeeze(-1)  # (N,)
 
 
 class _StopChecker:
@@ -140,7 +127,7 @@ def generate(backend: HFBackend, sequences: Sequence[RowSequence], step: StepFn,
         _accumulate(sums, out.diagnostics, docs, n)
         if charge is not None:
             charge(list(active))
-        tokens = sample(out.logprobs, generator, greedy=temperature == 0)  # (Na,)
+        tokens = sample_to_host(out.logprobs, generator, greedy=temperature == 0)  # (Na,) on the host
         finished = _append(tokens.tolist(), active, outputs, reasons, checker, on_token)
         if t == max(limits) - 1:
             break

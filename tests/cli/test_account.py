@@ -54,10 +54,12 @@ def test_amin_both_ways_with_and_without_the_switch():
                    "--svt-epsilon", "1", "--max-private-tokens", "25")
     switch = _json("amin", "--epsilon", "6", *switch_args)
     assert set(switch) == set(plain) - {"rho"} | {"svt_epsilon", "max_private_tokens", "rho_private_tokens",
-                                                   "threshold_noise", "query_noise"}
+                                                   "svt_grid", "threshold_noise", "query_noise"}
     assert switch["epsilon"] == pytest.approx(6.0, rel=1e-9) and switch["clip"] > plain["clip"]
-    scales = acc.amin_switch_noise(svt_epsilon=1.0, max_private_tokens=25, clip=switch["clip"], batch_size=8)
-    assert (switch["threshold_noise"], switch["query_noise"]) == scales
+    grid, t1, t2 = acc.amin_switch_discrete_noise(svt_epsilon=1.0, max_private_tokens=25, clip=switch["clip"], batch_size=8)
+    assert (switch["svt_grid"], switch["threshold_noise"], switch["query_noise"]) == (grid, grid * t1, grid * t2)
+    continuous = acc.amin_switch_noise(svt_epsilon=1.0, max_private_tokens=25, clip=switch["clip"], batch_size=8)
+    assert all(c <= d <= c * 1.02 for c, d in zip(continuous, (grid * t1, grid * t2)))  # the grid costs < 2%
     back = _json("amin", "--clip", str(switch["clip"]), *switch_args)
     assert back["epsilon"] == switch["epsilon"]
     for extra in (("--svt-epsilon", "1"), ("--svt-epsilon", "1", "--max-private-tokens", "101")):

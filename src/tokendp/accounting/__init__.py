@@ -12,6 +12,7 @@ from tokendp.accounting.mechanisms import (
     amin_epsilon,
     amin_rho_per_token,
     amin_switch_clip,
+    amin_switch_discrete_noise,
     amin_switch_epsilon,
     amin_switch_noise,
     amin_switch_sensitivity,
@@ -27,6 +28,8 @@ from tokendp.accounting.mechanisms import (
     invisibleink_clip,
     invisibleink_epsilon,
     invisibleink_rho_per_token,
+    sparse_vector_discrete_noise,
+    sparse_vector_grid,
     sparse_vector_noise,
 )
 from tokendp.accounting.rdp import (
@@ -62,6 +65,7 @@ __all__ = [
     "amin_epsilon",
     "amin_rho_per_token",
     "amin_switch_clip",
+    "amin_switch_discrete_noise",
     "amin_switch_epsilon",
     "amin_switch_noise",
     "amin_switch_sensitivity",
@@ -88,6 +92,8 @@ __all__ = [
     "pure_dp_to_zcdp",
     "rdp_to_epsilon",
     "rdp_to_epsilon_and_order",
+    "sparse_vector_discrete_noise",
+    "sparse_vector_grid",
     "sparse_vector_noise",
     "subsampled_gaussian_rdp",
     "zcdp_optimal_order",

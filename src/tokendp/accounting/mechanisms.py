@@ -9,6 +9,7 @@ epsilon. Proof sketches are in docs/privacy.md.
 from __future__ import annotations
 
 import math
+from fractions import Fraction
 
 import numpy as np
 from scipy.optimize import brentq
@@ -205,13 +206,60 @@ def sparse_vector_noise(
     delta_q = check_nonnegative("sensitivity", sensitivity)
     total = check_positive("epsilon", epsilon)
     c = check_count("max_positives", max_positives)
-    if threshold_share is None:
-        share = 1.0 / (1.0 + (2.0 * c) ** (2.0 / 3.0))
-    else:
-        share = check_rate("threshold_share", threshold_share)
-        if share in (0.0, 1.0):
-            raise InvalidParameterError("threshold_share must lie strictly between 0 and 1 (or None for the variance-optimal split)")
+    share = _svt_share(c, threshold_share)
     return delta_q / (share * total), 2.0 * c * delta_q / ((1.0 - share) * total)
+
+
+def _svt_share(c: int, threshold_share: float | None) -> float:
+    """eps1 / epsilon: the given share, or the variance-optimal 1 / (1 + (2c)^(2/3))."""
+    if threshold_share is None:
+        return 1.0 / (1.0 + (2.0 * c) ** (2.0 / 3.0))
+    share = check_rate("threshold_share", threshold_share)
+    if share in (0.0, 1.0):
+        raise InvalidParameterError("threshold_share must lie strictly between 0 and 1 (or None for the variance-optimal split)")
+    return share
+
+
+SVT_GRID_STEPS = 256  # the grid step g is the largest power of two <= Delta / 256
+
+
+def sparse_vector_grid(*, sensitivity: float) -> tuple[float, int]:
+    """Grid (g, K) of the discrete sparse vector technique: statistics become the integers ceil(s/g).
+
+    g = 2^floor(log2(Delta / 256)) is a power of two (1 when Delta = 0), so s/g is exact in
+    floating point and q(s) = ceil(s/g) is computed exactly. For statistics whose *computed*
+    values move by at most Delta + g/2 between neighbours, |q(s) - q(s')| <= ceil((Delta + g/2)/g)
+    <= ceil(Delta/g) + 1 = K (ceil(x) - ceil(x') <= ceil(x - x')), so the integer queries have
+    sensitivity K, i.e. at most Delta + 2g <= Delta (1 + 1/128) in the statistic's units.
+    """
+    delta_q = check_nonnegative("sensitivity", sensitivity)
+    if delta_q == 0.0:
+        return 1.0, 1
+    grid = 2.0 ** math.floor(math.log2(delta_q / SVT_GRID_STEPS))
+    while grid > delta_q / SVT_GRID_STEPS:  # log2 may round up at a power of two
+        grid /= 2.0
+    return grid, math.ceil(delta_q / grid) + 1
+
+
+def sparse_vector_discrete_noise(
+    *, steps: int, epsilon: float, max_positives: int, threshold_share: float | None = None
+) -> tuple[int, int]:
+    """Integer scales (t1, t2) of the discrete Laplace noise of the sparse vector technique, in grid
+    steps, for integer queries of sensitivity K = ``steps`` (:func:`sparse_vector_grid`).
+
+    Lyu, Su and Li 2017, Alg. 1 with Lap_Z(t) (pmf proportional to exp(-|z|/t) on the integers) in
+    place of the Laplace: threshold noise Lap_Z(t1), t1 = ceil(K/eps1); query noise Lap_Z(t2),
+    t2 = ceil(2 c K/eps2), with eps1 = share * epsilon and eps2 = epsilon - eps1 in exact rational
+    arithmetic, so K/t1 + 2 c K/t2 <= epsilon exactly. The proof of docs/privacy.md holds
+    verbatim on the integers: the shift z -> z + K is a bijection of Z, p(z) <= e^(K/t1) p(z + K),
+    and raising a Lap_Z(t2) tail's threshold by d <= 2K lowers it by at most e^(d/t2) <= e^(eps2/c).
+    """
+    k = check_count("steps", steps)
+    total = Fraction(check_positive("epsilon", epsilon))
+    c = check_count("max_positives", max_positives)
+    share = Fraction(_svt_share(c, threshold_share))
+    eps1, eps2 = share * total, (1 - share) * total
+    return math.ceil(k / eps1), math.ceil(2 * c * k / eps2)
 
 
 def amin_switch_sensitivity(*, clip: float, batch_size: int) -> float:
@@ -236,6 +284,20 @@ def amin_switch_noise(
         max_positives=check_count("max_private_tokens", max_private_tokens),
         threshold_share=threshold_share,
     )
+
+
+def amin_switch_discrete_noise(
+    *, svt_epsilon: float, max_private_tokens: int, clip: float, batch_size: int, threshold_share: float | None = None
+) -> tuple[float, int, int]:
+    """The noise the switch actually draws: (g, t1, t2), grid step g (:func:`sparse_vector_grid` of
+    Delta = 2C/B) and the integer discrete Laplace scales in grid steps
+    (:func:`sparse_vector_discrete_noise`); in the statistic's units the scales are g t1 and g t2,
+    slightly above :func:`amin_switch_noise`'s continuous ones."""
+    grid, steps = sparse_vector_grid(sensitivity=amin_switch_sensitivity(clip=clip, batch_size=batch_size))
+    t1, t2 = sparse_vector_discrete_noise(steps=steps, epsilon=check_positive("svt_epsilon", svt_epsilon),
+                                          max_positives=check_count("max_private_tokens", max_private_tokens),
+                                          threshold_share=threshold_share)
+    return grid, t1, t2
 
 
 def _switch_rho(svt: float, c: int, rho_tok: float) -> float:

@@ -121,11 +121,11 @@ def amin(clip, epsilon, batch_size, temperature, svt_epsilon, max_private_tokens
     switch = {"max_private_tokens": max_private_tokens, "svt_epsilon": svt_epsilon}
     if clip is None:
         clip = accounting.amin_switch_clip(epsilon=epsilon, delta=delta, **common, **switch)
-    threshold_noise, query_noise = accounting.amin_switch_noise(clip=clip, batch_size=batch_size, **switch)
+    grid, threshold_steps, query_steps = accounting.amin_switch_discrete_noise(clip=clip, batch_size=batch_size, **switch)
     _emit({
         "mechanism": "amin", "clip": clip, **common, "max_tokens": max_tokens, "delta": delta, **switch,
         "rho_private_tokens": max_private_tokens * accounting.amin_rho_per_token(clip=clip, **common),
-        "threshold_noise": threshold_noise, "query_noise": query_noise,
+        "svt_grid": grid, "threshold_noise": grid * threshold_steps, "query_noise": grid * query_steps,
         "epsilon": accounting.amin_switch_epsilon(clip=clip, delta=delta, **common, **switch),
     }, as_json)
 

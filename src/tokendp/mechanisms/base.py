@@ -29,13 +29,13 @@ class NoGuaranteeError(TokenDPError):
 
 @dataclass(frozen=True)
 class MechanismStep:
-    """One step's output: ``logprobs`` (..., V) float32, and data-dependent diagnostics.
+    """One step's output: ``logprobs`` (..., V) float32 or float64, and data-dependent diagnostics.
 
     Diagnostics (realised mixing weights, divergences, set sizes) describe this step only;
     they are never the privacy guarantee, which comes from ``Mechanism.event``.
     """
 
-    logprobs: Tensor  # (..., V) float32
+    logprobs: Tensor  # (..., V) float32 or float64
     diagnostics: dict[str, Tensor] = field(default_factory=dict)
 
 
