@@ -112,3 +112,16 @@ def test_help_explains_every_parameter(command):
     options = [p for p in account.commands[command].params if isinstance(p, click.Option)]
     assert options and all(len(option.help or "") > 15 for option in options)
     assert all(option.opts[0] in result.output for option in options)
+
+
+def test_pmixed_both_directions():
+    common = ("--alpha", "3", "--ensemble-size", "80", "--sample-rate", "0.03", "--queries", "1024", "--delta", "1e-5")
+    forward = _json("pmixed", "--beta", "0.1", *common)
+    assert forward["epsilon"] == pytest.approx(
+        acc.pmixed_epsilon(alpha=3.0, beta=0.1, ensemble_size=80, sample_rate=0.03, max_tokens=1024, delta=1e-5))
+    back = _json("pmixed", "--epsilon", "8", *common)
+    assert back["epsilon"] <= 8.0 and back["beta"] == pytest.approx(0.2189, abs=1e-3)
+    assert _run("pmixed", "--beta", "0.1", "--epsilon", "8", *common).exit_code == 2
+    bad = list(common)
+    bad[bad.index("--sample-rate") + 1] = "3"
+    assert _run("pmixed", "--beta", "0.1", *bad).exit_code == 2

@@ -32,6 +32,30 @@ def _step_down_until(feasible, value: float) -> float:
 # --- DP-Fusion -------------------------------------------------------------------------------
 
 
+def _mixture_rdp(alpha: float, cap: float, weight: float) -> float:
+    """log(1 + w (exp((alpha-1) c) - 1)) / (alpha-1): the RDP of a mixture whose component of
+    weight w moves within a symmetric divergence cap c of the public distribution, by joint
+    convexity of exp((a-1) D_a) (docs/privacy.md "DP-Fusion (document sanitization)")."""
+    x = (alpha - 1.0) * cap
+    if x == 0 or weight == 0:
+        return 0.0
+    if x <= _LOG_SPACE_SWITCH:
+        r = math.log1p(math.expm1(x) * weight) / (alpha - 1.0)
+    elif weight < 1:
+        r = (float(np.logaddexp(x + math.log(weight), math.log1p(-weight)))) / (alpha - 1.0)
+    else:
+        r = x / (alpha - 1.0)
+    return max(r, float(np.finfo(np.float64).tiny))  # a positive cap never rounds to "no loss"
+
+
+def _mixture_cap(alpha: float, rdp: float, weight: float) -> float:
+    """The cap c with :func:`_mixture_rdp` (alpha, c, weight) = rdp (before the feasibility check)."""
+    y = (alpha - 1.0) * rdp
+    if y <= _LOG_SPACE_SWITCH:
+        return math.log1p(math.expm1(y) / weight) / (alpha - 1.0)
+    return (y - math.log(weight) + math.log1p(-(1.0 - weight) * math.exp(-y))) / (alpha - 1.0)
+
+
 def dp_fusion_rdp_per_token(*, alpha: float, beta: float, groups: int) -> float:
     """RDP at order ``alpha`` charged to one privacy group per generated token (DP-Fusion).
 
@@ -48,17 +72,7 @@ def dp_fusion_rdp_per_token(*, alpha: float, beta: float, groups: int) -> float:
     """
     alpha = check_order(alpha)
     beta = check_nonnegative("beta", beta)
-    m = check_count("groups", groups)
-    x = (alpha - 1.0) * alpha * beta
-    if x == 0:
-        return 0.0
-    if x <= _LOG_SPACE_SWITCH:
-        r = math.log1p(math.expm1(x) / m) / (alpha - 1.0)
-    elif m > 1:
-        r = (float(np.logaddexp(x, math.log(m - 1))) - math.log(m)) / (alpha - 1.0)
-    else:
-        r = x / (alpha - 1.0)
-    return max(r, float(np.finfo(np.float64).tiny))  # a positive cap never rounds to "no loss"
+    return _mixture_rdp(alpha, alpha * beta, 1.0 / check_count("groups", groups))
 
 
 def dp_fusion_epsilon(*, alpha: float, beta: float, groups: int, max_tokens: int, delta: float) -> float:
@@ -95,14 +109,77 @@ def dp_fusion_beta(*, epsilon: float, alpha: float, groups: int, max_tokens: int
             f"epsilon {epsilon:g} is not above {offset:.4g}, the cost of converting RDP at alpha={alpha:g} to "
             f"delta={delta:g}; raise epsilon or delta, or try another alpha"
         )
-    y = (alpha - 1.0) * (epsilon - offset) / tokens
-    if y <= _LOG_SPACE_SWITCH:
-        cap = math.log1p(m * math.expm1(y)) / (alpha - 1.0)
-    else:
-        cap = (y + math.log(m) + math.log1p(-(m - 1) / m * math.exp(-y))) / (alpha - 1.0)
+    cap = _mixture_cap(alpha, (epsilon - offset) / tokens, 1.0 / m)
     return _step_down_until(
         lambda b: dp_fusion_epsilon(alpha=alpha, beta=b, groups=m, max_tokens=tokens, delta=delta) <= epsilon,
         cap / alpha,
+    )
+
+
+# --- PMixED ------------------------------------------------------------------------------------
+
+
+def pmixed_sampled_weight(*, ensemble_size: int, sample_rate: float) -> float:
+    """w = sum over subsets S that contain a given member of Pr(S) / |S| = (1 - (1 - q)^N) / N,
+    for N members each sampled independently with probability q (Poisson): q E[1 / (1 + Bin(N-1, q))]."""
+    n = check_count("ensemble_size", ensemble_size)
+    q = check_rate("sample_rate", sample_rate)
+    return -math.expm1(n * math.log1p(-q)) / n if q < 1 else 1.0 / n
+
+
+def pmixed_rdp_per_token(*, alpha: float, beta: float, ensemble_size: int, sample_rate: float) -> float:
+    """RDP at order ``alpha`` charged to one shard per predicted token (PMixED, sound analysis).
+
+    Adjacency: two ensembles of N members that differ in one member, which on the neighbour is
+    the public model (its shard's data removed: a LoRA adapter trained on nothing is the base
+    model); N is public. Unit: one shard (everything in it, e.g. all records of one user with
+    ``--group-by``). Mechanism per token: each member joins S independently with probability
+    q; each member's distribution is mixed toward the public one within a symmetric divergence
+    cap beta (lambda from the member and the public distribution only, never from S); the
+    output is the average over S (the public distribution when S is empty). Per token, joint
+    convexity of exp((a-1) D_a) over the subsets S and, inside each S containing the member,
+    over its |S| components (docs/privacy.md "PMixED") gives
+
+        r = log(1 + w (exp((alpha-1) beta) - 1)) / (alpha - 1),   w = (1 - (1-q)^N) / N,
+
+    with w from :func:`pmixed_sampled_weight` (q = 1: DP-Fusion's bound with m = N groups).
+    The published bound (Flemings et al. 2024, Thm. 5.1) does not hold (docs/privacy.md).
+    Composition: T tokens give T r at order alpha.
+    """
+    alpha = check_order(alpha)
+    beta = check_nonnegative("beta", beta)
+    return _mixture_rdp(alpha, beta, pmixed_sampled_weight(ensemble_size=ensemble_size, sample_rate=sample_rate))
+
+
+def pmixed_epsilon(*, alpha: float, beta: float, ensemble_size: int, sample_rate: float, max_tokens: int, delta: float) -> float:
+    """Epsilon per shard after ``max_tokens`` tokens of PMixED: T r + the RDP conversion offset
+    (Canonne, Kamath, Steinke 2020, Prop. 12); exactly 0 when T r = 0."""
+    r = pmixed_rdp_per_token(alpha=alpha, beta=beta, ensemble_size=ensemble_size, sample_rate=sample_rate)
+    total = check_count("max_tokens", max_tokens) * r
+    delta = check_delta(delta)
+    if total == 0:
+        return 0.0
+    return max(0.0, total + conversion_offset(float(alpha), delta))
+
+
+def pmixed_beta(*, epsilon: float, alpha: float, ensemble_size: int, sample_rate: float, max_tokens: int, delta: float) -> float:
+    """Largest per-member cap beta whose :func:`pmixed_epsilon` is <= ``epsilon`` (calibration),
+    in closed form (then checked feasible); refused when epsilon is at or below the conversion offset."""
+    epsilon = check_positive("epsilon", epsilon)
+    alpha = check_order(alpha)
+    tokens = check_count("max_tokens", max_tokens)
+    delta = check_delta(delta)
+    weight = pmixed_sampled_weight(ensemble_size=ensemble_size, sample_rate=sample_rate)
+    offset = conversion_offset(alpha, delta)
+    if epsilon <= offset or weight == 0:
+        raise InvalidParameterError(
+            f"epsilon {epsilon:g} is not above {offset:.4g}, the cost of converting RDP at alpha={alpha:g} to "
+            f"delta={delta:g} (or the sample rate is 0); raise epsilon or delta, or try another alpha"
+        )
+    return _step_down_until(
+        lambda b: pmixed_epsilon(alpha=alpha, beta=b, ensemble_size=ensemble_size, sample_rate=sample_rate,
+                                 max_tokens=tokens, delta=delta) <= epsilon,
+        _mixture_cap(alpha, (epsilon - offset) / tokens, weight),
     )
 
 

@@ -68,6 +68,35 @@ def dp_fusion(alpha, beta, epsilon, groups, max_tokens, delta, as_json) -> None:
     }, as_json)
 
 
+@account.command("pmixed")
+@click.option("--alpha", type=float, required=True, help="Renyi order alpha (> 1) at which PMixED is analysed, e.g. 3.")
+@click.option("--beta", type=float, help="Per-member cap (>= 0) on the symmetric divergence of each mollified member to the public model.")
+@click.option("--epsilon", type=float, help="Target epsilon per shard; prints the largest beta that meets it.")
+@click.option("--ensemble-size", type=int, required=True, help="N: ensemble members, one per shard (>= 1).")
+@click.option("--sample-rate", type=float, required=True, help="q: each member joins a token's sample with this probability (Poisson, in [0, 1]).")
+@click.option("--queries", "max_tokens", type=int, required=True,
+              help="T: predicted tokens answered in all, fixed in advance. Every token counts.")
+@_DELTA
+@_JSON
+@library_errors
+def pmixed(alpha, beta, epsilon, ensemble_size, sample_rate, max_tokens, delta, as_json) -> None:
+    """PMixED: epsilon per shard for a per-member cap beta (or beta for a target epsilon).
+
+    Adjacency: the corpora differ in one shard's data, so that member is the public model on the
+    neighbour; the bound is log(1 + w (e^((alpha-1) beta) - 1))/(alpha-1) per token with
+    w = (1 - (1 - q)^N)/N (proof: docs/privacy.md, "PMixED").
+    """
+    _exactly_one(beta=beta, epsilon=epsilon)
+    params = {"alpha": alpha, "ensemble_size": ensemble_size, "sample_rate": sample_rate}
+    if beta is None:
+        beta = accounting.pmixed_beta(epsilon=epsilon, max_tokens=max_tokens, delta=delta, **params)
+    _emit({
+        "mechanism": "pmixed", **params, "beta": beta, "queries": max_tokens, "delta": delta,
+        "rdp_per_token": accounting.pmixed_rdp_per_token(beta=beta, **params),
+        "epsilon": accounting.pmixed_epsilon(beta=beta, max_tokens=max_tokens, delta=delta, **params),
+    }, as_json)
+
+
 @account.command("invisibleink")
 @click.option("--clip", type=float, help="Clip C (>= 0) on each reference's logit difference from the public logits.")
 @click.option("--epsilon", type=float, help="Target epsilon per reference; prints the largest clip C that meets it.")

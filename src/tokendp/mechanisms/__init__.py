@@ -6,6 +6,7 @@ from tokendp.mechanisms.dp_decoding import DPDecoding
 from tokendp.mechanisms.dp_fusion import DPFusion
 from tokendp.mechanisms.dp_prompt import DPPrompt
 from tokendp.mechanisms.invisibleink import InvisibleInk
+from tokendp.mechanisms.pmixed import PMixED
 from tokendp.mechanisms.reference import Original, Public
 from tokendp.mechanisms.svt import SparseVectorSwitch
 
@@ -19,6 +20,7 @@ __all__ = [
     "MechanismStep",
     "NoGuaranteeError",
     "Original",
+    "PMixED",
     "Public",
     "SparseVectorSwitch",
 ]

@@ -17,6 +17,7 @@ from tokendp.errors import InvalidParameterError
 
 UNIT = 2.0**-53  # u, the unit roundoff of float64
 LIBM = 2.0**-44  # assumed relative error of float64 exp and log (libm, Sleef and CUDA document 1-2 ulp)
+SAMPLER_RELATIVE = 2.0**-43  # the sampler draws from weights within this factor of exp(l - M)
 SAMPLER_SLACK = 2.0**-40  # >= 2 log((1 + 2^-43) / (1 - 2^-43))
 
 
