@@ -149,3 +149,19 @@ def adapter_dirs(n: int = 3, seed: int = 0) -> tuple[Path, ...]:
         peft_model.save_pretrained(path)
         dirs.append(path)
     return tuple(dirs)
+
+
+def ensemble_dir(n: int = 3, seed: int = 0) -> Path:
+    """A fresh ensemble directory (manifest + ``n`` tiny adapters) on :func:`model_dir`, as
+    ``tokendp ensemble train`` lays it out."""
+    import shutil
+
+    from tokendp.ensemble.manifest import Manifest, ShardInfo
+
+    root = Path(tempfile.mkdtemp(prefix="tokendp-ensemble-"))
+    shards = []
+    for j, src in enumerate(adapter_dirs(n, seed)):
+        shutil.copytree(src, root / src.name)
+        shards.append(ShardInfo(src.name, records=2 + j, tokens=40 + j))
+    Manifest(str(model_dir()), tuple(shards), seed=seed, hyperparameters={"lora_r": 4}).write(root)
+    return root
