@@ -81,8 +81,20 @@ def test_budget_exhausted_stops_cleanly_with_released_tokens(ens, backend):
     assert res.report.tokens_released <= 3
     assert res.stopped is not None and "budget exhausted" in res.stopped
     reasons = [a.stop_reason for a in res.answers]
-    assert reasons[2:] == ["not_started", "not_started"]
+    assert reasons[2:] == ["not_started", "not_started"] and reasons[0] in ("budget", "eos")
     assert sum(len(a.token_ids) for a in res.answers) <= 3
+
+
+def test_sequential_prompts_share_the_budget(ens, backend):
+    res = predict(["The court", "Dear", "He was"], ensemble=ens, backend=backend, queries=5, beta=0.3, delta=1e-5,
+                  seed=4, max_new_tokens=2)
+    assert res.report.tokens_released <= 5
+    first = [a for a in res.answers if a.stop_reason != "not_started"]
+    assert sum(len(a.token_ids) + (a.stop_reason == "eos") for a in first) == res.report.tokens_released
+    if res.report.tokens_released == 5:
+        assert res.answers[2].stop_reason in ("budget", "eos") and "budget exhausted" in res.stopped
+    else:
+        assert res.stopped is None
 
 
 def test_every_token_is_charged_before_release(ens, backend, monkeypatch):

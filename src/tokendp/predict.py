@@ -199,7 +199,7 @@ def predict(
     prompts: Sequence[str] | str, *, ensemble: str | Path, queries: int, delta: float, epsilon: float | None = None,
     beta: float | None = None, alpha: float = 3.0, sample_rate: float = 1.0, temperature: float = 1.0,
     max_new_tokens: int | None = None, seed: int | None = None, base: str | Path | None = None,
-    backend: HFBackend | None = None, concurrency: int = 8, device: str | None = None, dtype: str | None = None,
+    backend: HFBackend | None = None, concurrency: int = 1, device: str | None = None, dtype: str | None = None,
     on_token: Callable[[int, int], None] | None = None,
 ) -> PredictResult:
     """Answer ``prompts`` with PMixED over the ensemble in ``ensemble`` (see the module docstring).
@@ -218,7 +218,9 @@ def predict(
         seed: reproducible sampling; None seeds from the OS.
         base: the base model (directory or hub id), instead of the manifest's.
         backend: an HFBackend with the ensemble's adapters loaded already (``base`` is then unused).
-        concurrency: prompts generated together in one batch.
+        concurrency: prompts generated together in one batch (default 1: one prompt after the
+            other, each allowed what is left of T, so the budget is never refused mid-step; with
+            more, a step that needs more tokens than are left is refused and nothing of it released).
         on_token: streaming callback ``(prompt index, token id)``.
     """
     _check_params(epsilon, beta, delta, queries, alpha, sample_rate, temperature, max_new_tokens, concurrency)
@@ -243,14 +245,14 @@ def predict(
     job = _Job(PMixED(alpha=alpha, sample_rate=sample_rate, beta=beta), shards, eps, delta, queries, generator)
     released: dict[int, list[int]] = {}
     answers: list[Answer] = []
-    stopped = None
-    for start in range(0, len(items), concurrency):
-        chunk = list(range(start, min(start + concurrency, len(items))))
+    stopped: bool | str | None = None
+    start = 0
+    while start < len(items):
         left = queries - job.released
         if left == 0 or stopped:
-            stopped = stopped or _stop_message(queries, len(answers), len(items))
-            answers += [Answer(i, "", (), "not_started") for i in chunk]
-            continue
+            answers += [Answer(i, "", (), "not_started") for i in range(start, len(items))]
+            break
+        chunk = list(range(start, min(start + concurrency, start + left, len(items))))
 
         def stream(d: int, t: int, s: int = start) -> None:
             released.setdefault(s + d, []).append(t)
@@ -261,15 +263,20 @@ def predict(
             outs = generate(backend, [prompt_rows(ids[i], shards) for i in chunk], job.step,
                             max_new_tokens=min(limit, left), generator=generator, temperature=temperature,
                             eos_ids=backend.eos_token_ids, charge=job.charge, on_token=stream)
-            answers += [Answer(i, o.text, o.token_ids, o.stop_reason) for i, o in zip(chunk, outs)]
+            cut = left < limit and job.released == queries  # the budget, not max_new_tokens, ended them
+            answers += [Answer(i, o.text, o.token_ids, "budget" if cut and o.stop_reason == "max_new_tokens"
+                               else o.stop_reason) for i, o in zip(chunk, outs)]
         except BudgetExceededError:
-            stopped = _stop_message(queries, len(answers), len(items))
+            stopped = True
             eos = set(backend.eos_token_ids)
             for i in chunk:
                 got = released.get(i, [])
                 done = bool(got) and got[-1] in eos
                 answers.append(Answer(i, tok.decode(got[:-1] if done else got, skip_special_tokens=True),
                                       tuple(got[:-1] if done else got), "eos" if done else "budget"))
+        start = chunk[-1] + 1
+    unfinished = sum(a.stop_reason in ("budget", "not_started") for a in answers)
+    stopped = _stop_message(queries, len(items) - unfinished, len(items)) if unfinished else None
     report = PredictReport("pmixed", backend.name, len(shards), shards, float(alpha), beta, float(sample_rate),
                            queries, float(delta), eps, job.released,
                            f"({eps:.4g}, {delta:g})-DP per shard for all {queries} predicted tokens "

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import functools
 import json
+import warnings
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -106,11 +107,13 @@ class HFBackend:
                 raise InvalidInputError(f"adapter {adapter!r} is loaded already")
             if not (Path(path) / "adapter_config.json").is_file():
                 raise InvalidInputError(f"adapter {adapter!r}: {path} has no adapter_config.json (PEFT's layout)")
-            if isinstance(self.model, peft.PeftModel):
-                self.model.load_adapter(str(path), adapter_name=adapter, is_trainable=False)
-            else:
-                self.model = peft.PeftModel.from_pretrained(self.model, str(path), adapter_name=adapter,
-                                                            is_trainable=False)
+            with warnings.catch_warnings():  # peft calls transformers' deprecated is_gradient_checkpointing
+                warnings.simplefilter("ignore", FutureWarning)
+                if isinstance(self.model, peft.PeftModel):
+                    self.model.load_adapter(str(path), adapter_name=adapter, is_trainable=False)
+                else:
+                    self.model = peft.PeftModel.from_pretrained(self.model, str(path), adapter_name=adapter,
+                                                                is_trainable=False)
         self.model.eval()
 
     @classmethod
