@@ -25,6 +25,7 @@ def main() -> None:
 
 
 from tokendp.cli.account import account  # noqa: E402
+from tokendp.cli.ensemble import ensemble  # noqa: E402
 from tokendp.cli.eval import eval_group  # noqa: E402
 from tokendp.cli.model import model  # noqa: E402
 from tokendp.cli.predict import predict  # noqa: E402
@@ -32,5 +33,5 @@ from tokendp.cli.sanitize import sanitize  # noqa: E402
 from tokendp.cli.synthesize import synthesize  # noqa: E402
 from tokendp.cli.tag import tag  # noqa: E402
 
-for _command in (sanitize, synthesize, predict, tag, account, model, eval_group):
+for _command in (sanitize, synthesize, ensemble, predict, tag, account, model, eval_group):
     main.add_command(_command)
