@@ -146,3 +146,32 @@ def test_bad_inputs(ens, backend, tmp_path):
     shutil.rmtree(broken / "shard-001")
     with pytest.raises(InvalidInputError, match="unknown adapter.*shard-001"):
         predict("ok", ensemble=broken, queries=4, epsilon=8, delta=1e-5)
+
+
+def test_a_member_trained_on_nothing_reads_exactly_the_public_row(tmp_path, monkeypatch):
+    """The proof's neighbour: a shard without data gives a fresh adapter (B = 0), which is the base
+    model; its row must carry the public row's logits bit for bit, not a rounding of them."""
+    import copy
+    import shutil
+
+    from peft import get_peft_model
+
+    import tokendp.predict as mod
+
+    ens = tinylm.ensemble_dir(3)
+    shutil.rmtree(ens / "shard-001")
+    get_peft_model(copy.deepcopy(tinylm.model()), tinylm.lora_config()).save_pretrained(ens / "shard-001")
+    manifest, backend = load_ensemble(ens)
+    assert backend.zero_adapters() == ("shard-001",)
+    seq = prompt_rows([5, 6], manifest.shard_names, backend.zero_adapters())
+    assert [r.adapter for r in seq.rows] == [None, "shard-000", None, "shard-002"]
+    real, seen = mod._Job.step, []
+
+    def spy(self, logits, docs, temperature):
+        assert torch.equal(logits[:, 2], logits[:, 0]) and not torch.equal(logits[:, 1], logits[:, 0])
+        seen.append(1)
+        return real(self, logits, docs, temperature)
+
+    monkeypatch.setattr(mod._Job, "step", spy)
+    predict("The court", ensemble=ens, backend=backend, queries=3, epsilon=8, delta=1e-5, seed=0)
+    assert seen

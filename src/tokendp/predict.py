@@ -139,10 +139,16 @@ def calibrate(*, epsilon: float | None, beta: float | None, alpha: float, ensemb
 
 
 # ---------------------------------------------------------------------------- the job
-def prompt_rows(ids: Sequence[int], shards: Sequence[str]) -> RowSequence:
-    """The 1 + N rows of one prompt: the public row (base model), then one row per member."""
+def prompt_rows(ids: Sequence[int], shards: Sequence[str], base_members: Sequence[str] = ()) -> RowSequence:
+    """The 1 + N rows of one prompt: the public row (base model), then one row per member.
+
+    A member in ``base_members`` (an adapter whose B matrices are all 0, i.e. trained on nothing)
+    reads the base model: its row is the public row's twin, so the decoding loop gives it row 0's
+    logits exactly. That is the neighbour of the proof (docs/privacy.md, "PMixED": a shard
+    without data gives the base model), computed as the proof assumes and not merely up to the
+    rounding of a LoRA row with B = 0."""
     ids = tuple(int(t) for t in ids)
-    return RowSequence((Row(ids), *(Row(ids, s) for s in shards)))
+    return RowSequence((Row(ids), *(Row(ids, None if s in base_members else s) for s in shards)))
 
 
 class _Job:
@@ -236,6 +242,7 @@ def predict(
         if missing:
             raise InvalidInputError(f"unknown adapter(s) {', '.join(missing)}: the backend lacks these shards' adapters")
     tok = backend.tokenizer
+    zero = backend.zero_adapters()
     ids = [tuple(tok(p)["input_ids"]) for p in items]
     if any(len(i) == 0 for i in ids):
         raise InvalidInputError("a prompt has no tokens")
@@ -260,7 +267,7 @@ def predict(
                 on_token(s + d, t)
 
         try:
-            outs = generate(backend, [prompt_rows(ids[i], shards) for i in chunk], job.step,
+            outs = generate(backend, [prompt_rows(ids[i], shards, zero) for i in chunk], job.step,
                             max_new_tokens=min(limit, left), generator=generator, temperature=temperature,
                             eos_ids=backend.eos_token_ids, charge=job.charge, on_token=stream)
             cut = left < limit and job.released == queries  # the budget, not max_new_tokens, ended them

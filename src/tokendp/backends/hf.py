@@ -94,6 +94,24 @@ class HFBackend:
         config = getattr(self.model, "peft_config", None)
         return tuple(config) if isinstance(config, Mapping) else ()
 
+    def zero_adapters(self) -> tuple[str, ...]:
+        """Loaded adapters whose every LoRA B matrix is exactly 0: they compute the base model
+        (an adapter trained on nothing), so their rows can be read as the public row's twins."""
+        zero = []
+        for adapter in self.adapters:
+            found, nonzero = False, False
+            for module in self.model.modules():
+                for attr in ("lora_B", "lora_embedding_B"):
+                    table = getattr(module, attr, None)
+                    if table is None or adapter not in table:
+                        continue
+                    found = True
+                    weight = table[adapter].weight if hasattr(table[adapter], "weight") else table[adapter]
+                    nonzero = nonzero or bool(torch.count_nonzero(weight).item())
+            if found and not nonzero:
+                zero.append(adapter)
+        return tuple(zero)
+
     def add_adapters(self, adapters: Mapping[str, str | Path]) -> None:
         """Load LoRA adapters saved in PEFT's layout (``adapter_config.json`` and
         ``adapter_model.safetensors``), ``{name: directory}``; the model becomes a peft model."""
