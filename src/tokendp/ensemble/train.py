@@ -150,16 +150,15 @@ def _batch(seqs: Sequence[Sequence[int]], pad_id: int) -> dict[str, Any]:
     return {"input_ids": ids, "attention_mask": mask, "labels": labels}
 
 
-def train_adapter(base: str | Path, seqs: Sequence[Sequence[int]], out: Path, *, config: TrainConfig, seed: int,
-                  device: str | None = None, on_step: Callable[[int], None] | None = None) -> None:
-    """Train one LoRA adapter on ``seqs`` (token ids of one shard) and save it to ``out`` in
-    PEFT's layout; resumes from ``out``'s sibling checkpoint directory."""
+def train_adapter(backend: Any, seqs: Sequence[Sequence[int]], out: Path, *, config: TrainConfig, seed: int,
+                  on_step: Callable[[int], None] | None = None) -> None:
+    """Train one fresh LoRA adapter on ``seqs`` (token ids of one shard) on ``backend``'s base
+    model and save it to ``out`` in PEFT's layout; resumes from ``out``'s sibling checkpoint
+    directory. The base model is handed back without the adapter (peft ``unload``), so the next
+    shard starts from the base model again and never from this shard's weights."""
     import torch
     from peft import get_peft_model, get_peft_model_state_dict, set_peft_model_state_dict
 
-    from tokendp.backends import HFBackend
-
-    backend = HFBackend.load(base, device=device, dtype="float32")
     pad = backend._pad_id()
     with warnings.catch_warnings(), torch.random.fork_rng(devices=[]):  # the caller's global RNG is left alone
         warnings.simplefilter("ignore", FutureWarning)  # peft calls transformers' deprecated is_gradient_checkpointing
@@ -199,6 +198,7 @@ def train_adapter(base: str | Path, seqs: Sequence[Sequence[int]], out: Path, *,
     model.eval()
     final = work / "adapter"
     model.save_pretrained(final)
+    backend.model = model.unload()  # the base model, every LoRA layer removed
     if out.exists():
         shutil.rmtree(out)
     final.replace(out)  # the adapter directory appears complete or not at all
@@ -227,8 +227,8 @@ def train_ensemble(data: str | Path, *, shards: int, out: str | Path, base: str 
     parts = split_shards(len(texts), shards, seed=seed, groups=groups)
     from tokendp.backends import HFBackend
 
-    tokenizer = HFBackend.load(base, device="cpu", dtype="float32").tokenizer
-    tokenized = [_tokenize(tokenizer, [texts[i] for i in part], config.max_length) for part in parts]
+    backend = HFBackend.load(base, device=device, dtype="float32")
+    tokenized = [_tokenize(backend.tokenizer, [texts[i] for i in part], config.max_length) for part in parts]
     infos = tuple(ShardInfo(shard_name(j), len(part), sum(len(s) for s in tokenized[j]))
                   for j, part in enumerate(parts))
     manifest = Manifest(str(base), infos, seed, text_field, group_by, config.to_dict())
@@ -249,6 +249,5 @@ def train_ensemble(data: str | Path, *, shards: int, out: str | Path, base: str 
             if on_step is not None:
                 on_step(config.steps)
             continue
-        train_adapter(base, tokenized[j], target, config=config, seed=seed * 1_000_003 + j, device=device,
-                      on_step=on_step)
+        train_adapter(backend, tokenized[j], target, config=config, seed=seed * 1_000_003 + j, on_step=on_step)
     return manifest
