@@ -293,8 +293,8 @@ def predict(
 
 def _stop_message(queries: int, answered: int, total: int) -> str:
     return (f"budget exhausted: all {queries} predicted tokens (queries) are spent; {answered} of {total} "
-            "prompts were answered in full, the rest are cut where the budget ran out. "
-            "Answer more with a new budget (a larger --queries costs a larger epsilon).")
+            "prompts were answered in full, the rest are cut where the budget ran out. Another run spends "
+            "another epsilon per shard on top of this one (guarantees compose): plan a larger --queries up front.")
 
 
 class _CallableModule(types.ModuleType):
