@@ -10,7 +10,6 @@ import torch
 import tinylm
 import tokendp
 from tokendp.accounting import pmixed_beta, pmixed_epsilon
-from tokendp.backends import HFBackend
 from tokendp.errors import InvalidInputError, InvalidParameterError
 from tokendp.predict import load_ensemble, predict, prompt_rows
 
