@@ -10,7 +10,7 @@ $(BIN)/tokendp: pyproject.toml
 	$(BIN)/pip install --quiet --upgrade pip
 	# The CPU build of torch; an unpinned torch would pull CUDA packages.
 	$(BIN)/pip install --quiet "torch==2.13.0"
-	$(BIN)/pip install --quiet -e ".[dev,eval]"
+	$(BIN)/pip install --quiet -e ".[dev,eval,ensemble]"
 	touch $@
 
 install: $(BIN)/tokendp

@@ -119,3 +119,49 @@ class CopyLM(torch.nn.Module):
             logits[b, 0, real[k] if k < stop else self.eos] = 20.0
         from types import SimpleNamespace
         return SimpleNamespace(logits=logits)
+
+
+def lora_config(r: int = 4):
+    """The LoRA layout tokendp trains (every linear layer but the LM head), tiny rank."""
+    from peft import LoraConfig
+
+    return LoraConfig(r=r, lora_alpha=32, lora_dropout=0.0, target_modules="all-linear", task_type="CAUSAL_LM")
+
+
+@functools.lru_cache(maxsize=None)
+def adapter_dirs(n: int = 3, seed: int = 0) -> tuple[Path, ...]:
+    """``n`` LoRA adapters of :func:`model` saved in PEFT's layout, each with random non-zero
+    B (a fresh LoRA's B is 0, which would make it the base model)."""
+    import copy
+
+    from peft import get_peft_model
+
+    root = Path(tempfile.mkdtemp(prefix="tokendp-adapters-"))
+    dirs = []
+    for j in range(n):
+        torch.manual_seed(1000 * seed + j)
+        peft_model = get_peft_model(copy.deepcopy(model()), lora_config())
+        with torch.no_grad():
+            for name, p in peft_model.named_parameters():
+                if "lora_B" in name:
+                    p.normal_(0.0, 0.05)
+        path = root / f"shard-{j:03d}"
+        peft_model.save_pretrained(path)
+        dirs.append(path)
+    return tuple(dirs)
+
+
+def ensemble_dir(n: int = 3, seed: int = 0) -> Path:
+    """A fresh ensemble directory (manifest + ``n`` tiny adapters) on :func:`model_dir`, as
+    ``tokendp ensemble train`` lays it out."""
+    import shutil
+
+    from tokendp.ensemble.manifest import Manifest, ShardInfo
+
+    root = Path(tempfile.mkdtemp(prefix="tokendp-ensemble-"))
+    shards = []
+    for j, src in enumerate(adapter_dirs(n, seed)):
+        shutil.copytree(src, root / src.name)
+        shards.append(ShardInfo(src.name, records=2 + j, tokens=40 + j))
+    Manifest(str(model_dir()), tuple(shards), seed=seed, hyperparameters={"lora_r": 4}).write(root)
+    return root

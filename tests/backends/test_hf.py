@@ -91,3 +91,85 @@ def test_load_from_directory():
                                atol=1e-5, rtol=0)
     with pytest.raises(InvalidInputError, match="cannot load model"):
         HFBackend.load(path / "missing")
+
+
+# --------------------------------------------------------------------------- LoRA adapters per row
+@pytest.fixture(scope="module")
+def lora_backend():
+    dirs = tinylm.adapter_dirs(3)
+    return HFBackend.load(tinylm.model_dir(), adapters={d.name: d for d in dirs})
+
+
+def _alone(adapter_dir, ids):
+    """Last-position logits of ``ids`` read by one adapter (or the base model), its own model, no batch."""
+    import copy
+
+    from peft import PeftModel
+
+    base = copy.deepcopy(tinylm.model())
+    model = base if adapter_dir is None else PeftModel.from_pretrained(base, str(adapter_dir)).eval()
+    return _full_logits(model, ids)
+
+
+def test_adapters_are_loaded_in_peft_layout(lora_backend):
+    dirs = tinylm.adapter_dirs(3)
+    assert lora_backend.adapters == tuple(d.name for d in dirs)
+    assert all((d / "adapter_config.json").is_file() and (d / "adapter_model.safetensors").is_file() for d in dirs)
+
+
+def test_mixed_adapter_batch_equals_each_adapter_alone(lora_backend):
+    """PMixED's layout: per sequence, the public row (no adapter) then one row per member, all in
+    one forward pass per step; every row equals its adapter run alone, the public row the base model."""
+    names = lora_backend.adapters
+    prompts = [[5, 6, 7, 8], [20, 21, 22, 23, 24, 25]]
+    seqs = [RowSequence((Row(tuple(p)), *(Row(tuple(p), a) for a in names))) for p in prompts]
+    calls = []
+    hook = lora_backend.model.register_forward_pre_hook(lambda *a: calls.append(1))
+    try:
+        state, logits = lora_backend.prefill(seqs)
+        tokens = torch.tensor([40, 41])
+        decoded = lora_backend.decode(state, tokens)
+    finally:
+        hook.remove()
+    assert calls == [1, 1]  # one pass for the prefill, one for the step: never one per member
+    dirs = dict(zip(names, tinylm.adapter_dirs(3)))
+    for stage, out, extra in (("prefill", logits, []), ("decode", decoded, [[40], [41]])):
+        for s, p in enumerate(prompts):
+            ids = p + (extra[s] if extra else [])
+            for r, adapter in enumerate((None, *names)):
+                alone = _alone(None if adapter is None else dirs[adapter], ids)
+                torch.testing.assert_close(out[4 * s + r], alone, atol=1e-5, rtol=0, msg=f"{stage} {adapter}")
+            assert (out[4 * s + 1] - out[4 * s]).abs().max() > 1e-2  # the adapters do change the logits
+
+
+def test_public_row_of_a_mixed_batch_is_the_base_model_exactly(lora_backend):
+    """"__base__" rows skip every LoRA update: the public row of a mixed batch is bit-identical to
+    the same batch with no adapter on any row, and equals the plain base model (the lm_head GEMM
+    may round a batch of 4 rows and one row differently in the last bit, hence the tolerance there)."""
+    p = (5, 6, 7, 8, 9)
+    mixed_seq = RowSequence((Row(p), *(Row(p, a) for a in lora_backend.adapters)))
+    base_seq = RowSequence((Row(p), *(Row(p) for _ in lora_backend.adapters)))
+    _, mixed = lora_backend.prefill([mixed_seq])
+    _, base = lora_backend.prefill([base_seq], share_prefix=False)
+    assert torch.equal(mixed[0], base[0])
+    assert all(torch.equal(base[0], base[i]) for i in range(1, 4))
+    torch.testing.assert_close(mixed[0], _alone(None, list(p)), atol=1e-5, rtol=0)
+
+
+def test_mixed_batch_keeps_adapters_when_sequences_finish(lora_backend):
+    names = lora_backend.adapters
+    seqs = [RowSequence((Row((5, 6)), *(Row((5, 6), a) for a in names))),
+            RowSequence((Row((7, 8, 9)), Row((7, 8, 9), names[2])))]
+    state, _ = lora_backend.prefill(seqs)
+    lora_backend.decode(state, torch.tensor([1, 2]))
+    state = lora_backend.keep(state, torch.tensor([False, True]))
+    assert state.adapters == ("__base__", names[2])
+    logits = lora_backend.decode(state, torch.tensor([3]))
+    dirs = dict(zip(names, tinylm.adapter_dirs(3)))
+    torch.testing.assert_close(logits[0], _alone(None, [7, 8, 9, 2, 3]), atol=1e-5, rtol=0)
+    torch.testing.assert_close(logits[1], _alone(dirs[names[2]], [7, 8, 9, 2, 3]), atol=1e-5, rtol=0)
+
+
+def test_unknown_adapter_is_refused(lora_backend):
+    with pytest.raises(InvalidInputError, match="unknown adapter.*shard-999"):
+        lora_backend.prefill([RowSequence((Row((1, 2)), Row((1, 2), "shard-999")))])

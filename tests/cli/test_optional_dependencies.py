@@ -136,3 +136,22 @@ def test_training_script_without_faker_exits_2_before_training(tmp_path):
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert proc.returncode == 2, proc.stderr
     assert _one_line(proc.stderr) == 'error: training the default model needs faker: pip install "tokendp[train]"'
+
+
+@pytest.mark.parametrize("command", ["predict", "ensemble"])
+def test_missing_peft_stops_ensemble_commands_before_any_work(monkeypatch, tmp_path, command):
+    import tokendp.backends.hf as hf
+
+    _missing(monkeypatch, "peft")
+    calls = []
+    _forbid(monkeypatch, hf.HFBackend, "load", calls)
+    data = tmp_path / "c.jsonl"
+    data.write_text(json.dumps({"text": PRIVATE}) + "\n")
+    (tmp_path / "ens").mkdir()
+    args = (["predict", "--ensemble", str(tmp_path / "ens"), "--prompt", PRIVATE, "--epsilon", "8", "--delta", "1e-5",
+             "--queries", "4"] if command == "predict" else
+            ["ensemble", "train", "--data", str(data), "--shards", "1", "--out", str(tmp_path / "out")])
+    res = CliRunner().invoke(main, args)
+    assert res.exit_code == 2 and calls == []
+    line = _one_line(res.output)
+    assert 'needs peft' in line and 'pip install "tokendp[ensemble]"' in line and PRIVATE not in res.output

@@ -13,13 +13,22 @@ the sequence (``DynamicCache.batch_select_indices`` with repeated indices) and r
 rows' own suffixes on top of it. The cache layout is then
 ``[pad | prefix of the sequence | pad | suffix of the row]``; the attention mask hides both
 pads, and position ids count only real tokens, so the result equals an unshared prefill.
+
+LoRA adapters per row. A row may name a LoRA adapter (PMixED: the public row reads the base
+model, row j the adapter of ensemble member j). The backend then holds a ``peft`` model with
+every adapter loaded (:meth:`HFBackend.load` with ``adapters=``, or :meth:`HFBackend.add_adapters`)
+and runs all rows of all sequences in ONE forward pass per step, passing peft's per-row
+``adapter_names`` (a "mixed adapter batch": every LoRA layer applies each adapter to its own
+rows; ``"__base__"`` rows get the base layer alone, so the public row is exactly the base
+model's). Rows of one sequence share a prefix only when they read it with the same adapter.
 """
 
 from __future__ import annotations
 
 import functools
 import json
-from collections.abc import Sequence
+import warnings
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -31,6 +40,7 @@ from tokendp.errors import InvalidInputError, InvalidParameterError
 
 _DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
 OPTIONS_FILE = "tokendp.json"
+BASE_ADAPTER = "__base__"  # peft's name for "no adapter" in a mixed batch
 
 
 def resolve_device(device: str | torch.device | None) -> torch.device:
@@ -60,6 +70,7 @@ class DecodeState:
     next_position: torch.Tensor  # (Rtot,) int64, position id of the next token per row
     row_sequence: torch.Tensor  # (Rtot,) int64, index of the sequence each row belongs to
     rows_per_sequence: tuple[int, ...]
+    adapters: tuple[str, ...] | None = None  # (Rtot,) peft adapter name per row; None without peft
 
 
 class HFBackend:
@@ -77,10 +88,58 @@ class HFBackend:
         self.options = dict(options or {})
         self.device = next(model.parameters()).device
 
+    @property
+    def adapters(self) -> tuple[str, ...]:
+        """Names of the LoRA adapters loaded (empty without peft)."""
+        config = getattr(self.model, "peft_config", None)
+        return tuple(config) if isinstance(config, Mapping) else ()
+
+    def zero_adapters(self) -> tuple[str, ...]:
+        """Loaded adapters whose every LoRA B matrix is exactly 0: they compute the base model
+        (an adapter trained on nothing), so their rows can be read as the public row's twins."""
+        zero = []
+        for adapter in self.adapters:
+            found, nonzero = False, False
+            for module in self.model.modules():
+                for attr in ("lora_B", "lora_embedding_B"):
+                    table = getattr(module, attr, None)
+                    if table is None or adapter not in table:
+                        continue
+                    found = True
+                    weight = table[adapter].weight if hasattr(table[adapter], "weight") else table[adapter]
+                    nonzero = nonzero or bool(torch.count_nonzero(weight).item())
+            if found and not nonzero:
+                zero.append(adapter)
+        return tuple(zero)
+
+    def add_adapters(self, adapters: Mapping[str, str | Path]) -> None:
+        """Load LoRA adapters saved in PEFT's layout (``adapter_config.json`` and
+        ``adapter_model.safetensors``), ``{name: directory}``; the model becomes a peft model."""
+        from tokendp._optional import require
+
+        peft = require("peft", "ensemble", "LoRA adapters", why="to read adapters")
+        for adapter, path in adapters.items():
+            if not isinstance(adapter, str) or not adapter or adapter == BASE_ADAPTER:
+                raise InvalidParameterError(f"an adapter needs a non-empty name other than {BASE_ADAPTER!r}, got {adapter!r}")
+            if adapter in self.adapters:
+                raise InvalidInputError(f"adapter {adapter!r} is loaded already")
+            if not (Path(path) / "adapter_config.json").is_file():
+                raise InvalidInputError(f"adapter {adapter!r}: {path} has no adapter_config.json (PEFT's layout)")
+            with warnings.catch_warnings():  # peft calls transformers' deprecated is_gradient_checkpointing
+                warnings.simplefilter("ignore", FutureWarning)
+                if isinstance(self.model, peft.PeftModel):
+                    self.model.load_adapter(str(path), adapter_name=adapter, is_trainable=False)
+                else:
+                    self.model = peft.PeftModel.from_pretrained(self.model, str(path), adapter_name=adapter,
+                                                                is_trainable=False)
+        self.model.eval()
+
     @classmethod
     def load(cls, model: str | Path, *, device: str | torch.device | None = None,
-             dtype: str | torch.dtype | None = None, name: str | None = None) -> HFBackend:
-        """Load ``model`` (a local directory or a hub id) with its tokenizer and ``tokendp.json``.
+             dtype: str | torch.dtype | None = None, name: str | None = None,
+             adapters: Mapping[str, str | Path] | None = None) -> HFBackend:
+        """Load ``model`` (a local directory or a hub id) with its tokenizer and ``tokendp.json``,
+        and the LoRA ``adapters`` ``{name: directory}`` (PEFT's layout) when given.
 
         ``name`` is how reports refer to the model (default: ``model`` as given).
         """
@@ -97,7 +156,10 @@ class HFBackend:
                 f"in the local Hugging Face cache ({type(exc).__name__})") from None
         options_path = Path(model) / OPTIONS_FILE
         options = json.loads(options_path.read_text()) if options_path.is_file() else {}
-        return cls(lm.to(dev), tokenizer, name=name or str(model), options=options)
+        backend = cls(lm.to(dev), tokenizer, name=name or str(model), options=options)
+        if adapters:
+            backend.add_adapters(adapters)
+        return backend
 
     @property
     def eos_token_ids(self) -> list[int]:
@@ -133,11 +195,30 @@ class HFBackend:
 
     # ------------------------------------------------------------------ forward passes
     def _forward(self, ids: torch.Tensor, mask: torch.Tensor, positions: torch.Tensor,
-                 cache: Any) -> torch.Tensor:
-        """One pass; returns last-position logits ``# (B, V)`` float32."""
+                 cache: Any, adapters: Sequence[str] | None = None) -> torch.Tensor:
+        """One pass; returns last-position logits ``# (B, V)`` float32. ``adapters``: peft's
+        adapter name per row (a mixed adapter batch), given whenever the model is a peft model."""
+        extra = {} if adapters is None else {"adapter_names": list(adapters)}
         out = self.model(input_ids=ids, attention_mask=mask, position_ids=positions,
-                         past_key_values=cache, use_cache=True, logits_to_keep=1)
+                         past_key_values=cache, use_cache=True, logits_to_keep=1, **extra)
         return out.logits[:, -1, :].float()  # (B, V)
+
+    def _row_adapters(self, sequences: Sequence[RowSequence]) -> tuple[str, ...] | None:
+        """peft's adapter name per flat row, or None when the model has no adapters; unknown
+        adapters are refused (their names are public: shard names, never shard content)."""
+        wanted = {r.adapter for s in sequences for r in s.rows} - {None}
+        loaded = self.adapters
+        if not loaded:
+            if wanted:
+                raise InvalidInputError(
+                    f"rows read with LoRA adapters ({', '.join(sorted(wanted))}) but the model has none loaded; "
+                    "load them with HFBackend.load(..., adapters=) or add_adapters")
+            return None
+        unknown = wanted - set(loaded)
+        if unknown:
+            raise InvalidInputError(
+                f"unknown adapter(s) {', '.join(sorted(unknown))}; loaded: {', '.join(loaded)}")
+        return tuple(r.adapter or BASE_ADAPTER for s in sequences for r in s.rows)
 
     def _new_cache(self) -> Any:
         from transformers import DynamicCache
@@ -152,29 +233,26 @@ class HFBackend:
         Rows are flattened in order (sequence 0's rows, then sequence 1's, ...). With
         ``share_prefix`` the tokens common to all rows of a sequence are computed once.
         """
-        if any(r.adapter is not None for s in sequences for r in s.rows):
-            raise InvalidInputError(
-                "rows with LoRA adapters need adapter support, which HFBackend does not provide yet; "
-                "use rows without an adapter")
+        adapters = self._row_adapters(sequences)
         prefix_lens = [s.shared_prefix_length() if share_prefix else 0 for s in sequences]
         counts = tuple(len(s) for s in sequences)
         row_sequence = torch.repeat_interleave(torch.arange(len(sequences)), torch.tensor(counts))
         cache = self._new_cache()
-        prefix_mask = self._prefill_prefixes(sequences, prefix_lens, row_sequence, cache)
+        prefix_mask = self._prefill_prefixes(sequences, prefix_lens, row_sequence, cache, adapters is not None)
         suffixes = [r.ids[p:] for s, p in zip(sequences, prefix_lens) for r in s.rows]
         ids, mask = _left_pad(suffixes, self._pad_id())
         row_prefix = torch.tensor(prefix_lens)[row_sequence]  # (Rtot,)
         positions = (row_prefix[:, None] + mask.cumsum(-1) - 1).clamp(min=0)  # (Rtot, S)
         full_mask = mask if prefix_mask is None else torch.cat([prefix_mask, mask], dim=1)
         logits = self._forward(ids.to(self.device), full_mask.to(self.device),
-                               positions.to(self.device), cache)
+                               positions.to(self.device), cache, adapters)
         next_position = row_prefix + mask.sum(-1)  # (Rtot,)
         state = DecodeState(cache, full_mask.to(self.device), next_position.to(self.device),
-                            row_sequence.to(self.device), counts)
+                            row_sequence.to(self.device), counts, adapters)
         return state, logits
 
     def _prefill_prefixes(self, sequences: Sequence[RowSequence], prefix_lens: list[int],
-                          row_sequence: torch.Tensor, cache: Any) -> torch.Tensor | None:
+                          row_sequence: torch.Tensor, cache: Any, peft: bool = False) -> torch.Tensor | None:
         """Run the shared prefixes (one row per sequence) and spread their cache to all rows.
 
         Returns the prefix part of the attention mask ``# (Rtot, P)``, or None when no sequence
@@ -187,7 +265,8 @@ class HFBackend:
         ids, mask = _left_pad([sequences[i].rows[0].ids[:prefix_lens[i]] for i in with_prefix],
                               self._pad_id())
         positions = (mask.cumsum(-1) - 1).clamp(min=0)  # (Np, P)
-        self._forward(ids.to(self.device), mask.to(self.device), positions.to(self.device), cache)
+        adapters = [sequences[i].rows[0].adapter or BASE_ADAPTER for i in with_prefix] if peft else None
+        self._forward(ids.to(self.device), mask.to(self.device), positions.to(self.device), cache, adapters)
         slot = torch.zeros(len(sequences), dtype=torch.long)
         slot[with_prefix] = torch.arange(len(with_prefix))
         cache.batch_select_indices(slot[row_sequence].to(self.device))
@@ -203,7 +282,7 @@ class HFBackend:
         ones = torch.ones_like(state.attention_mask[:, :1])
         state.attention_mask = torch.cat([state.attention_mask, ones], dim=1)
         positions = state.next_position[:, None]  # (Rtot, 1)
-        logits = self._forward(ids, state.attention_mask, positions, state.cache)
+        logits = self._forward(ids, state.attention_mask, positions, state.cache, state.adapters)
         state.next_position = state.next_position + 1
         return logits
 
@@ -216,8 +295,9 @@ class HFBackend:
         state.cache.batch_select_indices(index)
         new_seq = torch.cumsum(keep.long(), 0) - 1  # (N,) new index of each kept sequence
         counts = tuple(c for c, k in zip(state.rows_per_sequence, keep.tolist()) if k)
+        adapters = None if state.adapters is None else tuple(state.adapters[i] for i in index.tolist())
         return DecodeState(state.cache, state.attention_mask[index], state.next_position[index],
-                           new_seq[state.row_sequence[index]], counts)
+                           new_seq[state.row_sequence[index]], counts, adapters)
 
     def _pad_id(self) -> int:
         pad = self.tokenizer.pad_token_id

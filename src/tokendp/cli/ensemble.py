@@ -1,0 +1,65 @@
+"""`tokendp ensemble train`: PMixED's ensemble, one LoRA adapter per disjoint shard of a corpus.
+
+A thin shell over :func:`tokendp.ensemble.train.train_ensemble`.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from tokendp.cli._common import library_errors
+
+
+@click.group("ensemble")
+def ensemble() -> None:
+    """Ensembles for `tokendp predict` (PMixED): LoRA adapters trained on disjoint shards."""
+
+
+@ensemble.command("train")
+@click.option("--data", type=click.Path(exists=True, dir_okay=False, path_type=Path), required=True,
+              help="Private corpus: JSONL, one record per line with a text field.")
+@click.option("--shards", type=int, required=True, help="N: disjoint shards, one adapter (ensemble member) each.")
+@click.option("--out", type=click.Path(file_okay=False, path_type=Path), required=True,
+              help="Ensemble directory (manifest.json + shard-000/ ...); rerun the same command to resume.")
+@click.option("--base", default=None, help="Base model directory or cached hub id [default: the embedded model].")
+@click.option("--group-by", default=None,
+              help="Keep all records with the same value of this field in one shard (e.g. user_id): the guarantee then covers the group.")
+@click.option("--text-field", default="text", show_default=True, help="Field of each record that holds its text.")
+@click.option("--steps", type=int, default=100, show_default=True, help="Optimiser steps per shard.")
+@click.option("--batch-size", type=int, default=8, show_default=True, help="Texts per step (drawn from the shard).")
+@click.option("--max-length", type=int, default=256, show_default=True, help="Tokens kept per text.")
+@click.option("--lora-r", type=int, default=4, show_default=True, help="LoRA rank.")
+@click.option("--lora-alpha", type=float, default=32.0, show_default=True, help="LoRA alpha (scaling alpha / r).")
+@click.option("--lr", type=float, default=2e-4, show_default=True, help="AdamW learning rate (weight decay 0.01).")
+@click.option("--seed", type=int, default=0, show_default=True, help="Seed of the shard split and of training.")
+@click.option("--device", default=None, help="torch device [default: cuda if available, else cpu].")
+@library_errors
+def train(data, shards, out, base, group_by, text_field, steps, batch_size, max_length, lora_r, lora_alpha, lr,
+          seed, device) -> None:
+    """Split the corpus into N disjoint shards and train one LoRA adapter per shard (resumable)."""
+    from tokendp._optional import require
+
+    require("peft", "ensemble", "tokendp ensemble train", why="to train LoRA adapters")
+    from tqdm import tqdm
+
+    from tokendp.ensemble.train import TrainConfig, train_ensemble
+
+    if base is None:
+        from tokendp.models import DEFAULT_MODEL_DIR
+
+        base = str(DEFAULT_MODEL_DIR)
+    config = TrainConfig(steps=steps, lora_r=lora_r, lora_alpha=lora_alpha, lr=lr, batch_size=batch_size,
+                         max_length=max_length)
+    with tqdm(total=shards * steps if shards and shards > 0 and steps and steps > 0 else None, unit="step",
+              desc="ensemble", disable=None) as bar:
+        def on_shard(j: int, skipped: bool) -> None:
+            bar.set_description(f"shard {j + 1}/{shards}{' (done)' if skipped else ''}")
+
+        manifest = train_ensemble(data, shards=shards, out=out, base=base, seed=seed, group_by=group_by,
+                                  text_field=text_field, config=config, device=device, on_step=bar.update,
+                                  on_shard=on_shard)
+    click.echo(f"{manifest.ensemble_size} adapters in {out} (records per shard: "
+               f"{', '.join(str(s.records) for s in manifest.shards)}); answer prompts with "
+               f"`tokendp predict --ensemble {out} ...`")

@@ -1,0 +1,93 @@
+"""`tokendp predict`: answer prompts with PMixED over an ensemble of LoRA adapters.
+
+A thin shell over :func:`tokendp.predict.predict`; every number comes from the library.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import click
+
+from tokendp.cli._common import CLIError, echo_json, library_errors
+
+
+def read_prompts(path: Path) -> list[str]:
+    """The "prompt" (or "text") field of every non-blank line of a JSONL file (messages carry line numbers only)."""
+    prompts = []
+    with path.open(encoding="utf-8") as handle:
+        for number, line in enumerate(handle, 1):
+            if not line.strip():
+                continue
+            try:
+                record = json.loads(line)
+            except json.JSONDecodeError:
+                raise CLIError(f"{path}: line {number} is not valid JSON; write one {{\"prompt\": ...}} per line") from None
+            text = record.get("prompt", record.get("text")) if isinstance(record, dict) else None
+            if not isinstance(text, str):
+                raise CLIError(f"{path}: line {number} has no string field \"prompt\" (or \"text\")")
+            prompts.append(text)
+    if not prompts:
+        raise CLIError(f"{path} holds no prompts; write one {{\"prompt\": ...}} per line")
+    return prompts
+
+
+@click.command("predict")
+@click.option("--ensemble", "ensemble_dir", type=click.Path(exists=True, file_okay=False, path_type=Path), required=True,
+              help="Ensemble directory written by `tokendp ensemble train` (manifest.json + one adapter per shard).")
+@click.option("--prompt", default=None, help="One prompt to continue.")
+@click.option("--prompts", "prompts_path", type=click.Path(exists=True, dir_okay=False, path_type=Path), default=None,
+              help="JSONL file of prompts, one {\"prompt\": ...} per line.")
+@click.option("--epsilon", type=float, default=None, help="Epsilon per shard for all T tokens (beta is calibrated).")
+@click.option("--beta", type=float, default=None, help="Divergence cap per member instead of --epsilon.")
+@click.option("--delta", type=float, required=True, help="Delta of the guarantee, in (0, 1).")
+@click.option("--queries", type=int, required=True,
+              help="T: total tokens predicted over all prompts, fixed up front; generation stops when they are spent.")
+@click.option("--ensemble-sample-rate", "sample_rate", type=float, default=1.0, show_default=True,
+              help="q: probability that each member joins a token's sample (Poisson).")
+@click.option("--alpha", type=float, default=3.0, show_default=True, help="Renyi order of the mollifier and the accounting.")
+@click.option("--max-new-tokens", type=int, default=None, help="Most tokens per prompt [default: what is left of T].")
+@click.option("--temperature", type=float, default=1.0, show_default=True, help="Sampling temperature (> 0).")
+@click.option("--seed", type=int, default=None, help="Seed for reproducible sampling [default: seeded from the OS].")
+@click.option("--base", default=None, help="Base model directory or cached hub id [default: the manifest's].")
+@click.option("--device", default=None, help="torch device [default: cuda if available, else cpu].")
+@click.option("--json", "as_json", is_flag=True, help="Print {\"answers\", \"report\", \"stopped\"} as JSON.")
+@library_errors
+def predict(ensemble_dir, prompt, prompts_path, epsilon, beta, delta, queries, sample_rate, alpha, max_new_tokens,
+            temperature, seed, base, device, as_json) -> None:
+    """Continue prompts with PMixED: (epsilon, delta)-DP per shard of the ensemble's private corpus."""
+    from tokendp._optional import require
+
+    require("peft", "ensemble", "tokendp predict", why="to read LoRA adapters")
+    if (prompt is None) == (prompts_path is None):
+        raise CLIError("give exactly one of --prompt TEXT or --prompts FILE.jsonl")
+    if (epsilon is None) == (beta is None):
+        raise CLIError("give exactly one of --epsilon (per shard) or --beta")
+    from tqdm import tqdm
+
+    from tokendp.predict import predict as run
+
+    prompts = [prompt] if prompt is not None else read_prompts(prompts_path)
+    with tqdm(total=queries, unit="tok", desc="predict", disable=None, leave=False) as bar:
+        result = run(prompts, ensemble=ensemble_dir, queries=queries, delta=delta, epsilon=epsilon, beta=beta,
+                     alpha=alpha, sample_rate=sample_rate, temperature=temperature, max_new_tokens=max_new_tokens,
+                     seed=seed, base=base, device=device, on_token=lambda doc, tok: bar.update(1))
+    if as_json:
+        echo_json(result.to_dict())
+    else:
+        rep = result.report
+        click.echo(f"# pmixed: epsilon {rep.epsilon:.4g} per shard at delta {rep.delta:g} for T = {rep.queries} tokens; "
+                   f"N {rep.ensemble_size}, q {rep.sample_rate:g}, alpha {rep.alpha:g}, beta {rep.beta:.4g}; "
+                   f"{rep.tokens_released} tokens released")
+        diag = rep.diagnostics
+        if diag.get("mean_sampled_members") is not None:
+            lam = diag.get("mean_lambda")
+            click.echo(f"# diagnostics (not part of the guarantee): mean |S| {diag['mean_sampled_members']:.3g}, "
+                       f"mean lambda {'-' if lam is None else f'{lam:.3g}'}")
+        for answer in result.answers:
+            click.echo(f"\n## prompt {answer.index} ({len(answer.token_ids)} tokens, {answer.stop_reason})\n{answer.text}")
+    if result.stopped:
+        click.echo(f"Error: {result.stopped}", err=True)
+        sys.exit(2)

@@ -1,0 +1,253 @@
+"""Train PMixED's ensemble: split a private corpus into N disjoint shards, one LoRA adapter each.
+
+``tokendp ensemble train --data CORPUS.jsonl --shards N --out DIR`` (and :func:`train_ensemble`).
+
+Shards. The records (one JSON object per line with a text field) are split into N disjoint
+shards by a permutation drawn from ``seed`` (public), dealt round-robin so the shards differ in
+size by at most one unit. With ``group_by`` the unit is a group: all records with the same
+value of that field go to the same shard, so the guarantee, per shard, covers the whole group
+(e.g. every record of one user). Fewer units than shards is an error.
+
+Adapters. Each shard fine-tunes its own LoRA adapter on the base model (PMixED's setting: rank
+4, LoRA alpha 32, AdamW with learning rate 2e-4 and weight decay 0.01) with the causal LM loss
+on its texts, for ``steps`` mini-batches drawn from that shard only. An adapter never sees
+another shard's data, which is what PMixED's per-shard guarantee needs (docs/privacy.md,
+"PMixED"); a shard without trainable tokens keeps its fresh adapter (B = 0: the base model).
+
+Resumable. A shard whose adapter directory is complete is skipped; inside a shard, the adapter,
+optimiser and sampler state are checkpointed every ``checkpoint_every`` steps and a rerun
+continues from there. The manifest (``manifest.json``) holds counts and parameters only, never
+text, and a rerun with other settings on the same directory is refused.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import shutil
+import warnings
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from tokendp.errors import InvalidInputError, InvalidParameterError
+from tokendp.ensemble.manifest import (MANIFEST_FILE, Manifest, ShardInfo, adapter_complete, read_manifest,
+                                       shard_name)
+
+CHECKPOINT = "checkpoint.pt"
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    """Hyper-parameters of every shard's adapter (the PMixED paper's defaults)."""
+
+    steps: int = 100
+    lora_r: int = 4
+    lora_alpha: float = 32.0
+    lr: float = 2e-4
+    weight_decay: float = 0.01
+    batch_size: int = 8
+    max_length: int = 256
+    checkpoint_every: int = 50
+
+    def check(self) -> TrainConfig:
+        for name in ("steps", "lora_r", "batch_size", "max_length", "checkpoint_every"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise InvalidParameterError(f"{name} must be an integer >= 1, got {value!r}")
+        for name in ("lora_alpha", "lr"):
+            value = getattr(self, name)
+            if not (isinstance(value, (int, float)) and math.isfinite(value) and value > 0):
+                raise InvalidParameterError(f"{name} must be a finite number > 0, got {value!r}")
+        if not (isinstance(self.weight_decay, (int, float)) and math.isfinite(self.weight_decay) and self.weight_decay >= 0):
+            raise InvalidParameterError(f"weight_decay must be a finite number >= 0, got {self.weight_decay!r}")
+        return self
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"steps": self.steps, "lora_r": self.lora_r, "lora_alpha": self.lora_alpha, "lr": self.lr,
+                "weight_decay": self.weight_decay, "optimizer": "AdamW", "batch_size": self.batch_size,
+                "max_length": self.max_length, "target_modules": "all-linear", "lora_dropout": 0.0}
+
+
+# ---------------------------------------------------------------------------- corpus and shards
+def read_corpus(path: str | Path, *, text_field: str = "text", group_by: str | None = None
+                ) -> tuple[list[str], list[str] | None]:
+    """Texts and, with ``group_by``, each record's group key (its value as JSON). Messages carry
+    line numbers and field names only."""
+    path = Path(path)
+    texts: list[str] = []
+    groups: list[str] | None = [] if group_by else None
+    with path.open(encoding="utf-8") as handle:
+        for number, line in enumerate(handle, 1):
+            if not line.strip():
+                continue
+            try:
+                record = json.loads(line)
+            except json.JSONDecodeError:
+                raise InvalidInputError(f"{path}: line {number} is not valid JSON") from None
+            if not isinstance(record, dict) or not isinstance(record.get(text_field), str):
+                raise InvalidInputError(f"{path}: line {number} has no string field {text_field!r}")
+            texts.append(record[text_field])
+            if groups is not None:
+                if group_by not in record or record[group_by] is None:
+                    raise InvalidInputError(f"{path}: line {number} has no field {group_by!r} to group by")
+                groups.append(json.dumps(record[group_by], sort_keys=True))
+    return texts, groups
+
+
+def split_shards(n_records: int, shards: int, *, seed: int, groups: Sequence[str] | None = None) -> list[list[int]]:
+    """Record indices of each of ``shards`` disjoint shards: the units (records, or groups) in a
+    permutation drawn from ``seed``, dealt round-robin. Deterministic for (n, shards, seed, groups)."""
+    import numpy as np
+
+    if isinstance(shards, bool) or not isinstance(shards, int) or shards < 1:
+        raise InvalidParameterError(f"shards must be an integer >= 1, got {shards!r}")
+    if groups is None:
+        units = [[i] for i in range(n_records)]
+    else:
+        if len(groups) != n_records:
+            raise InvalidInputError("one group key per record is needed")
+        by_key: dict[str, list[int]] = {}
+        for i, key in enumerate(groups):
+            by_key.setdefault(key, []).append(i)
+        units = [by_key[k] for k in sorted(by_key)]
+    what = "records" if groups is None else "groups"
+    if len(units) < shards:
+        raise InvalidInputError(f"the corpus has {len(units)} {what}, fewer than the {shards} shards asked for; "
+                                "every shard needs at least one")
+    order = np.random.default_rng(seed).permutation(len(units))
+    out: list[list[int]] = [[] for _ in range(shards)]
+    for rank, unit in enumerate(order.tolist()):
+        out[rank % shards].extend(units[unit])
+    return [sorted(s) for s in out]
+
+
+# ---------------------------------------------------------------------------- training
+def _lora_config(config: TrainConfig) -> Any:
+    from peft import LoraConfig
+
+    return LoraConfig(r=config.lora_r, lora_alpha=config.lora_alpha, lora_dropout=0.0,
+                      target_modules="all-linear", task_type="CAUSAL_LM")
+
+
+def _tokenize(tokenizer: Any, texts: Sequence[str], max_length: int) -> list[list[int]]:
+    """Token ids per text, cut to ``max_length``; texts of fewer than 2 tokens carry no LM loss and are dropped."""
+    ids = [list(tokenizer(t, truncation=True, max_length=max_length)["input_ids"]) for t in texts]
+    return [i for i in ids if len(i) >= 2]
+
+
+def _batch(seqs: Sequence[Sequence[int]], pad_id: int) -> dict[str, Any]:
+    import torch
+
+    width = max(len(s) for s in seqs)
+    ids = torch.full((len(seqs), width), pad_id, dtype=torch.long)
+    mask = torch.zeros((len(seqs), width), dtype=torch.long)
+    for i, s in enumerate(seqs):
+        ids[i, :len(s)] = torch.tensor(s, dtype=torch.long)
+        mask[i, :len(s)] = 1
+    labels = ids.masked_fill(mask == 0, -100)  # (B, L): no loss on padding
+    return {"input_ids": ids, "attention_mask": mask, "labels": labels}
+
+
+def train_adapter(backend: Any, seqs: Sequence[Sequence[int]], out: Path, *, config: TrainConfig, seed: int,
+                  on_step: Callable[[int], None] | None = None) -> None:
+    """Train one fresh LoRA adapter on ``seqs`` (token ids of one shard) on ``backend``'s base
+    model and save it to ``out`` in PEFT's layout; resumes from ``out``'s sibling checkpoint
+    directory. The base model is handed back without the adapter (peft ``unload``), so the next
+    shard starts from the base model again and never from this shard's weights."""
+    import torch
+    from peft import get_peft_model, get_peft_model_state_dict, set_peft_model_state_dict
+
+    pad = backend._pad_id()
+    with warnings.catch_warnings(), torch.random.fork_rng(devices=[]):  # the caller's global RNG is left alone
+        warnings.simplefilter("ignore", FutureWarning)  # peft calls transformers' deprecated is_gradient_checkpointing
+        torch.manual_seed(seed)  # LoRA's A initialisation (training only; no privacy noise is drawn here)
+        model = get_peft_model(backend.model, _lora_config(config))
+    work = out.with_name(f".{out.name}.partial")
+    work.mkdir(parents=True, exist_ok=True)
+    params = [p for p in model.parameters() if p.requires_grad]
+    optimizer = torch.optim.AdamW(params, lr=config.lr, weight_decay=config.weight_decay)
+    sampler = torch.Generator().manual_seed(seed)
+    done = 0
+    ckpt = work / CHECKPOINT
+    if ckpt.is_file():
+        state = torch.load(ckpt, map_location=backend.device, weights_only=False)
+        set_peft_model_state_dict(model, state["adapter"])
+        optimizer.load_state_dict(state["optimizer"])
+        sampler.set_state(state["sampler"])
+        done = int(state["step"])
+        if on_step is not None:
+            on_step(done)
+    model.train()
+    for step in range(done, config.steps if seqs else done):
+        pick = torch.randint(len(seqs), (min(config.batch_size, len(seqs)),), generator=sampler).tolist()
+        batch = {k: v.to(backend.device) for k, v in _batch([seqs[i] for i in pick], pad).items()}
+        loss = model(**batch).loss
+        loss.backward()
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+        if on_step is not None:
+            on_step(1)
+        if (step + 1) % config.checkpoint_every == 0 and step + 1 < config.steps:
+            torch.save({"adapter": get_peft_model_state_dict(model), "optimizer": optimizer.state_dict(),
+                        "sampler": sampler.get_state(), "step": step + 1}, work / (CHECKPOINT + ".tmp"))
+            (work / (CHECKPOINT + ".tmp")).replace(ckpt)
+    if not seqs and on_step is not None:
+        on_step(config.steps)  # nothing to learn: the fresh adapter (B = 0) is the base model
+    model.eval()
+    final = work / "adapter"
+    model.save_pretrained(final)
+    backend.model = model.unload()  # the base model, every LoRA layer removed
+    if out.exists():
+        shutil.rmtree(out)
+    final.replace(out)  # the adapter directory appears complete or not at all
+    shutil.rmtree(work, ignore_errors=True)
+
+
+def train_ensemble(data: str | Path, *, shards: int, out: str | Path, base: str | Path, seed: int = 0,
+                   group_by: str | None = None, text_field: str = "text", config: TrainConfig | None = None,
+                   device: str | None = None, on_step: Callable[[int], None] | None = None,
+                   on_shard: Callable[[int, bool], None] | None = None) -> Manifest:
+    """Split ``data`` into ``shards`` disjoint shards, train one adapter per shard into ``out``
+    (skipping finished ones), and write the manifest (see the module docstring).
+
+    ``on_step(n)`` is called with the number of optimiser steps just done (for a progress bar, of
+    ``shards * config.steps`` in all); ``on_shard(index, skipped)`` as each shard starts.
+    """
+    from tokendp._optional import require
+
+    require("peft", "ensemble", "tokendp ensemble train", why="to train LoRA adapters")
+    config = (config or TrainConfig()).check()
+    if isinstance(seed, bool) or not isinstance(seed, int):
+        raise InvalidParameterError(f"seed must be an integer, got {seed!r}")
+    texts, groups = read_corpus(data, text_field=text_field, group_by=group_by)
+    if not texts:
+        raise InvalidInputError(f"{data}: the corpus holds no records")
+    parts = split_shards(len(texts), shards, seed=seed, groups=groups)
+    from tokendp.backends import HFBackend
+
+    backend = HFBackend.load(base, device=device, dtype="float32")
+    tokenized = [_tokenize(backend.tokenizer, [texts[i] for i in part], config.max_length) for part in parts]
+    infos = tuple(ShardInfo(shard_name(j), len(part), sum(len(s) for s in tokenized[j]))
+                  for j, part in enumerate(parts))
+    manifest = Manifest(str(base), infos, seed, text_field, group_by, config.to_dict())
+    root = Path(out)
+    root.mkdir(parents=True, exist_ok=True)
+    if (root / MANIFEST_FILE).is_file():
+        old = read_manifest(root)
+        if old.to_dict() != manifest.to_dict():
+            raise InvalidInputError(f"{root} holds an ensemble trained with other data or settings; "
+                                    "use a new --out directory (or the same settings to resume)")
+    manifest.write(root)
+    for j, info in enumerate(infos):
+        target = root / info.name
+        finished = adapter_complete(target)
+        if on_shard is not None:
+            on_shard(j, finished)
+        if finished:
+            if on_step is not None:
+                on_step(config.steps)
+            continue
+        train_adapter(backend, tokenized[j], target, config=config, seed=seed * 1_000_003 + j, on_step=on_step)
+    return manifest

@@ -1,0 +1,155 @@
+"""tokendp ensemble train: disjoint shards, group-by, one adapter per shard, resume, the manifest."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+from click.testing import CliRunner
+
+import tinylm
+from tokendp.cli import main
+from tokendp.ensemble import read_manifest
+from tokendp.ensemble.train import TrainConfig, split_shards, train_ensemble
+from tokendp.errors import InvalidInputError, InvalidParameterError
+
+SECRET = "Zebulon Quartermaine"  # a "private" string that must never reach a log, error or manifest
+
+
+def corpus(path, n=9, users=None):
+    lines = []
+    for i in range(n):
+        record = {"text": f"{tinylm.CORPUS[i % len(tinylm.CORPUS)]} {SECRET} {i}"}
+        if users:
+            record["user_id"] = users[i]
+        lines.append(json.dumps(record))
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def test_split_is_disjoint_deterministic_and_balanced():
+    parts = split_shards(10, 3, seed=7)
+    assert sorted(i for p in parts for i in p) == list(range(10))
+    assert sorted(len(p) for p in parts) == [3, 3, 4]
+    assert parts == split_shards(10, 3, seed=7) and parts != split_shards(10, 3, seed=8)
+
+
+def test_group_by_keeps_groups_together():
+    groups = ["a", "b", "a", "c", "b", "d", "a", "c"]
+    parts = split_shards(8, 3, seed=0, groups=groups)
+    for key in set(groups):
+        holding = [j for j, p in enumerate(parts) if any(groups[i] == key for i in p)]
+        assert len(holding) == 1
+    with pytest.raises(InvalidInputError, match="4 groups, fewer than the 5 shards"):
+        split_shards(8, 5, seed=0, groups=groups)
+    with pytest.raises(InvalidInputError, match="3 records, fewer than the 4 shards"):
+        split_shards(3, 4, seed=0)
+
+
+def test_train_writes_adapters_and_manifest_and_resumes(tmp_path):
+    data = corpus(tmp_path / "c.jsonl", users=["u1", "u2", "u1", "u3", "u2", "u4", "u1", "u3", "u5"])
+    out = tmp_path / "ens"
+    cfg = TrainConfig(steps=3, batch_size=2, max_length=32, checkpoint_every=2)
+    steps = []
+    manifest = train_ensemble(data, shards=3, out=out, base=tinylm.model_dir(), seed=1, group_by="user_id",
+                              config=cfg, on_step=steps.append)
+    assert sum(steps) == 9
+    text = (out / "manifest.json").read_text()
+    assert SECRET not in text and "u1" not in text
+    m = read_manifest(out)
+    assert m == manifest and m.ensemble_size == 3 and m.shard_names == ("shard-000", "shard-001", "shard-002")
+    assert sum(s.records for s in m.shards) == 9 and all(s.tokens > 0 for s in m.shards)
+    assert m.hyperparameters["lora_r"] == 4 and m.hyperparameters["lr"] == 2e-4 and m.hyperparameters["weight_decay"] == 0.01
+    assert m.group_by == "user_id" and m.seed == 1
+    dirs = m.adapter_dirs(out)
+    from safetensors.torch import load_file
+
+    b = [t for k, t in load_file(dirs["shard-000"] / "adapter_model.safetensors").items() if "lora_B" in k]
+    assert b and any(t.abs().max() > 0 for t in b)  # trained: B moved away from 0
+    cfg_json = json.loads((dirs["shard-000"] / "adapter_config.json").read_text())
+    assert cfg_json["r"] == 4 and cfg_json["lora_alpha"] == 32
+    # resume: finished shards are skipped, a missing one is trained again
+    import shutil
+
+    first = load_file(dirs["shard-001"] / "adapter_model.safetensors")
+    shutil.rmtree(out / "shard-001")
+    before = (dirs["shard-000"] / "adapter_model.safetensors").stat().st_mtime_ns
+    starts = []
+    train_ensemble(data, shards=3, out=out, base=tinylm.model_dir(), seed=1, group_by="user_id", config=cfg,
+                   on_shard=lambda j, skipped: starts.append((j, skipped)))
+    assert starts == [(0, True), (1, False), (2, True)]
+    assert (dirs["shard-000"] / "adapter_model.safetensors").stat().st_mtime_ns == before
+    # trained alone, shard 1 gets the same adapter as after shard 0 in one run: no shard starts
+    # from another shard's weights
+    again = load_file(out / "shard-001" / "adapter_model.safetensors")
+    assert first.keys() == again.keys() and all(torch.equal(first[k], again[k]) for k in first)
+    with pytest.raises(InvalidInputError, match="other data or settings"):
+        train_ensemble(data, shards=3, out=out, base=tinylm.model_dir(), seed=2, group_by="user_id", config=cfg)
+
+
+def test_checkpoint_inside_a_shard_resumes_to_the_same_adapter(tmp_path):
+    """Interrupted after a checkpoint, the rerun ends with the adapter of an uninterrupted run."""
+    import tokendp.ensemble.train as train_mod
+
+    data = corpus(tmp_path / "c.jsonl", n=4)
+    cfg = TrainConfig(steps=4, batch_size=2, max_length=32, checkpoint_every=2)
+    full = tmp_path / "full"
+    train_ensemble(data, shards=1, out=full, base=tinylm.model_dir(), seed=0, config=cfg)
+
+    part = tmp_path / "part"
+    calls = []
+
+    def interrupt(n):
+        calls.append(n)
+        if sum(calls) == 3:
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        train_ensemble(data, shards=1, out=part, base=tinylm.model_dir(), seed=0, config=cfg, on_step=interrupt)
+    assert (part / ".shard-000.partial" / train_mod.CHECKPOINT).is_file()
+    assert not (part / "shard-000").exists()
+    resumed = []
+    train_ensemble(data, shards=1, out=part, base=tinylm.model_dir(), seed=0, config=cfg, on_step=resumed.append)
+    assert resumed[0] == 2 and sum(resumed) == 4  # 2 steps restored from the checkpoint, 2 trained
+    from safetensors.torch import load_file
+
+    a = load_file(full / "shard-000" / "adapter_model.safetensors")
+    b = load_file(part / "shard-000" / "adapter_model.safetensors")
+    assert a.keys() == b.keys() and all(torch.allclose(a[k], b[k], atol=1e-6) for k in a)
+    assert not (part / ".shard-000.partial").exists()
+
+
+def test_trained_ensemble_answers_prompts(tmp_path):
+    data = corpus(tmp_path / "c.jsonl", n=6)
+    out = tmp_path / "ens"
+    res = CliRunner().invoke(main, ["ensemble", "train", "--data", str(data), "--shards", "3", "--out", str(out),
+                                    "--base", str(tinylm.model_dir()), "--steps", "2", "--batch-size", "2",
+                                    "--max-length", "32", "--seed", "0"])
+    assert res.exit_code == 0, res.output
+    assert SECRET not in res.output and "3 adapters" in res.output
+    res = CliRunner().invoke(main, ["predict", "--ensemble", str(out), "--prompt", "The court", "--epsilon", "8",
+                                    "--delta", "1e-5", "--queries", "3", "--seed", "0", "--json"])
+    assert res.exit_code == 0, res.output
+    assert json.loads(res.stdout)["report"]["shards"] == ["shard-000", "shard-001", "shard-002"]
+
+
+@pytest.mark.parametrize("lines, args, match", [
+    (['{"text": "a b c"}'] * 2, ["--shards", "3"], "fewer than the 3 shards"),
+    (['{"body": "a b c"}'], ["--shards", "1"], "line 1 has no string field 'text'"),
+    (['not json'], ["--shards", "1"], "line 1 is not valid JSON"),
+    (['{"text": "a b c"}'], ["--shards", "1", "--group-by", "user"], "line 1 has no field 'user'"),
+    (['{"text": "a b c"}'], ["--shards", "0"], "shards must be an integer >= 1"),
+    (['{"text": "a b c"}'], ["--shards", "1", "--lr", "-1"], "lr must be"),
+])
+def test_bad_input_exit_2(tmp_path, lines, args, match):
+    data = tmp_path / "c.jsonl"
+    data.write_text("\n".join(lines) + "\n")
+    res = CliRunner().invoke(main, ["ensemble", "train", "--data", str(data), "--out", str(tmp_path / "o"),
+                                    "--base", str(tinylm.model_dir()), "--steps", "1", *args])
+    assert res.exit_code == 2 and match in res.output, res.output
+
+
+def test_bad_config():
+    with pytest.raises(InvalidParameterError, match="steps"):
+        TrainConfig(steps=0).check()
