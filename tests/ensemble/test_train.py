@@ -28,23 +28,34 @@ def corpus(path, n=9, users=None):
     return path
 
 
-def test_split_is_disjoint_deterministic_and_balanced():
-    parts = split_shards(10, 3, seed=7)
-    assert sorted(i for p in parts for i in p) == list(range(10))
-    assert sorted(len(p) for p in parts) == [3, 3, 4]
-    assert parts == split_shards(10, 3, seed=7) and parts != split_shards(10, 3, seed=8)
+def test_split_is_disjoint_deterministic_and_stable():
+    texts = [f"record {i}" for i in range(40)]
+    parts = split_shards(texts, 3, seed=7)
+    assert sorted(i for p in parts for i in p) == list(range(40))
+    assert parts == split_shards(texts, 3, seed=7) and parts != split_shards(texts, 3, seed=8)
+    # removing one record moves no other record between shards (the per-shard guarantee needs it)
+    shard_of = {texts[i]: j for j, p in enumerate(parts) for i in p}
+    rest = texts[:5] + texts[6:]
+    for j, p in enumerate(split_shards(rest, 3, seed=7)):
+        assert all(shard_of[rest[i]] == j for i in p)
 
 
-def test_group_by_keeps_groups_together():
-    groups = ["a", "b", "a", "c", "b", "d", "a", "c"]
-    parts = split_shards(8, 3, seed=0, groups=groups)
+def test_group_by_keeps_groups_together_and_in_place():
+    groups = ["a", "b", "a", "c", "b", "d", "a", "c", "e", "f"]
+    texts = [f"t{i}" for i in range(len(groups))]
+    parts = split_shards(texts, 3, seed=0, groups=groups)
+    where = {}
     for key in set(groups):
         holding = [j for j, p in enumerate(parts) if any(groups[i] == key for i in p)]
         assert len(holding) == 1
-    with pytest.raises(InvalidInputError, match="4 groups, fewer than the 5 shards"):
-        split_shards(8, 5, seed=0, groups=groups)
-    with pytest.raises(InvalidInputError, match="3 records, fewer than the 4 shards"):
-        split_shards(3, 4, seed=0)
+        where[key] = holding[0]
+    keep = [i for i, g in enumerate(groups) if g != "a"]  # user "a" leaves: nobody else moves
+    for j, p in enumerate(split_shards([texts[i] for i in keep], 3, seed=0, groups=[groups[i] for i in keep])):
+        assert all(where[groups[keep[i]]] == j for i in p)
+    with pytest.raises(InvalidInputError, match="6 groups, fewer than the 7 shards"):
+        split_shards(texts, 7, seed=0, groups=groups)
+    with pytest.raises(InvalidInputError, match="3 distinct records, fewer than the 4 shards"):
+        split_shards(["x", "y", "z"], 4, seed=0)
 
 
 def test_train_writes_adapters_and_manifest_and_resumes(tmp_path):

@@ -3,10 +3,10 @@
 ``tokendp ensemble train --data CORPUS.jsonl --shards N --out DIR`` (and :func:`train_ensemble`).
 
 Shards. The records (one JSON object per line with a text field) are split into N disjoint
-shards by a permutation drawn from ``seed`` (public), dealt round-robin so the shards differ in
-size by at most one unit. With ``group_by`` the unit is a group: all records with the same
-value of that field go to the same shard, so the guarantee, per shard, covers the whole group
-(e.g. every record of one user). Fewer units than shards is an error.
+shards by a keyed hash of each unit under ``seed`` (public): a unit's shard depends on the unit
+alone, so removing one unit moves nothing else. With ``group_by`` the unit is a group: all
+records with the same value of that field go to the same shard (e.g. every record of one user).
+Fewer units than shards is an error; shard sizes vary binomially.
 
 Adapters. Each shard fine-tunes its own LoRA adapter on the base model (PMixED's setting: rank
 4, LoRA alpha 32, AdamW with learning rate 2e-4 and weight decay 0.01) with the causal LM loss
@@ -21,6 +21,8 @@ text, and a rerun with other settings on the same directory is refused.
 """
 
 from __future__ import annotations
+
+import hashlib
 
 import json
 import math
@@ -96,31 +98,32 @@ def read_corpus(path: str | Path, *, text_field: str = "text", group_by: str | N
     return texts, groups
 
 
-def split_shards(n_records: int, shards: int, *, seed: int, groups: Sequence[str] | None = None) -> list[list[int]]:
-    """Record indices of each of ``shards`` disjoint shards: the units (records, or groups) in a
-    permutation drawn from ``seed``, dealt round-robin. Deterministic for (n, shards, seed, groups)."""
-    import numpy as np
+def shard_of(key: str, shards: int, *, seed: int) -> int:
+    """The shard of a unit: a keyed hash (BLAKE2b, key = the public seed) of the unit's own key,
+    mod ``shards``. It depends on nothing else in the corpus, so adding or removing one unit
+    moves no other unit between shards (docs/privacy.md, "PMixED")."""
+    digest = hashlib.blake2b(key.encode("utf-8"), digest_size=8, key=str(seed).encode("ascii")).digest()
+    return int.from_bytes(digest, "big") % shards
 
+
+def split_shards(texts: Sequence[str], shards: int, *, seed: int, groups: Sequence[str] | None = None) -> list[list[int]]:
+    """Record indices of each of ``shards`` disjoint shards. A unit (a group with ``groups``,
+    else a record, keyed by its text) goes to :func:`shard_of` its key: a shard's content never
+    depends on the other units, which is what a guarantee per shard, or per group, needs. Shards
+    differ in size (binomially); an empty shard trains nothing and is the base model."""
     if isinstance(shards, bool) or not isinstance(shards, int) or shards < 1:
         raise InvalidParameterError(f"shards must be an integer >= 1, got {shards!r}")
-    if groups is None:
-        units = [[i] for i in range(n_records)]
-    else:
-        if len(groups) != n_records:
-            raise InvalidInputError("one group key per record is needed")
-        by_key: dict[str, list[int]] = {}
-        for i, key in enumerate(groups):
-            by_key.setdefault(key, []).append(i)
-        units = [by_key[k] for k in sorted(by_key)]
-    what = "records" if groups is None else "groups"
-    if len(units) < shards:
-        raise InvalidInputError(f"the corpus has {len(units)} {what}, fewer than the {shards} shards asked for; "
-                                "every shard needs at least one")
-    order = np.random.default_rng(seed).permutation(len(units))
+    if groups is not None and len(groups) != len(texts):
+        raise InvalidInputError("one group key per record is needed")
+    keys = list(texts) if groups is None else list(groups)
+    units = len(set(keys))
+    if units < shards:
+        what = "distinct records" if groups is None else "groups"
+        raise InvalidInputError(f"the corpus has {units} {what}, fewer than the {shards} shards asked for")
     out: list[list[int]] = [[] for _ in range(shards)]
-    for rank, unit in enumerate(order.tolist()):
-        out[rank % shards].extend(units[unit])
-    return [sorted(s) for s in out]
+    for i, key in enumerate(keys):
+        out[shard_of(key, shards, seed=seed)].append(i)
+    return out
 
 
 # ---------------------------------------------------------------------------- training
@@ -224,7 +227,7 @@ def train_ensemble(data: str | Path, *, shards: int, out: str | Path, base: str 
     texts, groups = read_corpus(data, text_field=text_field, group_by=group_by)
     if not texts:
         raise InvalidInputError(f"{data}: the corpus holds no records")
-    parts = split_shards(len(texts), shards, seed=seed, groups=groups)
+    parts = split_shards(texts, shards, seed=seed, groups=groups)
     from tokendp.backends import HFBackend
 
     backend = HFBackend.load(base, device=device, dtype="float32")
