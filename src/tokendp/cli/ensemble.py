@@ -25,7 +25,7 @@ def ensemble() -> None:
               help="Ensemble directory (manifest.json + shard-000/ ...); rerun the same command to resume.")
 @click.option("--base", default=None, help="Base model directory or cached hub id [default: the embedded model].")
 @click.option("--group-by", default=None,
-              help="Keep all records with the same value of this field in one shard (e.g. user_id): the guarantee then covers the group.")
+              help="Keep all records with the same value of this field in one shard (e.g. user_id); what the guarantee then covers: docs/predict.md.")
 @click.option("--text-field", default="text", show_default=True, help="Field of each record that holds its text.")
 @click.option("--steps", type=int, default=100, show_default=True, help="Optimiser steps per shard.")
 @click.option("--batch-size", type=int, default=8, show_default=True, help="Texts per step (drawn from the shard).")
