@@ -200,6 +200,12 @@ def build_cache(spec: GGUFModel, *, root: str | Path | None = None, force: bool 
         check_cache(dest, spec)
         return dest
     source = gguf or gguf_path(spec)
+    if converter is None:
+        needed = [m for m in ("gguf", "accelerate") if importlib.util.find_spec(m) is None]
+        if needed:
+            raise ModelNotInstalledError(
+                f"converting {spec.filename} needs {' and '.join(needed)}, which "
+                f"{'is' if len(needed) == 1 else 'are'} not installed; install with: {spec.install_hint}")
     if verify:
         verify_gguf(source, spec)
     dest.parent.mkdir(parents=True, exist_ok=True)
