@@ -30,7 +30,8 @@ from pathlib import Path
 import torch
 
 from tokendp.models.lora import LLAMA_TARGETS, add_lora, load_lora_state, lora_state_dict, save_adapter
-from tokendp.models.training.rewriter import KINDS, MIXTURE, RewriterStream, RewriteExample, tab_paragraphs
+from tokendp.models.training.rewriter import (KINDS, MIXTURE, RewriteExample, RewriterStream, tab_paragraphs,
+                                              tiny_model_and_tokenizer)
 
 OBJECTIVE = ("chat template + default paraphrase instruction; source = paragraph with every token "
              "overlapping a hidden span as one '_' placeholder; target = the paragraph with fresh "
@@ -234,27 +235,6 @@ def _wiki(cfg: Config) -> list[str]:
 
     names = SyntheticDocs(cfg.seed + 1)
     return [p for p in paragraphs(cfg.wikitext, unk=lambda: names.value("surname")) if len(p) >= 300]
-
-
-def tiny_model_and_tokenizer(seed: int = 0):
-    """A 2-layer Llama and a byte-level BPE tokenizer with a chat template (smoke runs, tests)."""
-    from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
-
-    from tokendp.models.training.synthetic import SyntheticDocs
-    from tokendp.models.training.tokenizer import train_tokenizer
-
-    synth = SyntheticDocs(seed)
-    base = train_tokenizer([synth.document(6).text for _ in range(300)], vocab_size=400)
-    tok = PreTrainedTokenizerFast(tokenizer_object=base._tokenizer, eos_token="<|end|>",
-                                  pad_token="<|pad|>", additional_special_tokens=["<|doc|>", "<|rewrite|>"])
-    tok.chat_template = ("{% for m in messages %}<|doc|>{{ m['content'] }}{% endfor %}"
-                         "{% if add_generation_prompt %}<|rewrite|>{% endif %}")
-    torch.manual_seed(seed)
-    config = LlamaConfig(vocab_size=len(tok), hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-                         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=1024,
-                         tie_word_embeddings=True, eos_token_id=tok.eos_token_id,
-                         pad_token_id=tok.pad_token_id)
-    return LlamaForCausalLM(config), tok
 
 
 def smoke(out: str, steps: int = 6) -> Path:

@@ -305,3 +305,24 @@ class RewriterStream:
     def batch(self, size: int) -> list[RewriteExample]:
         kinds = self.rng.choices(KINDS, weights=self.weights, k=size)
         return [self.example(k) for k in kinds]
+
+
+def tiny_model_and_tokenizer(seed: int = 0):
+    """A 2-layer Llama and a byte-level BPE tokenizer with a chat template (smoke runs, tests)."""
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
+
+    from tokendp.models.training.tokenizer import train_tokenizer
+
+    synth = SyntheticDocs(seed)
+    base = train_tokenizer([synth.document(6).text for _ in range(300)], vocab_size=400)
+    tok = PreTrainedTokenizerFast(tokenizer_object=base._tokenizer, eos_token="<|end|>",
+                                  pad_token="<|pad|>", additional_special_tokens=["<|doc|>", "<|rewrite|>"])
+    tok.chat_template = ("{% for m in messages %}<|doc|>{{ m['content'] }}{% endfor %}"
+                         "{% if add_generation_prompt %}<|rewrite|>{% endif %}")
+    torch.manual_seed(seed)
+    config = LlamaConfig(vocab_size=len(tok), hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=1024,
+                         tie_word_embeddings=True, eos_token_id=tok.eos_token_id,
+                         pad_token_id=tok.pad_token_id)
+    return LlamaForCausalLM(config), tok
