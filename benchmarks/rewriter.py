@@ -279,6 +279,18 @@ def run(args) -> dict:
     return result
 
 
+def summary(result: dict) -> dict:
+    """Flat metrics (for `tokendp model info`): method_metric -> value, plus the setting."""
+    out: dict = {"benchmark": f"benchmarks/rewriter.py, {len(result['docs'])} TAB reporting-half excerpts "
+                              f"({sum(result['chars'])} characters, {sum(result['gold_spans'].values())} gold spans)",
+                 "judge": result["judge"]}
+    for method, m in result["methods"].items():
+        setting = f" (epsilon {m['epsilon']}, temperature {m['temperature']})" if method == "dp-fusion" else " (greedy)"
+        out[f"{method}{setting}"] = (f"kept {m['kept']}, types {m['types']}, fluency {m['fluency']}, "
+                                     f"leaks {m['leaks']}")
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", default="rewriter", help="rewriter | smollm2 | tiny | a model directory")
@@ -295,8 +307,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--examples", type=int, default=2)
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--out", default=None, help="also write the JSON here")
+    parser.add_argument("--record", action="store_true",
+                        help="with --model rewriter: store the summary in the adapter's training.json "
+                             "(shown by `tokendp model info rewriter`)")
     args = parser.parse_args(argv)
     result = run(args)
+    if args.record:
+        from tokendp.models.registry import adapter_dir
+
+        info_path = adapter_dir(args.adapter) / "training.json"
+        info = json.loads(info_path.read_text(encoding="utf-8"))
+        info["metrics"] = summary(result)
+        info_path.write_text(json.dumps(info, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
     text = json.dumps(result, indent=2, ensure_ascii=False)
     print(text)
     if args.out:
