@@ -19,7 +19,9 @@ Metrics per method:
   independent judge (``--judge``, see below);
 - leaks: gold span strings longer than 3 characters that appear in a rewrite but not in the
   public text (the document with its spans cut out); counted for every method, and for
-  ``public`` it must be 0.
+  ``public`` it must be 0;
+- repeated_trigrams (diagnostic): mean share of word trigrams of a rewrite that occur more than
+  once. A character n-gram judge scores a loop that repeats a phrase as fluent; this shows it.
 
 Judges: ``ngram`` (default): a character 7-gram model with interpolated Witten-Bell smoothing,
 trained here on detokenised WikiText-2 train and the TAB tuning half (never the reporting
@@ -97,6 +99,14 @@ def leaks(original: str, spans: list[Span], rewrite: str) -> list[str]:
     public = public_text(original, spans)
     secrets = {original[s.start:s.end] for s in spans}
     return sorted(x for x in secrets if len(x) > 3 and x in rewrite and x not in public)
+
+
+def repeated_trigrams(text: str) -> float:
+    """Share of word trigrams that occur more than once (loops the n-gram judge does not punish)."""
+    words = text.split()
+    grams = Counter(zip(words, words[1:], words[2:]))
+    total = sum(grams.values())
+    return sum(n for n in grams.values() if n > 1) / total if total else 0.0
 
 
 def type_counts(tagger, texts: list[str]) -> Counter:
@@ -270,6 +280,7 @@ def run(args) -> dict:
             "types": round(types_score(found, gold), 4), "types_found": dict(found),
             "fluency": round(statistics.median(ratios), 3), "fluency_per_doc": [round(x, 3) for x in ratios],
             "leaks": sum(map(len, leak)), "leaked": leak, "seconds": round(seconds, 1),
+            "repeated_trigrams": round(statistics.mean(repeated_trigrams(r) for r in rewrites), 3),
             "examples": [{"original": t, "rewrite": r} for t, r in list(zip(texts, rewrites))[:args.examples]],
         }
         if method == "dp-fusion":
