@@ -215,6 +215,9 @@ def build_cache(spec: GGUFModel, *, root: str | Path | None = None, force: bool 
         (converter or convert_gguf)(source, tmp)
         files = [str(p.relative_to(tmp)) for p in tmp.rglob("*") if p.is_file()]
         (tmp / MARKER).write_text(json.dumps(_marker(spec, files), indent=2) + "\n", encoding="utf-8")
+        if dest.exists() and not force and _is_good(dest, spec):  # another process finished first
+            shutil.rmtree(tmp, ignore_errors=True)
+            return dest
         if dest.exists():
             old = dest.with_name(f".{dest.name}.old-{os.getpid()}")
             os.rename(dest, old)
@@ -230,6 +233,14 @@ def build_cache(spec: GGUFModel, *, root: str | Path | None = None, force: bool 
         raise
     check_cache(dest, spec)
     return dest
+
+
+def _is_good(path: Path, spec: GGUFModel) -> bool:
+    try:
+        check_cache(path, spec)
+        return True
+    except ModelCacheError:
+        return False
 
 
 def ensure_model_dir(spec: GGUFModel = SMOLLM2, *, root: str | Path | None = None,
