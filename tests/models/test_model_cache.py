@@ -122,7 +122,7 @@ def test_pinned_checksum_is_the_published_file():
 
 
 def test_missing_package_is_one_clear_line(monkeypatch):
-    monkeypatch.setattr(cache.importlib.util, "find_spec", lambda name: None)
+    monkeypatch.setattr(cache, "_find_spec", lambda name: None)
     with pytest.raises(ModelNotInstalledError) as err:
         cache.gguf_path(SMOLLM2)
     message = str(err.value)
@@ -173,7 +173,7 @@ def test_registry_loads_names_through_load_backend(tmp_path, monkeypatch):
 def test_model_cli_list_and_info(monkeypatch):
     from tokendp.cli import main
 
-    monkeypatch.setattr(cache.importlib.util, "find_spec", lambda name: None)
+    monkeypatch.setattr(cache, "_find_spec", lambda name: None)
     runner = CliRunner()
     result = runner.invoke(main, ["model", "list"])
     assert result.exit_code == 0, result.output
@@ -186,3 +186,12 @@ def test_model_cli_list_and_info(monkeypatch):
     assert runner.invoke(main, ["model", "info", "nope"]).exit_code == 2
     text = runner.invoke(main, ["model", "info", "rewriter"])
     assert text.exit_code == 0 and "adapter" in text.output
+
+
+def test_missing_gguf_reader_is_named_before_converting(fake, monkeypatch):
+    spec, gguf, root = fake
+    real = cache._find_spec
+    monkeypatch.setattr(cache, "_find_spec", lambda name: None if name == "gguf" else real(name))
+    with pytest.raises(ModelNotInstalledError, match=r"needs gguf, which is not installed.*pip install"):
+        build_cache(spec, root=root, gguf=gguf)
+    assert not root.exists() or list(root.iterdir()) == []

