@@ -101,6 +101,9 @@ def _atomic_dir(write, dest: Path) -> None:
     tmp = Path(tempfile.mkdtemp(prefix=f".{dest.name}.", dir=dest.parent))
     try:
         write(tmp)
+        os.chmod(tmp, 0o755)  # mkdtemp makes it private; the adapter is meant to be read and shipped
+        for f in tmp.iterdir():
+            os.chmod(f, 0o644)
         if dest.exists():
             old = dest.with_name(f".{dest.name}.old")
             shutil.rmtree(old, ignore_errors=True)
@@ -265,7 +268,7 @@ def main(argv: list[str] | None = None) -> int:
         src, dest = Path(args.out) / "adapter", Path(args.export)
         dest.mkdir(parents=True, exist_ok=True)
         for name in ("adapter_config.json", "adapter_model.safetensors", "training.json"):
-            shutil.copy2(src / name, dest / name)
+            shutil.copyfile(src / name, dest / name)
         print(f"exported {src} -> {dest}")
         return 0
     cfg = Config(out=args.out)

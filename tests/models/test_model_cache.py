@@ -195,3 +195,20 @@ def test_missing_gguf_reader_is_named_before_converting(fake, monkeypatch):
     with pytest.raises(ModelNotInstalledError, match=r"needs gguf, which is not installed.*pip install"):
         build_cache(spec, root=root, gguf=gguf)
     assert not root.exists() or list(root.iterdir()) == []
+
+
+def test_shipped_rewriter_adapter_is_small_fp16_and_fits_smollm2():
+    from tokendp.models.lora import read_adapter
+    from tokendp.models.registry import REWRITER_ADAPTER_DIR
+
+    weights = REWRITER_ADAPTER_DIR / "adapter_model.safetensors"
+    if not weights.is_file():
+        pytest.skip("no rewriter adapter shipped")
+    assert weights.stat().st_size <= 25 * 2**20
+    config, tensors = read_adapter(REWRITER_ADAPTER_DIR)
+    assert all(t.dtype == torch.float16 for t in tensors.values())
+    r = config["r"]
+    assert len(tensors) == 30 * 7 * 2  # every layer, q k v o gate up down
+    assert tensors["base_model.model.model.layers.0.self_attn.k_proj.lora_B.weight"].shape == (192, r)
+    assert tensors["base_model.model.model.layers.29.mlp.down_proj.lora_A.weight"].shape == (r, 1536)
+    assert json.loads((REWRITER_ADAPTER_DIR / "tokendp.json").read_text())["placeholder"] == "_"
