@@ -141,7 +141,7 @@ def named_info(name: str) -> dict[str, Any]:
     from tokendp.models import model_info
 
     if name == "tiny":
-        return {"name": "tiny", **model_info()}
+        return model_info()  # unchanged from before names existed
     if name not in MODELS:
         raise _unknown(name)
     base = {"name": "SmolLM2-135M-Instruct", "architecture": "LlamaForCausalLM", "parameters": 134_515_008,
