@@ -81,7 +81,10 @@ def load_model(name: str, *, device: Any = None, dtype: Any = None, adapter: str
     if name == "tiny":
         return HFBackend.load(DEFAULT_MODEL_DIR, device=device, dtype=dtype, name="tiny")
     if name == "smollm2":
-        return HFBackend.load(base_model_dir(), device=device, dtype=dtype, name="smollm2")
+        backend = HFBackend.load(base_model_dir(), device=device, dtype=dtype, name="smollm2")
+        # A sampled rewrite may skip <|im_end|> and open a new chat turn; that ends it too.
+        backend.options.setdefault("stop", ["<|im_start|>"])
+        return backend
     if name == "rewriter":
         from tokendp.models.lora import merge_adapter
 
