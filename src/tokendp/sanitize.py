@@ -216,7 +216,7 @@ def sanitize_batch(
         spans: per document, its spans (``Span`` or ``{start, end, label}`` with character
             offsets), or None to run ``tagger`` on it.
         tagger: a tagger name for ``tokendp.text.taggers.get_tagger`` or an object with ``tag``.
-        model: a local model directory, a hub id (in the local cache), an ``HFBackend``, or
+        model: a name (``"rewriter"``, ``"smollm2"``, ``"tiny"``), a local model directory, a hub id (in the local cache), an ``HFBackend``, or
             None for the embedded default model.
         method: ``"dp-fusion"`` (private), ``"original"`` (no privacy), ``"public"`` (epsilon 0).
         alpha: the Renyi order of the DP-Fusion bound (> 1). Default: with ``epsilon``, the

@@ -361,7 +361,7 @@ def synthesize(
             k is an error.
         method: ``"invisibleink"`` or ``"amin"`` (Amin et al. 2024, full-logit clipping).
         num: how many texts (default floor(N / B), the most disjoint batches allow).
-        model: a local model directory, a hub id in the local cache, an ``HFBackend``, or None
+        model: a name (``"rewriter"``, ``"smollm2"``, ``"tiny"``), a local model directory, a hub id in the local cache, an ``HFBackend``, or None
             for the embedded default model.
         prompt: a plain template with ``{document}`` (and optionally ``{instruction}``); default:
             the model's ``tokendp.json`` template, else its chat template, else a plain one.

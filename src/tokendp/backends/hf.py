@@ -326,12 +326,24 @@ def _load_cached(model: str, device: str | None, dtype: str | None, name: str | 
     return HFBackend.load(model, device=device, dtype=dtype, name=name)
 
 
+@functools.lru_cache(maxsize=2)
+def _load_named(name: str, device: str | None, dtype: str | None) -> HFBackend:
+    from tokendp.models.registry import load_model
+
+    return load_model(name, device=device, dtype=dtype)
+
+
 def load_backend(model: str | Path | HFBackend | None = None, *, device: str | None = None,
                  dtype: str | None = None) -> HFBackend:
-    """A backend for ``model``: an HFBackend (returned as is), a local directory, a hub id, or
-    None for the embedded default model. The last two loaded are cached."""
+    """A backend for ``model``: an HFBackend (returned as is), a registered name (``rewriter``,
+    ``smollm2``, ``tiny``; see :mod:`tokendp.models.registry`), a local directory, a hub id, or
+    None for the embedded default model (``tiny``). The last two loaded are cached."""
     if isinstance(model, HFBackend):
         return model
+    from tokendp.models.registry import is_model_name
+
+    if is_model_name(model):
+        return _load_named(str(model), device, dtype)
     if model is None:
         from tokendp.models import DEFAULT_MODEL_DIR
 

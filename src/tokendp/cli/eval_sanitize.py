@@ -51,7 +51,7 @@ def _floats(value: str) -> tuple[float, ...]:
 @click.option("--threads", type=int, default=1, show_default=True,
               help="Torch CPU threads. 1 is fastest on a shared, busy CPU (threads spin waiting for each "
                    "other); raise it on an idle machine.")
-@click.option("--model", default=None, help="Model directory (default: the embedded model).")
+@click.option("--model", default=None, help="rewriter, smollm2, tiny or a model directory (default: tiny, the embedded model).")
 @click.option("--out", "out_dir", required=True, type=click.Path(file_okay=False, path_type=Path),
               help="Output folder (results, plots and the resume cache).")
 @click.option("--no-plots", is_flag=True,

@@ -1,28 +1,94 @@
-"""``tokendp model``: describe the embedded default model."""
+"""``tokendp model``: the models tokendp knows by name (list, info, build)."""
 
 from __future__ import annotations
 
 import click
 
 from tokendp.cli._common import echo_json, library_errors
-from tokendp.models import model_info
 
 
 @click.group("model")
 def model() -> None:
-    """The embedded default model (used whenever --model is not given)."""
+    """Models by name: rewriter, smollm2, tiny (the default when --model is not given).
+
+    Any --model option also takes a model directory or a hub id.
+    """
+
+
+@model.command("list")
+@click.option("--json", "as_json", is_flag=True, help="Print machine-readable JSON.")
+@library_errors
+def list_models(as_json: bool) -> None:
+    """The registered names, what they are and whether they can load now."""
+    from tokendp.models.registry import model_list
+
+    rows = model_list()
+    if as_json:
+        echo_json(rows)
+        return
+    for row in rows:
+        click.echo(f"{row['name']:<9} {row['summary']}")
+        click.echo(f"{'':<9} {row['role']}; {row['status']}")
+
+
+@model.command("build")
+@click.argument("name", type=click.Choice(["smollm2", "rewriter"]))
+@click.option("--force", is_flag=True, help="Rebuild even if a conversion is cached (or a broken one is).")
+@library_errors
+def build(name: str, force: bool) -> None:
+    """Convert SmolLM2's GGUF into the cache ($TOKENDP_CACHE, default ~/.cache/tokendp).
+
+    Both smollm2 and rewriter use this conversion; it happens on first use anyway.
+    """
+    from tokendp.models.cache import SMOLLM2, build_cache
+
+    path = build_cache(SMOLLM2, force=force)
+    click.echo(f"{name}: converted model at {path}")
 
 
 @model.command("info")
+@click.argument("name", required=False, default="tiny")
 @click.option("--json", "as_json", is_flag=True, help="Print machine-readable JSON.")
 @library_errors
-def info(as_json: bool) -> None:
-    """Describe the default model: architecture, size, training and metrics."""
-    data = model_info()
+def info(name: str, as_json: bool) -> None:
+    """Describe a model by name (default: tiny, the embedded default model)."""
+    from tokendp.models.registry import named_info
+
+    data = named_info(name)
     if as_json:
         echo_json(data)
         return
-    click.echo(f"tokendp default model ({data['path']})")
+    if name == "tiny":
+        _echo_tiny(data)
+        return
+    b, s = data["base"], data["status"]
+    click.echo(f"{name}: {data['summary']}")
+    click.echo(f"  role:         {data['role']}")
+    click.echo(f"  base:         {b['name']}, {b['architecture']}, {b['parameters'] / 1e6:.1f}M parameters, "
+               f"{b['layers']} layers, d={b['hidden_size']}, heads {b['heads']}, FFN {b['ffn_size']}, "
+               f"vocabulary {b['vocab_size']}, context {b['context']}; {b['license']}")
+    click.echo(f"  source:       {b['source']}")
+    state = ("not installed: " + s.get("problem", "")) if not s["installed"] else (
+        f"converted in {s['cache']} ({s['converted_with']})" if s["converted"]
+        else f"not converted yet ({s.get('problem') or 'converted on first use, or: tokendp model build ' + name})")
+    click.echo(f"  status:       {state}")
+    click.echo(f"  prompt:       {data['prompt']}")
+    if name == "rewriter":
+        a = data["adapter"]
+        if not a["installed"]:
+            click.echo(f"  adapter:      not shipped in this version ({a['path']})")
+            return
+        t = a["training"]
+        click.echo(f"  adapter:      LoRA r={a['r']} alpha={a['alpha']} on {', '.join(a['targets'] or [])}, "
+                   f"{a['weights_mb']} MB (fp16), merged into the weights at load")
+        click.echo(f"  training:     step {t['step']}/{t['total_steps']}, {t['tokens_seen']} tokens, "
+                   f"{t['train_minutes']} min on {t['hardware']}")
+        for key, value in a["metrics"].items():
+            click.echo(f"  {key}: {value}")
+
+
+def _echo_tiny(data: dict) -> None:
+    click.echo(f"tiny: tokendp default model ({data['path']})")
     click.echo(f"  architecture: {data['architecture']}, {data['layers']} layers, "
                f"d={data['hidden_size']}, {data['heads']} heads, FFN {data['ffn_size']}")
     if data["parameters"]:
@@ -39,3 +105,4 @@ def info(as_json: bool) -> None:
                f"{t['train_minutes']} min on {t['hardware']}")
     for name, value in data["metrics"].items():
         click.echo(f"  {name}: {value}")
+

