@@ -58,7 +58,7 @@ def report_excerpts(n: int, *, min_chars: int = 250, max_chars: int = 1100, data
                     ) -> list[tuple[str, str, list[Span]]]:
     """(doc_id, excerpt, gold spans) for the first ``n`` reporting-half documents that have a
     paragraph of ``min_chars``..``max_chars`` characters with at least one gold span."""
-    from tokendp.eval.tab import load_tab
+    from tokendp.text.tab import load_tab
 
     tab = load_tab(data / "tab", "report")
     out = []
@@ -186,7 +186,7 @@ class CharNgramJudge:
 
 
 def ngram_judge(data: Path = DATA, wiki_chars: int = 6_000_000) -> CharNgramJudge:
-    from tokendp.eval.tab import load_tab
+    from tokendp.text.tab import load_tab
     from tokendp.models.training.wikitext import paragraphs
 
     parts, size = [], 0
@@ -232,7 +232,7 @@ def make_judge(name: str):
 # ---------------------------------------------------------------------------- run
 def load_model(name: str, adapter: str | None):
     from tokendp.backends import load_backend
-    from tokendp.models.registry import load_model as load_named
+    from tokendp.backends.hf import load_named_model as load_named
 
     if name == "rewriter":
         return load_named("rewriter", adapter=adapter)

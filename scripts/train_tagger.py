@@ -17,7 +17,7 @@ import json
 import tempfile
 from pathlib import Path
 
-from tokendp.eval.tab import load_tab
+from tokendp.text.tab import load_tab
 from tokendp.eval.tagging import char_scores
 from tokendp.text.taggers.combined import AutoTagger
 from tokendp.text.taggers.model import META_FILE, MODEL_FILE, TrainingSettings, default_model_dir, train_crf

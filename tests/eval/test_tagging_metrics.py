@@ -5,7 +5,7 @@ import math
 
 import pytest
 
-from tokendp.eval.tab import load_tab, split_ids
+from tokendp.text.tab import load_tab, split_ids
 from tokendp.eval.tagging import char_scores
 from tokendp.errors import InvalidInputError
 from tokendp.text.spans import Span

@@ -13,6 +13,7 @@ import pytest
 import torch
 from click.testing import CliRunner
 
+from tokendp.backends.hf import load_named_model
 from tokendp.models import cache
 from tokendp.models.cache import (MARKER, SMOLLM2, ModelCacheError, ModelNotInstalledError, build_cache,
                                   cache_dir, check_cache)
@@ -166,7 +167,7 @@ def test_registry_loads_names_through_load_backend(tmp_path, monkeypatch):
     assert backend.name == "smollm2" and backend.vocab_size == len(tok)
     assert hf.load_backend("tiny").name == "tiny"
     with pytest.raises(Exception, match="rewriter adapter is not installed"):
-        registry.load_model("rewriter", adapter=tmp_path / "none")
+        load_named_model("rewriter", adapter=tmp_path / "none")
     hf._load_named.cache_clear()
 
 

@@ -326,11 +326,36 @@ def _load_cached(model: str, device: str | None, dtype: str | None, name: str | 
     return HFBackend.load(model, device=device, dtype=dtype, name=name)
 
 
+def load_named_model(name: str, *, device: Any = None, dtype: Any = None, adapter: str | Path | None = None) -> HFBackend:
+    """An HFBackend for a registered name (:mod:`tokendp.models.registry`): ``tiny``, ``smollm2``,
+    or ``rewriter`` (SmolLM2 with the rewriter's LoRA adapter, or ``adapter``, merged in)."""
+    from tokendp.models import DEFAULT_MODEL_DIR
+    from tokendp.models.registry import adapter_dir, base_model_dir, unknown_name_error
+
+    if name == "tiny":
+        return HFBackend.load(DEFAULT_MODEL_DIR, device=device, dtype=dtype, name="tiny")
+    if name == "smollm2":
+        backend = HFBackend.load(base_model_dir(), device=device, dtype=dtype, name="smollm2")
+        # A sampled rewrite may skip <|im_end|> and open a new chat turn; that ends it too.
+        backend.options.setdefault("stop", ["<|im_start|>"])
+        return backend
+    if name == "rewriter":
+        from tokendp.models.lora import merge_adapter
+
+        path = adapter_dir(adapter)
+        backend = HFBackend.load(base_model_dir(), device=device, dtype=dtype,
+                                 name="rewriter" if adapter is None else f"rewriter:{path}")
+        merge_adapter(backend.model, path)
+        options = path / "tokendp.json"
+        if options.is_file():
+            backend.options = json.loads(options.read_text(encoding="utf-8"))
+        return backend
+    raise unknown_name_error(name)
+
+
 @functools.lru_cache(maxsize=2)
 def _load_named(name: str, device: str | None, dtype: str | None) -> HFBackend:
-    from tokendp.models.registry import load_model
-
-    return load_model(name, device=device, dtype=dtype)
+    return load_named_model(name, device=device, dtype=dtype)
 
 
 def load_backend(model: str | Path | HFBackend | None = None, *, device: str | None = None,

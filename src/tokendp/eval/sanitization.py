@@ -41,7 +41,7 @@ from tokendp.eval.methods import BoundMethod, DocumentRows, Setting, document_ro
 from tokendp.mechanisms import MechanismStep
 from tokendp.eval.metrics import attack_success, loss_score, min_k_score, pooled_perplexity, target_logprobs
 from tokendp.eval.scoring import continuation_logits
-from tokendp.eval.tab import load_tab
+from tokendp.text.tab import load_tab
 from tokendp.generation import generate, make_generator
 from tokendp.text.contexts import placeholder_id, prompt_template
 

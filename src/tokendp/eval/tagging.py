@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from tokendp.eval.tab import baseline_files, load_span_file, load_tab
+from tokendp.text.tab import baseline_files, load_span_file, load_tab
 from tokendp.text.spans import Span
 
 

@@ -47,7 +47,7 @@ def is_model_name(model: Any) -> bool:
     return isinstance(model, str) and model in MODELS
 
 
-def _unknown(name: str) -> InvalidInputError:
+def unknown_name_error(name: str) -> InvalidInputError:
     return InvalidInputError(f"unknown model name {name!r}; names are {', '.join(MODELS)} "
                              "(or pass a model directory or hub id)")
 
@@ -73,30 +73,6 @@ def adapter_dir(adapter: str | Path | None = None) -> Path:
     return path
 
 
-def load_model(name: str, *, device: Any = None, dtype: Any = None, adapter: str | Path | None = None):
-    """An :class:`~tokendp.backends.hf.HFBackend` for a registered name."""
-    from tokendp.backends.hf import HFBackend
-    from tokendp.models import DEFAULT_MODEL_DIR
-
-    if name == "tiny":
-        return HFBackend.load(DEFAULT_MODEL_DIR, device=device, dtype=dtype, name="tiny")
-    if name == "smollm2":
-        backend = HFBackend.load(base_model_dir(), device=device, dtype=dtype, name="smollm2")
-        # A sampled rewrite may skip <|im_end|> and open a new chat turn; that ends it too.
-        backend.options.setdefault("stop", ["<|im_start|>"])
-        return backend
-    if name == "rewriter":
-        from tokendp.models.lora import merge_adapter
-
-        path = adapter_dir(adapter)
-        backend = HFBackend.load(base_model_dir(), device=device, dtype=dtype,
-                                 name="rewriter" if adapter is None else f"rewriter:{path}")
-        merge_adapter(backend.model, path)
-        options = path / "tokendp.json"
-        if options.is_file():
-            backend.options = json.loads(options.read_text(encoding="utf-8"))
-        return backend
-    raise _unknown(name)
 
 
 def _read(path: Path) -> dict[str, Any]:
@@ -146,7 +122,7 @@ def named_info(name: str) -> dict[str, Any]:
     if name == "tiny":
         return model_info()  # unchanged from before names existed
     if name not in MODELS:
-        raise _unknown(name)
+        raise unknown_name_error(name)
     base = {"name": "SmolLM2-135M-Instruct", "architecture": "LlamaForCausalLM", "parameters": 134_515_008,
             "layers": 30, "hidden_size": 576, "heads": "9 (3 key/value)", "ffn_size": 1536,
             "vocab_size": 49152, "context": 8192, "license": SMOLLM2.license,

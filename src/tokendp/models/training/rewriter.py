@@ -221,7 +221,7 @@ def tab_paragraphs(tab_dir: str | Path, *, split: str = "tune", min_chars: int =
                    max_chars: int = 1100) -> list[tuple[str, list[Span]]]:
     """Paragraphs of ``min_chars``..``max_chars`` characters with their gold spans, from the
     tuning half (even-indexed sorted doc ids) by default."""
-    from tokendp.eval.tab import load_tab
+    from tokendp.text.tab import load_tab
 
     tab = load_tab(tab_dir, split)
     out = []
