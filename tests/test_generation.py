@@ -136,3 +136,15 @@ def test_rows_equal_to_the_public_row_get_its_logits_exactly(backend):
     for logits in seen:  # (N, R, V)
         assert torch.equal(logits[0, 2], logits[0, 0]) and not torch.equal(logits[0, 1], logits[0, 0])
         assert torch.equal(logits[1, 1], logits[1, 0]) and torch.equal(logits[1, 3], logits[1, 0])
+
+
+def test_diagnostics_of_documents_with_fewer_rows_outlive_the_widest(backend):
+    """Per-row diagnostics narrow when the widest document finishes; the rest keep accumulating."""
+    def step(logits, docs, temperature):
+        return SimpleNamespace(logprobs=torch.log_softmax(logits[:, 0].double(), -1),
+                               diagnostics={"lam": torch.ones(len(docs), logits.shape[1] - 1)})
+
+    seqs = [RowSequence.from_ids([[5, 6], [5, 7], [5, 8], [5, 9]]), RowSequence.from_ids([[1, 2], [1, 3]])]
+    out = generate(backend, seqs, step, max_new_tokens=[1, 3], generator=make_generator(0), eos_ids=[])
+    assert out[0].diagnostics["lam"].tolist() == [1.0, 1.0, 1.0]
+    assert out[1].diagnostics["lam"].tolist() == pytest.approx([1.0, 1 / 3, 1 / 3])  # padding slots: step 1 only

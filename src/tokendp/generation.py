@@ -187,6 +187,10 @@ def _accumulate(sums: dict[str, torch.Tensor], diagnostics: dict[str, torch.Tens
         value = value.detach().float()
         if key not in sums:
             sums[key] = torch.zeros((n, *value.shape[1:]), dtype=torch.float32, device=value.device)
+        if value.dim() == 2 and value.shape[1] < sums[key].shape[1]:
+            # Per-row diagnostics narrow when the documents with the most rows have finished:
+            # the rows the remaining documents lack are padding, which contributes 0.
+            value = torch.nn.functional.pad(value, (0, sums[key].shape[1] - value.shape[1]))
         sums[key].index_add_(0, docs.to(value.device), value)
 
 
