@@ -5,30 +5,23 @@ A thin shell over :func:`tokendp.predict.predict`; every number comes from the l
 
 from __future__ import annotations
 
-import json
 import sys
 from pathlib import Path
 
 import click
 
 from tokendp.cli._common import CLIError, echo_json, library_errors
+from tokendp.text.documents import jsonl_records
 
 
 def read_prompts(path: Path) -> list[str]:
     """The "prompt" (or "text") field of every non-blank line of a JSONL file (messages carry line numbers only)."""
     prompts = []
-    with path.open(encoding="utf-8") as handle:
-        for number, line in enumerate(handle, 1):
-            if not line.strip():
-                continue
-            try:
-                record = json.loads(line)
-            except json.JSONDecodeError:
-                raise CLIError(f"{path}: line {number} is not valid JSON; write one {{\"prompt\": ...}} per line") from None
-            text = record.get("prompt", record.get("text")) if isinstance(record, dict) else None
-            if not isinstance(text, str):
-                raise CLIError(f"{path}: line {number} has no string field \"prompt\" (or \"text\")")
-            prompts.append(text)
+    for where, record in jsonl_records(path):
+        text = record.get("prompt", record.get("text"))
+        if not isinstance(text, str):
+            raise CLIError(f"{where} has no string field \"prompt\" (or \"text\")")
+        prompts.append(text)
     if not prompts:
         raise CLIError(f"{path} holds no prompts; write one {{\"prompt\": ...}} per line")
     return prompts

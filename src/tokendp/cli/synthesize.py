@@ -11,22 +11,16 @@ from pathlib import Path
 import click
 
 from tokendp.cli._common import CLIError, library_errors
+from tokendp.text.documents import jsonl_records
 
 
 def read_references(path: Path) -> list[str]:
     """The "text" field of every non-blank line of a JSONL file (messages carry line numbers only)."""
     refs = []
-    with path.open(encoding="utf-8") as handle:
-        for number, line in enumerate(handle, 1):
-            if not line.strip():
-                continue
-            try:
-                record = json.loads(line)
-            except json.JSONDecodeError:
-                raise CLIError(f"{path}: line {number} is not valid JSON; write one {{\"text\": ...}} per line") from None
-            if not isinstance(record, dict) or not isinstance(record.get("text"), str):
-                raise CLIError(f"{path}: line {number} has no string field \"text\"; write one {{\"text\": ...}} per line")
-            refs.append(record["text"])
+    for where, record in jsonl_records(path):
+        if not isinstance(record.get("text"), str):
+            raise CLIError(f"{where} has no string field \"text\"; write one {{\"text\": ...}} per line")
+        refs.append(record["text"])
     return refs
 
 

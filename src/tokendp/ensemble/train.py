@@ -33,9 +33,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from tokendp.errors import InvalidInputError, InvalidParameterError
 from tokendp.ensemble.manifest import (MANIFEST_FILE, Manifest, ShardInfo, adapter_complete, read_manifest,
                                        shard_name)
+from tokendp.errors import InvalidInputError, InvalidParameterError
+from tokendp.text.documents import jsonl_records
 
 CHECKPOINT = "checkpoint.pt"
 
@@ -77,24 +78,16 @@ def read_corpus(path: str | Path, *, text_field: str = "text", group_by: str | N
                 ) -> tuple[list[str], list[str] | None]:
     """Texts and, with ``group_by``, each record's group key (its value as JSON). Messages carry
     line numbers and field names only."""
-    path = Path(path)
     texts: list[str] = []
     groups: list[str] | None = [] if group_by else None
-    with path.open(encoding="utf-8") as handle:
-        for number, line in enumerate(handle, 1):
-            if not line.strip():
-                continue
-            try:
-                record = json.loads(line)
-            except json.JSONDecodeError:
-                raise InvalidInputError(f"{path}: line {number} is not valid JSON") from None
-            if not isinstance(record, dict) or not isinstance(record.get(text_field), str):
-                raise InvalidInputError(f"{path}: line {number} has no string field {text_field!r}")
-            texts.append(record[text_field])
-            if groups is not None:
-                if group_by not in record or record[group_by] is None:
-                    raise InvalidInputError(f"{path}: line {number} has no field {group_by!r} to group by")
-                groups.append(json.dumps(record[group_by], sort_keys=True))
+    for where, record in jsonl_records(path):
+        if not isinstance(record.get(text_field), str):
+            raise InvalidInputError(f"{where} has no string field {text_field!r}")
+        texts.append(record[text_field])
+        if groups is not None:
+            if record.get(group_by) is None:
+                raise InvalidInputError(f"{where} has no field {group_by!r} to group by")
+            groups.append(json.dumps(record[group_by], sort_keys=True))
     return texts, groups
 
 

@@ -7,8 +7,10 @@ line or byte position and the problem, never the document's content.
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from tokendp.errors import InvalidInputError
 
@@ -54,10 +56,10 @@ def read_text_file(path: str | Path) -> str:
     return _check_text(_decode(path), str(path))
 
 
-def read_jsonl(path: str | Path) -> list[Document]:
-    """Documents from JSONL: each non-blank line an object with a string "text" (and an "id")."""
+def jsonl_records(path: str | Path) -> Iterator[tuple[str, dict[str, Any]]]:
+    """(where, record) for every non-blank line of a JSONL file: ``where`` names the file and the
+    line (never its content) for error messages; each record must be a JSON object."""
     path = Path(path)
-    documents = []
     for number, line in enumerate(_decode(path).splitlines(), start=1):
         if not line.strip():
             continue
@@ -66,8 +68,18 @@ def read_jsonl(path: str | Path) -> list[Document]:
             record = json.loads(line)
         except json.JSONDecodeError as err:
             raise InvalidInputError(f"{where} is not valid JSON ({err.msg} at column {err.colno})") from None
-        if not isinstance(record, dict) or not isinstance(record.get("text"), str):
+        if not isinstance(record, dict):
+            raise InvalidInputError(f"{where} needs a JSON object")
+        yield where, record
+
+
+def read_jsonl(path: str | Path) -> list[Document]:
+    """Documents from JSONL: each non-blank line an object with a string "text" (and an "id")."""
+    documents = []
+    for where, record in jsonl_records(path):
+        if not isinstance(record.get("text"), str):
             raise InvalidInputError(f'{where} needs an object with a string "text" field')
+        number = where.rsplit(" ", 1)[-1]  # the line number, the id when the record has none
         documents.append(Document(str(record.get("id", number)), _check_text(record["text"], where)))
     if not documents:
         raise InvalidInputError(f"{path} holds no documents")
