@@ -148,3 +148,26 @@ def test_diagnostics_of_documents_with_fewer_rows_outlive_the_widest(backend):
     out = generate(backend, seqs, step, max_new_tokens=[1, 3], generator=make_generator(0), eos_ids=[])
     assert out[0].diagnostics["lam"].tolist() == [1.0, 1.0, 1.0]
     assert out[1].diagnostics["lam"].tolist() == pytest.approx([1.0, 1 / 3, 1 / 3])  # padding slots: step 1 only
+
+
+def test_public_logits_processor_sees_only_released_tokens_and_treats_rows_alike(backend):
+    """No-repeat unigrams: no released token repeats; every row of a document is adjusted alike
+    (a twin of the public row stays its twin), from the released tokens only."""
+    from tokendp.logits_processors import PublicLogitsProcessor
+
+    seqs = [RowSequence.from_ids([[5, 6, 7], [5, 9, 7], [5, 6, 7]]), RowSequence.from_ids([[1, 2], [3, 2]])]
+    seen = []
+
+    def step(logits, docs, temperature):
+        seen.append(logits.clone())
+        return public_step(logits, docs, temperature)
+
+    out = generate(backend, seqs, step, max_new_tokens=6, temperature=0, generator=make_generator(0), eos_ids=[],
+                   logits_processor=PublicLogitsProcessor(no_repeat_ngram_size=1))
+    for r in out:
+        assert len(set(r.token_ids)) == len(r.token_ids) == 6
+    for t, logits in enumerate(seen):
+        assert torch.equal(logits[0, 2], logits[0, 0])
+        for doc, r in enumerate(out):
+            banned = list(r.token_ids[:t])
+            assert torch.isinf(logits[doc, :2][:, banned]).all()  # the public and the private row alike

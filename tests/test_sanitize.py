@@ -165,3 +165,16 @@ def test_streaming_callback_and_package_export(tiny):
                            on_token=lambda doc, tok: seen.append((doc, tok)))
     assert len(seen) == res.report.tokens_generated and {d for d, _ in seen} == {0}
     assert isinstance(res, tokendp.SanitizeResult)
+
+
+def test_public_decoding_constraints_are_reported_and_cost_nothing(tiny):
+    plain = sanitize(LETTER, spans=SPANS, model=tiny, beta=0.05, alpha=2.0, delta=1e-6, seed=0)
+    ids: list[int] = []
+    res = sanitize_batch([LETTER], spans=[SPANS], model=tiny, beta=0.05, alpha=2.0, delta=1e-6, seed=0,
+                         no_repeat_ngram_size=2, repetition_penalty=1.3, on_token=lambda doc, tok: ids.append(tok))[0]
+    assert res.report.decoding == {"no_repeat_ngram_size": 2, "repetition_penalty": 1.3}
+    assert [g.epsilon for g in res.report.groups] == [g.epsilon for g in plain.report.groups]
+    pairs = list(zip(ids, ids[1:]))
+    assert len(ids) > 10 and len(pairs) == len(set(pairs))  # no bigram released twice
+    with pytest.raises(InvalidParameterError):
+        sanitize(LETTER, spans=SPANS, model=tiny, beta=0.05, repetition_penalty=0.0)

@@ -28,6 +28,7 @@ import torch
 
 from tokendp.backends import HFBackend, RowSequence
 from tokendp.errors import InvalidParameterError
+from tokendp.logits_processors import PublicLogitsProcessor, apply_to_rows
 from tokendp.sampling import sample, sample_to_host  # noqa: F401 (sample: re-exported, tokendp.generation.sample)
 
 StopReason = Literal["eos", "stop_string", "max_new_tokens"]
@@ -96,7 +97,8 @@ def generate(backend: HFBackend, sequences: Sequence[RowSequence], step: StepFn,
              max_new_tokens: int | Sequence[int], generator: torch.Generator, temperature: float = 1.0,
              eos_ids: Sequence[int] | None = None, stop_strings: Sequence[str] = (),
              charge: Callable[[list[int]], None] | None = None,
-             on_token: Callable[[int, int], None] | None = None) -> list[Generated]:
+             on_token: Callable[[int, int], None] | None = None,
+             logits_processor: PublicLogitsProcessor | None = None) -> list[Generated]:
     """Generate up to ``max_new_tokens`` tokens (one int, or one per sequence) for every
     sequence; see the module docstring.
 
@@ -104,6 +106,9 @@ def generate(backend: HFBackend, sequences: Sequence[RowSequence], step: StepFn,
     distribution, computed at temperature 1): only for comparisons without privacy.
     ``charge(docs)`` is called once per step with the indices of the documents about to
     sample, before sampling. ``on_token(doc, token_id)`` streams every sampled token.
+    ``logits_processor`` (repetition penalty, no-repeat n-grams, minimum length) adjusts every
+    row's logits before the mechanism, from the tokens released so far only, the same for all
+    rows of a document, so the guarantee is unchanged (docs/privacy.md, "Common ground").
     """
     limits = [max_new_tokens] * len(sequences) if isinstance(max_new_tokens, int) else list(max_new_tokens)
     if len(limits) != len(sequences) or not all(isinstance(t, int) and t >= 1 for t in limits):
@@ -122,6 +127,8 @@ def generate(backend: HFBackend, sequences: Sequence[RowSequence], step: StepFn,
     state, flat = backend.prefill(sequences)
     for t in range(max(limits)):
         docs = torch.tensor(active, device=flat.device)
+        if logits_processor is not None:  # public: the released ids only, every row alike
+            flat = apply_to_rows(logits_processor, flat, state.row_sequence, [outputs[d] for d in active])
         logits = _layout(flat, state.rows_per_sequence, [twins[i] for i in active])
         out = step(logits, docs, temperature if temperature > 0 else 1.0)
         _accumulate(sums, out.diagnostics, docs, n)

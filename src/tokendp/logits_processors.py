@@ -22,11 +22,10 @@ ids such as the public row's), computes ONE adjustment from them, and broadcasts
 :class:`PublicLogitsProcessor` bundles them; :func:`apply_to_rows` applies one to flat rows of
 several sequences (the engine's ``(Rtot, V)`` layout with ``row_sequence``).
 
-How to wire it into the engine (``tokendp.generation``): at each step, right after the backend
-returns ``logits # (Rtot, V)`` and BEFORE the mechanism mixes the rows, call
-``logits = apply_to_rows(processor, logits, row_sequence, generated)`` where ``generated[n]`` is
-the list of tokens already released for sequence n (never a row's prompt). The parameters of the
-processor are public (they go into the report like temperature).
+The engine applies one (``tokendp.generation.generate(logits_processor=...)``) to the flat
+logits ``# (Rtot, V)`` right after each forward pass and BEFORE the mechanism mixes the rows,
+with ``generated[n]`` the tokens already released for sequence n (never a row's prompt); its
+parameters are public and go into the report (``sanitize``: ``report.decoding``).
 """
 
 from __future__ import annotations

@@ -22,7 +22,7 @@ import math
 import sys
 import types
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any, Literal
 
@@ -32,6 +32,7 @@ from tokendp.accounting import Ledger, dp_fusion_beta, dp_fusion_epsilon
 from tokendp.backends import HFBackend, RowSequence, load_backend
 from tokendp.errors import InvalidInputError, InvalidParameterError
 from tokendp.generation import Generated, generate, make_generator
+from tokendp.logits_processors import PublicLogitsProcessor
 from tokendp.mechanisms import DPFusion, MechanismStep
 from tokendp.text.contexts import (DocumentContexts, GroupSpec, build_contexts, placeholder_id,
                                    prompt_template)
@@ -69,6 +70,7 @@ class SanitizeReport:
     guarantee: str
     groups: tuple[GroupReport, ...]
     diagnostics: dict[str, Any] = field(default_factory=dict)
+    decoding: dict[str, Any] = field(default_factory=dict)  # public decoding constraints applied to every row
 
     def to_dict(self) -> dict[str, Any]:
         out = asdict(self)
@@ -208,6 +210,7 @@ def sanitize_batch(
     placeholder: str | None = None, stop: Sequence[str] = (), on_overlap: Literal["merge", "error"] = "merge",
     device: str | None = None, dtype: str | None = None,
     on_token: Callable[[int, int], None] | None = None,
+    no_repeat_ngram_size: int = 0, repetition_penalty: float = 1.0,
 ) -> list[SanitizeResult]:
     """Rewrite many documents in one batch (one forward pass per generated token for all).
 
@@ -236,8 +239,12 @@ def sanitize_batch(
             (``"merge"``) or rejected (``"error"``).
         device, dtype: where and how to run the model (defaults: GPU if any; float32 on CPU).
         on_token: streaming callback ``(document index, token id)``.
+        no_repeat_ngram_size, repetition_penalty: public decoding constraints (0 and 1: off),
+            computed from the released tokens only and applied alike to every row before the
+            mechanism, so the guarantee is unchanged (docs/privacy.md, "Common ground").
     """
     _check_params(method, alpha, delta, temperature, beta, epsilon)
+    processor = PublicLogitsProcessor(repetition_penalty=repetition_penalty, no_repeat_ngram_size=no_repeat_ngram_size)
     if isinstance(texts, str):
         raise InvalidInputError("sanitize_batch takes a list of documents; use sanitize() for one")
     if spans is not None and len(spans) != len(texts):
@@ -268,8 +275,10 @@ def sanitize_batch(
     outputs = generate(backend, job.sequences(), job.step, max_new_tokens=limits,
                        temperature=temperature, generator=make_generator(seed, backend.device),
                        eos_ids=eos, stop_strings=[*opts.get("stop", []), *stop],
-                       charge=job.charge, on_token=on_token)
-    return [SanitizeResult(out.text, job.report(i, out, backend.name)) for i, out in enumerate(outputs)]
+                       charge=job.charge, on_token=on_token, logits_processor=processor)
+    decoding = {"no_repeat_ngram_size": no_repeat_ngram_size, "repetition_penalty": repetition_penalty}
+    return [SanitizeResult(out.text, replace(job.report(i, out, backend.name), decoding=decoding))
+            for i, out in enumerate(outputs)]
 
 
 class _Job:

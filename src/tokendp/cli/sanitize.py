@@ -81,6 +81,10 @@ def format_report(report: dict[str, Any]) -> str:
 @click.option("--max-new-tokens", type=int, default=None, help="T (default: 1.2x the document + 16).")
 @click.option("--temperature", type=float, default=1.0, show_default=True)
 @click.option("--seed", type=int, default=None, help="Seed for reproducible sampling (default: from the OS).")
+@click.option("--no-repeat-ngram-size", type=click.IntRange(min=0), default=0, show_default=True,
+              help="Never release a token that repeats an n-gram already released (0: off). Public: the same for every row.")
+@click.option("--repetition-penalty", type=float, default=1.0, show_default=True,
+              help="Penalise tokens already released (CTRL; 1: off). Public: the same for every row.")
 @click.option("--method", type=click.Choice(["dp-fusion", "original", "public"]), default="dp-fusion",
               show_default=True)
 @click.option("--batch-size", type=click.IntRange(min=1), default=8, show_default=True,
@@ -91,7 +95,8 @@ def format_report(report: dict[str, Any]) -> str:
 @library_errors
 def sanitize(input_path: str, spans_path: str | None, tagger: str, model: str | None, alpha: float | None,
              beta: float | None, epsilon: float | None, delta: float, groups: str,
-             max_new_tokens: int | None, temperature: float, seed: int | None, method: str,
+             max_new_tokens: int | None, temperature: float, seed: int | None,
+             no_repeat_ngram_size: int, repetition_penalty: float, method: str,
              batch_size: int, as_json: bool, out_path: str | None) -> None:
     """Rewrite INPUT (.txt, .jsonl or - for stdin) with a per-group (epsilon, delta) guarantee.
 
@@ -106,7 +111,7 @@ def sanitize(input_path: str, spans_path: str | None, tagger: str, model: str | 
     hf_logging.set_verbosity_error()
     params = dict(tagger=tagger, model=model, method=method, alpha=alpha, beta=beta, epsilon=epsilon,
                   delta=delta, groups=groups, max_new_tokens=max_new_tokens, temperature=temperature,
-                  seed=seed)
+                  seed=seed, no_repeat_ngram_size=no_repeat_ngram_size, repetition_penalty=repetition_penalty)
     if input_path.endswith(".jsonl"):
         if spans_path:
             raise CLIError("--spans applies to a single document; put \"spans\" in each JSONL line instead")
