@@ -154,9 +154,10 @@ class _Problem:
     q: Tensor  # (..., V, 1) float64: weights of Q, summing to 1 up to rounding
     log_q: Tensor  # (..., V) float64: log Q, within _RATIO_ERROR of log q (relative, as probabilities)
     e: Tensor  # (..., m, V) float64: ratios e (1 where P = Q = 0)
-    norm: Tensor  # (..., m) float64: c = 1 / (1 + eps), so rho = c e
+    norm: Tensor  # (..., m) float64: c = 1 / sum_y q e, so rho = c e
     moments: Tensor  # (..., m, 2) float64: A and B
     skew: Tensor  # (..., m) float64: sum_y Q (rho - 1)^3 at orders other than 2 (first guesses only)
+    rho: Tensor | None  # (..., m, V) float64: rho = c e (orders other than 2; at 2 the passes use e)
     rho_range: Tensor  # (..., m, 2) float64: min and max of rho (orders other than 2; else empty)
     scale: float  # bound on |rho (exact) / rho (computed) - 1| (normalisation_bound)
     rel: float  # relative error of a sum of V non-negative weighted terms: weights, accumulation
@@ -171,9 +172,9 @@ class _Problem:
 
 
 def _sum(x: Tensor) -> Tensor:
-    """sum_y x(..., y) -> (...): every float64 sum a bound rests on goes through here,
-    :func:`_q_sum` or :func:`_dot`, in whatever order the library picks (the bounds allow any;
-    the tests replace all three by the worst any order could do)."""
+    """sum_y x(..., y) -> (...): every float64 sum a bound rests on goes through here or
+    :func:`_q_sum`, in whatever order the library picks (the bounds allow any; the tests
+    replace both by the worst any order could do)."""
     return x.sum(-1)
 
 
@@ -181,11 +182,6 @@ def _q_sum(x: Tensor, q: Tensor) -> Tensor:
     """sum_y Q(y) x(..., y) for x (..., m, K, V) or (..., m, V) and q (..., V, 1) -> (..., m, K) or (..., m)."""
     flat = x.reshape(*q.shape[:-2], -1, x.shape[-1])  # (..., m K, V)
     return torch.matmul(flat, q).reshape(x.shape[:-1]).to(torch.float64)
-
-
-def _dot(x: Tensor, y: Tensor) -> Tensor:
-    """sum_y x(..., K, y) y(..., y) for x (..., K, V) and y (..., V) -> (..., K), without a temporary."""
-    return torch.matmul(x, y.unsqueeze(-1)).squeeze(-1)
 
 
 def _ratios(logp_priv: Tensor, logp_pub: Tensor) -> Tensor:
@@ -245,18 +241,19 @@ def _prepare(logp_priv: Tensor, logp_pub: Tensor, alpha: float, cap: Tensor) -> 
     norm = 1.0 / total  # (..., m): c
     scratch = torch.mul(e, e)  # (..., m, V): e^2 now, reused for 1/w (a smaller working set stays in cache)
     moments = torch.stack((norm * total, norm * norm * _q_sum(scratch, q)), -1)  # (..., m, 2): A, B
-    level = torch.where(forced_zero, 0.0, cap)  # (..., m)
-    rho_range, skew, float32 = moments[..., :0], torch.zeros_like(norm), None
+    cap = torch.where(forced_zero, 0.0, cap)  # (..., m)
+    level, rho, rho_range, skew, float32 = cap, None, moments[..., :0], torch.zeros_like(norm), None
     if alpha != 2.0:
-        rho_range = torch.stack((e.amin(-1), e.amax(-1)), -1) * norm.unsqueeze(-1)
-        r = e * norm.unsqueeze(-1) - 1.0  # (..., m, V)
+        rho = e * norm.unsqueeze(-1)  # (..., m, V)
+        rho_range = torch.stack((rho.amin(-1), rho.amax(-1)), -1)
+        r = rho - 1.0  # (..., m, V)
         skew = _q_sum(r * r * r, q)  # sum_y Q r^3: for the first guess only
         if _float32_search(logp_priv, logp_pub, alpha, cap):
             r32 = r.to(torch.float32)
             float32 = _Float32Copies(r32 + 1.0, r32, q.to(torch.float32))
             level = level * (1.0 - _AIM32 - _float32_margin(alpha, cap))
     rel = 3.0 * _RATIO_ERROR + 2.0 * gamma + 4.0 * _U
-    return _Problem(alpha, torch.where(forced_zero, 0.0, cap), level, q, logq, e, norm, moments, skew, rho_range,
+    return _Problem(alpha, cap, level, q, logq, e, norm, moments, skew, rho, rho_range,
                     normalisation_bound(logp_pub.shape[-1]), rel, forced_zero, float32, scratch)
 
 
@@ -290,8 +287,8 @@ def _evaluate_order2(prob: _Problem, lam: Tensor, *, slopes: bool = True) -> _Ev
     """One float64 pass over V for K candidates per group at a = 2 (see :class:`_Problem`).
 
     S_2 is closed-form (terms within 8 U); S_(-1) = sum_y q / w with w = lam c (e + t),
-    t = (1 - lam) / (lam c) (each 1/w within 6 U: a sum of non-negative terms, then products). Slopes: dS_2/dlam = 2 (A - 1) + 2 lam chi2 and
-    dS_(-1)/dlam = -sum_y q (rho - 1) / w^2.
+    t = (1 - lam) / (lam c) (each 1/w within 6 U: a sum of non-negative terms, then products).
+    Slopes: dS_2/dlam = 2 (A - 1) + 2 lam chi2 and dS_(-1)/dlam = sum_y q (1 - rho) / w^2.
     """
     a_sum, b_sum = prob.moments[..., :1], prob.moments[..., 1:]  # (..., m, 1)
     s_forward = (1.0 - lam) ** 2 + 2.0 * lam * (1.0 - lam) * a_sum + lam * lam * b_sum  # (..., m, K)
@@ -304,9 +301,9 @@ def _evaluate_order2(prob: _Problem, lam: Tensor, *, slopes: bool = True) -> _Ev
     reverse = _upper(prob, s_reverse, -1.0, 6.0 * _U)
     if not slopes:
         return _Evaluation(forward, reverse, forward + math.nan, reverse + math.nan)
+    one_minus_rho = torch.mul(prob.e, -prob.norm.unsqueeze(-1)).add_(1.0).unsqueeze(-2)  # (..., m, 1, V)
     inv_w2 = inv_w.square_().div_((slope_c * slope_c).unsqueeze(-1))  # (..., m, K, V): 1 / w^2
-    q_rho = prob.e * (prob.q.transpose(-1, -2) * prob.norm.unsqueeze(-1))  # (..., m, V): q rho
-    d_reverse = _q_sum(inv_w2, prob.q) - _dot(inv_w2, q_rho)  # dS_(-1)/dlam
+    d_reverse = _q_sum(inv_w2.mul_(one_minus_rho), prob.q)  # dS_(-1)/dlam
     d_forward = 2.0 * (a_sum - 1.0) + 2.0 * lam * prob.chi2.unsqueeze(-1)
     return _Evaluation(forward, reverse, d_forward / s_forward, d_reverse / s_reverse)
 
@@ -330,7 +327,7 @@ def _evaluate_general(prob: _Problem, lam: Tensor, *, slopes: bool = True) -> _E
     p in (a, 1 - a), and dS_p/dlam = p sum_y q w^p (rho - 1) / w."""
     a = prob.alpha
     lam_w = lam.unsqueeze(-1)  # (..., m, K, 1)
-    rho = prob.e * prob.norm.unsqueeze(-1)  # (..., m, V)
+    rho = prob.rho  # (..., m, V)
     w = torch.addcmul(1.0 - lam_w, rho.unsqueeze(-2), lam_w)  # (..., m, K, V)
     log_w = w.log()
     out = []

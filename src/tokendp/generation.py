@@ -181,7 +181,7 @@ def _gather_index(rows_per_sequence: Sequence[int], twins: Sequence[tuple[int, .
     starts = torch.cumsum(torch.tensor([0, *rows_per_sequence[:-1]]), 0)  # (N,)
     counts = torch.tensor(rows_per_sequence)  # (N,)
     r = torch.arange(width)  # (R,)
-    own = (r[None, :] < counts[:, None]).clone()  # (N, R): a row of its own, not padding
+    own = r[None, :] < counts[:, None]  # (N, R): a row of its own, not padding
     for n, rows in enumerate(twins):
         own[n, list(rows)] = False
     return (starts[:, None] + torch.where(own, r[None, :], 0)).to(device)

@@ -18,13 +18,10 @@ import torch
 from torch import Tensor
 
 from tokendp.divergence import mollify_detailed, normalisation_bound
-from tokendp.mechanisms._float import SAMPLER_RELATIVE
+from tokendp.mechanisms._float import SAMPLER_RELATIVE, UNIT
 from tokendp.mechanisms.base import log_softmax_at
 
 __all__ = ["MixedRelease", "mollified_average", "release_allowance"]
-
-_U = 2.0**-53
-
 
 def release_allowance(alpha: float, *, groups: int, vocab: int) -> float:
     """A, the most the rounding of the released distribution can add to D_alpha between
@@ -40,8 +37,8 @@ def release_allowance(alpha: float, *, groups: int, vocab: int) -> float:
     (2a - 1)/(a - 1) log((1 + eta)/(1 - eta)); r_i(c) grows at least 1/k per unit of c, so
     lowering c by k A covers it.
     """
-    tau = 8.0 * _U
-    eta = normalisation_bound(vocab) + (2 * groups + 16) * _U + 16.0 * tau * 2000.0
+    tau = 8.0 * UNIT
+    eta = normalisation_bound(vocab) + (2 * groups + 16) * UNIT + 16.0 * tau * 2000.0
     eta = (1.0 + eta) * (1.0 + SAMPLER_RELATIVE) - 1.0  # and the sampler's weights (tokendp.sampling)
     return (2.0 * alpha - 1.0) / (alpha - 1.0) * math.log((1.0 + eta) / (1.0 - eta))
 
