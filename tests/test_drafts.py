@@ -1,4 +1,5 @@
-"""Prompt-lookup drafts: the longest n-gram, the occurrence nearest the cursor, exclusions, room."""
+"""Prompt-lookup drafts: the longest n-gram, the occurrence nearest the cursor, the released
+tokens as a fallback, exclusions, room."""
 
 from __future__ import annotations
 
@@ -14,6 +15,11 @@ def test_longest_ngram_wins_and_its_continuation_is_proposed():
     drafts = PromptLookup(max_tokens=3, ngram=3).for_document(PUBLIC)
     assert drafts.propose([5, 1, 2], room=10) == [7, 8, 0]  # the trigram 5 1 2 occurs once
     assert drafts.propose([42], room=10) == []  # nothing to continue
+
+
+def test_without_a_public_match_the_released_tokens_are_searched():
+    drafts = PromptLookup(max_tokens=3).for_document(PUBLIC)
+    assert drafts.propose([30, 31, 32, 40, 30, 31, 33, 30, 31], room=10) == [33, 30, 31]  # the latest "30 31"
 
 
 def test_among_occurrences_the_one_nearest_the_cursor_wins():

@@ -6,7 +6,8 @@ n tokens released so far (n = ``ngram`` down to 1) in the public row and proposi
 that follow that occurrence there (Saxena 2023, "prompt lookup decoding"; transformers'
 ``prompt_lookup_num_tokens``). When the n-gram occurs several times, the occurrence nearest the
 document's *cursor* wins: where the previous draft's source continued, moved on by the tokens
-released since.
+released since. Where the public row has no match (inside a span, whose text the model makes
+up), the released tokens themselves are searched the same way, latest occurrence first.
 
 The engine (:func:`tokendp.generation.generate` with ``drafter=``) verifies the drafts exactly,
 so they change the speed, never the distribution of the output (docs/privacy.md, "Speculative
@@ -69,26 +70,38 @@ class DocumentDrafts:
         self.seen = 0  # tokens released when the cursor was set
 
     def propose(self, released: Sequence[int], room: int) -> list[int]:
-        """Up to min(max_tokens, ``room``) tokens guessed to follow ``released``; [] for none."""
+        """Up to min(max_tokens, ``room``) tokens guessed to follow ``released``; [] for none.
+
+        First from the public row (the occurrence nearest the cursor), else from the released
+        tokens themselves (the latest earlier occurrence: a name the output made up recurs)."""
         self.cursor += len(released) - self.seen
         self.seen = len(released)
         limit = min(self.lookup.max_tokens, room)
-        length = self.public.shape[0]
-        if limit < 1:
+        if limit < 1 or not released:
             return []
-        for n in range(min(self.lookup.ngram, len(released), length - 1), 0, -1):
-            pattern = torch.tensor(released[-n:], dtype=torch.int64)  # (n,)
-            windows = self.public[:length - 1].unfold(0, n, 1)  # (L - n, n): every n-gram with a token after it
-            starts = (windows == pattern).all(-1).nonzero().squeeze(-1)  # (H,)
-            if starts.numel() == 0:
-                continue
-            follow = starts + n  # (H,) where each occurrence's continuation starts
-            source = int(follow[(follow - self.cursor).abs().argmin()])
-            self.cursor = source
-            run = self.allowed[source:source + limit]  # (<= limit,)
+        found = _follow(self.public, released, self.lookup.ngram, self.cursor)
+        if found is not None:
+            self.cursor = found
+            run = self.allowed[found:found + limit]  # (<= limit,)
             stop = int(run.logical_not().nonzero()[0]) if not bool(run.all()) else run.shape[0]
-            return self.public[source:source + stop].tolist()
-        return []
+            return self.public[found:found + stop].tolist()
+        own = torch.tensor(list(released), dtype=torch.int64)  # (G,)
+        found = _follow(own[:-1], released, self.lookup.ngram, len(released))
+        return [] if found is None else own[found:found + limit].tolist()
+
+
+def _follow(corpus: torch.Tensor, released: Sequence[int], ngram: int, cursor: int) -> int | None:
+    """Where in ``corpus # (L,)`` the continuation of the longest n-gram (n <= ``ngram``) that
+    ends ``released`` starts, at the occurrence whose continuation is nearest ``cursor``; None
+    when not even the last token occurs (with a token after it)."""
+    length = corpus.shape[0]
+    for n in range(min(ngram, len(released), length - 1), 0, -1):
+        pattern = torch.tensor(released[-n:], dtype=torch.int64)  # (n,)
+        windows = corpus[:length - 1].unfold(0, n, 1)  # (L - n, n): every n-gram with a token after it
+        follow = (windows == pattern).all(-1).nonzero().squeeze(-1) + n  # (H,) continuation starts
+        if follow.numel():
+            return int(follow[(follow - cursor).abs().argmin()])
+    return None
 
 
 def _isin(ids: torch.Tensor, values: Iterable[int]) -> torch.Tensor:
