@@ -123,8 +123,9 @@ def generate(backend: HFBackend, sequences: Sequence[RowSequence], step: StepFn,
     ``logits_processor`` (repetition penalty, no-repeat n-grams, minimum length) adjusts every
     row's logits before the mechanism, from the tokens released so far only, the same for all
     rows of a document, so the guarantee is unchanged (docs/privacy.md, "Common ground").
-    ``drafter`` turns on speculative decoding (:func:`_verify`): each pass also runs the tokens
-    it guesses from the public row, and the output has exactly the distribution it has without
+    ``drafter`` (:class:`tokendp.drafts.PromptLookup`) turns on speculative decoding
+    (:meth:`_Loop.verify`): each pass also runs the tokens it guesses from the public row and
+    the released tokens, and the output has exactly the distribution it has without
     (docs/privacy.md, "Speculative decoding"); ignored when the backend cannot roll back.
     """
     limits = [max_new_tokens] * len(sequences) if isinstance(max_new_tokens, int) else list(max_new_tokens)
@@ -134,24 +135,24 @@ def generate(backend: HFBackend, sequences: Sequence[RowSequence], step: StepFn,
     if not (temperature >= 0):
         raise InvalidParameterError(f"temperature must be >= 0, got {temperature!r}")
     eos = set(eos_ids if eos_ids is not None else [backend.tokenizer.eos_token_id]) - {None}
-    loop = _Loop(backend, sequences, step, generator, temperature, _StopChecker(backend.tokenizer, eos, stop_strings, limits),
-                 charge, on_token, logits_processor)
-    drafts = [drafter.for_document(seq.rows[0].ids) for seq in sequences] \
-        if drafter is not None and backend.can_roll_back else None
+    checker = _StopChecker(backend.tokenizer, eos, stop_strings, limits)
+    loop = _Loop(sequences, step, generator, temperature, checker, charge, on_token, logits_processor)
+    drafts = None if drafter is None or not backend.can_roll_back else \
+        [drafter.for_document(seq.rows[0].ids) for seq in sequences]
     state, flat = backend.prefill(sequences)
     pending, guesses = flat[:, None], [[] for _ in sequences]  # (Rtot, 1, V): logits to verify
     while True:
         released, last = loop.verify(state, pending, guesses)
-        if pending.shape[1] > 1:  # forget the positions after the last released token
+        if pending.shape[1] > 1:  # forget the positions after each document's last released token
             backend.rollback(state, torch.tensor([pending.shape[1] - r for r in released]))
-        finished = [i not in loop.active for i in loop.running]
-        if any(finished):
-            state = backend.keep(state, torch.tensor([not f for f in finished]))
-            last = [t for t, f in zip(last, finished) if not f]
-        loop.running = list(loop.active)
+        going = [i in loop.active for i in loop.running]
+        if not all(going):
+            state = backend.keep(state, torch.tensor(going))
+            last = [t for t, g in zip(last, going) if g]
+            loop.running = [i for i, g in zip(loop.running, going) if g]
         if not loop.running:
             break
-        guesses = [[] if drafts is None else drafts[i].propose(loop.outputs[i], loop.checker.limits[i] - len(loop.outputs[i]) - 1)
+        guesses = [[] if drafts is None else drafts[i].propose(loop.outputs[i], limits[i] - len(loop.outputs[i]) - 1)
                    for i in loop.running]
         width = max(len(g) for g in guesses)
         tokens = torch.tensor([[t, *g, *[t] * (width - len(g))] for t, g in zip(last, guesses)])  # (Na, 1 + K)
@@ -163,18 +164,17 @@ class _Loop:
     """The state of one :func:`generate` call: the released tokens, the documents still running,
     the per-document diagnostics sums, and one verification round."""
 
-    def __init__(self, backend: HFBackend, sequences: Sequence[RowSequence], step: StepFn,
-                 generator: torch.Generator, temperature: float, checker: _StopChecker,
-                 charge: Callable[[list[int]], None] | None, on_token: Callable[[int, int], None] | None,
-                 processor: PublicLogitsProcessor | None) -> None:
+    def __init__(self, sequences: Sequence[RowSequence], step: StepFn, generator: torch.Generator,
+                 temperature: float, checker: _StopChecker, charge: Callable[[list[int]], None] | None,
+                 on_token: Callable[[int, int], None] | None, processor: PublicLogitsProcessor | None) -> None:
         self.step, self.generator, self.temperature = step, generator, temperature
         self.checker, self.charge, self.on_token, self.processor = checker, charge, on_token, processor
         self.rows = [len(seq) for seq in sequences]
         self.twins = [public_twins(seq) for seq in sequences]
         self.outputs: list[list[int]] = [[] for _ in sequences]
         self.reasons: list[StopReason | None] = [None] * len(sequences)
-        self.running = list(range(len(sequences)))  # the documents of the backend's state, in its order
-        self.active = set(self.running)  # the documents not finished
+        self.running = list(range(len(sequences)))  # the documents in the backend's state, in its order
+        self.active = set(self.running)  # the documents not finished (a subset of running during a round)
         self.sums: dict[str, torch.Tensor] = {}
 
     def verify(self, state: DecodeState, pending: torch.Tensor, guesses: Sequence[Sequence[int]]
@@ -200,7 +200,8 @@ class _Loop:
             else:
                 index = torch.tensor([r for k in verifying for r in range(starts[k], starts[k + 1])])
                 flat = pending[index.to(pending.device), j]  # (Rv, V)
-                row_sequence = torch.repeat_interleave(torch.arange(len(docs)), torch.tensor([self.rows[i] for i in docs]))
+                counts = torch.tensor([self.rows[i] for i in docs])  # (Nv,)
+                row_sequence = torch.repeat_interleave(torch.arange(len(docs)), counts)  # (Rv,)
             tokens = self._token(flat, row_sequence, docs)
             for k, tok in zip(verifying, tokens):
                 released[k], last[k] = released[k] + 1, tok
