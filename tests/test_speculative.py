@@ -155,7 +155,7 @@ def _counting(backend):
 def test_same_tokens_as_the_one_token_engine_greedy_and_seeded(backend):
     """Greedy: the same tokens as a full recomputation (so the cache after every rollback reads
     right); sampled with a seed, one document at a time: the same tokens too (the same draws in
-    the same order)."""
+    the same order); a batch: the same tokens for the same seed."""
     from test_generation import _greedy_reference
 
     answers = [_greedy_reference(backend.model, s.rows[0].ids, 20) for s in SEQS]
@@ -170,6 +170,9 @@ def test_same_tokens_as_the_one_token_engine_greedy_and_seeded(backend):
             two = generate(backend, [seq], public_step, max_new_tokens=20, generator=make_generator(5), eos_ids=[],
                            drafter=Oracle([list(one[0].token_ids)]))
             assert one[0].token_ids == two[0].token_ids
+        runs = [generate(backend, SEQS, public_step, max_new_tokens=20, generator=make_generator(9), eos_ids=[],
+                         drafter=Oracle(answers)) for _ in range(2)]
+        assert [r.token_ids for r in runs[0]] == [r.token_ids for r in runs[1]]  # a seed reproduces a batch
     finally:
         del backend.extend
 

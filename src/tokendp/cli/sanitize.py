@@ -85,9 +85,10 @@ def format_report(report: dict[str, Any]) -> str:
               help="Never release a token that repeats an n-gram already released (0: off). Public: the same for every row.")
 @click.option("--repetition-penalty", type=float, default=1.0, show_default=True,
               help="Penalise tokens already released (CTRL; 1: off). Public: the same for every row.")
-@click.option("--speculative/--no-speculative", default=True, show_default=True,
+@click.option("--speculative/--no-speculative", default=None,
               help="Verify tokens guessed from the public context several per forward pass: the same output "
-                   "distribution and guarantee, fewer passes (docs/privacy.md, \"Speculative decoding\").")
+                   "distribution and guarantee, fewer passes (docs/privacy.md, \"Speculative decoding\") "
+                   "[default: on for one document, off for JSONL batches].")
 @click.option("--draft-tokens", type=click.IntRange(min=1), default=4, show_default=True,
               help="Tokens guessed per pass with --speculative.")
 @click.option("--method", type=click.Choice(["dp-fusion", "original", "public"]), default="dp-fusion",
@@ -101,7 +102,7 @@ def format_report(report: dict[str, Any]) -> str:
 def sanitize(input_path: str, spans_path: str | None, tagger: str, model: str | None, alpha: float | None,
              beta: float | None, epsilon: float | None, delta: float, groups: str,
              max_new_tokens: int | None, temperature: float, seed: int | None,
-             no_repeat_ngram_size: int, repetition_penalty: float, speculative: bool, draft_tokens: int, method: str,
+             no_repeat_ngram_size: int, repetition_penalty: float, speculative: bool | None, draft_tokens: int, method: str,
              batch_size: int, as_json: bool, out_path: str | None) -> None:
     """Rewrite INPUT (.txt, .jsonl or - for stdin) with a per-group (epsilon, delta) guarantee.
 
