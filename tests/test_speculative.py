@@ -218,6 +218,19 @@ def test_limits_eos_and_stop_strings_as_without_drafts(backend):
     assert one[0].stop_reason == "eos" and one[1].stop_reason == "stop_string" and len(one[2].token_ids) == 3
 
 
+def test_public_logits_processors_see_the_released_prefix_at_every_position(backend):
+    """No repeated tokens: at a verified position the processor must count the tokens released
+    earlier in the same round."""
+    from tokendp.logits_processors import PublicLogitsProcessor
+
+    kwargs = dict(max_new_tokens=12, temperature=0, generator=make_generator(0), eos_ids=[],
+                  logits_processor=PublicLogitsProcessor(no_repeat_ngram_size=1))
+    one = generate(backend, SEQS, public_step, **kwargs)
+    spec = generate(backend, SEQS, public_step, **kwargs, drafter=Oracle([list(r.token_ids) for r in one]))
+    assert [r.token_ids for r in spec] == [r.token_ids for r in one]
+    assert all(len(set(r.token_ids)) == 12 for r in spec)
+
+
 def test_a_model_that_cannot_roll_back_decodes_one_token_at_a_time():
     from transformers import Qwen2Config, Qwen2ForCausalLM
 
