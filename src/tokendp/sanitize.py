@@ -214,7 +214,8 @@ def sanitize_batch(
     no_repeat_ngram_size: int = 0, repetition_penalty: float = 1.0,
     speculative: bool | None = None, draft_tokens: int = 4,
 ) -> list[SanitizeResult]:
-    """Rewrite many documents in one batch (one forward pass per generated token for all).
+    """Rewrite many documents in one batch (one forward pass per generated token for all, or
+    fewer with ``speculative``).
 
     Args:
         texts: the documents.

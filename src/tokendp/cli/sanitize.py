@@ -88,7 +88,7 @@ def format_report(report: dict[str, Any]) -> str:
 @click.option("--speculative/--no-speculative", default=None,
               help="Verify tokens guessed from the public context several per forward pass: the same output "
                    "distribution and guarantee, fewer passes (docs/privacy.md, \"Speculative decoding\") "
-                   "[default: on for one document, off for JSONL batches].")
+                   "[default: on for one document, off for a batch of several].")
 @click.option("--draft-tokens", type=click.IntRange(min=1), default=4, show_default=True,
               help="Tokens guessed per pass with --speculative.")
 @click.option("--method", type=click.Choice(["dp-fusion", "original", "public"]), default="dp-fusion",
