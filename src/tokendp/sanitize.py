@@ -203,7 +203,7 @@ def sanitize(text: str, *, spans: Sequence[Span | Mapping] | None = None, **kwar
 
 def sanitize_batch(
     texts: Sequence[str], *, spans: Sequence[Sequence[Span | Mapping] | None] | None = None,
-    tagger: str | Any = "auto", model: str | Path | HFBackend | None = None, method: Method = "dp-fusion",
+    tagger: str | Any = "auto", model: str | Path | HFBackend | None = "rewriter", method: Method = "dp-fusion",
     alpha: float | None = None, beta: Budget = None, epsilon: Budget = None, delta: float = 1e-5,
     groups: GroupSpec = "by-label", max_new_tokens: int | None = None, temperature: float = 1.0,
     seed: int | None = None, instruction: str | None = None, template: str | None = None,
@@ -219,8 +219,9 @@ def sanitize_batch(
         spans: per document, its spans (``Span`` or ``{start, end, label}`` with character
             offsets), or None to run ``tagger`` on it.
         tagger: a tagger name for ``tokendp.text.taggers.get_tagger`` or an object with ``tag``.
-        model: a name (``"rewriter"``, ``"smollm2"``, ``"tiny"``), a local model directory, a hub id (in the local cache), an ``HFBackend``, or
-            None for the embedded default model.
+        model: a name (``"rewriter"``, the default: SmolLM2-135M-Instruct with tokendp's
+            rewriter adapter; ``"smollm2"``; ``"tiny"``, the embedded 4.5M model), a local model
+            directory, a hub id (in the local cache), an ``HFBackend``, or None for ``tiny``.
         method: ``"dp-fusion"`` (private), ``"original"`` (no privacy), ``"public"`` (epsilon 0).
         alpha: the Renyi order of the DP-Fusion bound (> 1). Default: with ``epsilon``, the
             order that allows the largest beta (:func:`choose_alpha`); with ``beta``, 2.

@@ -334,23 +334,21 @@ def load_named_model(name: str, *, device: Any = None, dtype: Any = None, adapte
 
     if name == "tiny":
         return HFBackend.load(DEFAULT_MODEL_DIR, device=device, dtype=dtype, name="tiny")
-    if name == "smollm2":
-        backend = HFBackend.load(base_model_dir(), device=device, dtype=dtype, name="smollm2")
-        # A sampled rewrite may skip <|im_end|> and open a new chat turn; that ends it too.
-        backend.options.setdefault("stop", ["<|im_start|>"])
-        return backend
-    if name == "rewriter":
+    if name not in ("smollm2", "rewriter"):
+        raise unknown_name_error(name)
+    path = adapter_dir(adapter) if name == "rewriter" else None
+    label = name if adapter is None else f"rewriter:{path}"
+    backend = HFBackend.load(base_model_dir(), device=device, dtype=dtype, name=label)
+    if path is not None:
         from tokendp.models.lora import merge_adapter
 
-        path = adapter_dir(adapter)
-        backend = HFBackend.load(base_model_dir(), device=device, dtype=dtype,
-                                 name="rewriter" if adapter is None else f"rewriter:{path}")
         merge_adapter(backend.model, path)
         options = path / "tokendp.json"
         if options.is_file():
             backend.options = json.loads(options.read_text(encoding="utf-8"))
-        return backend
-    raise unknown_name_error(name)
+    # A sampled answer may skip <|im_end|> and open a new chat turn; that ends it too.
+    backend.options.setdefault("stop", ["<|im_start|>"])
+    return backend
 
 
 @functools.lru_cache(maxsize=2)

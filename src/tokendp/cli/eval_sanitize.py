@@ -51,7 +51,7 @@ def _floats(value: str) -> tuple[float, ...]:
 @click.option("--threads", type=int, default=1, show_default=True,
               help="Torch CPU threads. 1 is fastest on a shared, busy CPU (threads spin waiting for each "
                    "other); raise it on an idle machine.")
-@click.option("--model", default=None, help="rewriter, smollm2, tiny or a model directory (default: tiny, the embedded model).")
+@click.option("--model", default="rewriter", show_default=True, help="rewriter, smollm2, tiny or a model directory.")
 @click.option("--out", "out_dir", required=True, type=click.Path(file_okay=False, path_type=Path),
               help="Output folder (results, plots and the resume cache).")
 @click.option("--no-plots", is_flag=True,
@@ -72,9 +72,7 @@ def eval_sanitize(data_dir: Path, candidates: Path, split: str, methods: str, ep
 
     from tokendp.eval.report import markdown_table, write_results
     from tokendp.eval.sanitization import EvalConfig, evaluate_sanitization
-    from tokendp.models import DEFAULT_MODEL_DIR
-
-    config = EvalConfig(data_dir=str(data_dir), candidates=str(candidates), model=str(model or DEFAULT_MODEL_DIR),
+    config = EvalConfig(data_dir=str(data_dir), candidates=str(candidates), model=model,
                         methods=tuple(m.strip() for m in methods.split(",") if m.strip()),
                         epsilons=_floats(epsilons), paper_settings=paper_settings, split=split, limit=limit,
                         max_chars=max_chars, max_new_tokens=max_new_tokens, delta=delta, min_k=min_k, seed=seed,

@@ -71,7 +71,8 @@ def format_report(report: dict[str, Any]) -> str:
 @click.option("--spans", "spans_path", type=click.Path(exists=True, dir_okay=False),
               help="SPANS.json: a list of {start, end, label} character offsets into INPUT.")
 @click.option("--tagger", default="auto", show_default=True, help="Tagger used when no spans are given.")
-@click.option("--model", default=None, help="rewriter, smollm2, tiny (see `tokendp model list`), a model directory or a hub id [default: tiny, the embedded model].")
+@click.option("--model", default="rewriter", show_default=True,
+              help="rewriter, smollm2, tiny (see `tokendp model list`), a model directory or a hub id.")
 @click.option("--alpha", type=float, default=None,
               help="Renyi order of the bound (default: the best order for --epsilon; 2 with --beta).")
 @click.option("--beta", type=float, default=None, help="Divergence cap per group (or give --epsilon).")
