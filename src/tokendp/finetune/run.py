@@ -103,7 +103,7 @@ def _positive(name: str, value: Any) -> None:
 def make_plan(config: FinetuneConfig, records: int, draws: list[float]) -> dict[str, Any]:
     """The public plan: steps, sampling rate, and for DP the per-epoch multipliers, sigma_0 and
     the epsilon of the whole schedule (calibrated before training; refused if unreachable)."""
-    from tokendp import accounting
+    from tokendp.accounting import calibrate_noise_multiplier, rise_and_reset, schedule_epsilon
 
     private = config.method != "none"
     q = min(1.0, config.batch_size / records)
@@ -113,17 +113,17 @@ def make_plan(config: FinetuneConfig, records: int, draws: list[float]) -> dict[
     if not private:
         return plan
     atdp = config.method == "atdp"
-    multipliers = accounting.rise_and_reset(epochs=config.epochs, gamma=config.gamma if atdp else 0.0,
+    multipliers = rise_and_reset(epochs=config.epochs, gamma=config.gamma if atdp else 0.0,
                                             ceiling=config.ceiling if atdp else 1.0, jitter=config.jitter if atdp else 0.0,
                                             draws=draws)
     common = {"multipliers": multipliers, "steps_per_epoch": steps_per_epoch, "sampling_rate": q, "delta": config.delta}
     if config.epsilon is not None:
-        sigma0 = accounting.calibrate_noise_multiplier(epsilon=config.epsilon, **common)
+        sigma0 = calibrate_noise_multiplier(epsilon=config.epsilon, **common)
     else:
         sigma0 = float(config.noise_multiplier)
     plan.update(noise_multiplier=sigma0, multipliers=multipliers.tolist(),
                 sigma_per_epoch=(sigma0 * multipliers).tolist(),
-                epsilon=accounting.schedule_epsilon(noise_multiplier=sigma0, **common))
+                epsilon=schedule_epsilon(noise_multiplier=sigma0, **common))
     return plan
 
 
