@@ -97,6 +97,23 @@ def test_resume_after_an_interruption_reaches_the_same_epsilon(tmp_path):
         finetune(texts=TEXTS[:-1], out=tmp_path / "r", base=str(tinylm.model_dir()), config=FinetuneConfig(**settings))
 
 
+def test_checkpoints_never_hold_the_privacy_randomness(tmp_path):
+    class Stop(Exception):
+        pass
+
+    def stop(progress):
+        if progress.step == 2:
+            raise Stop
+
+    config = FinetuneConfig(method="dpsgd", epochs=1, batch_size=6, lora_r=0, epsilon=5.0, checkpoint_every=1)
+    with pytest.raises(Stop):
+        finetune(texts=TEXTS, out=tmp_path / "s", base=str(tinylm.model_dir()), config=config, on_progress=stop)
+    state = torch.load(tmp_path / "s" / ".checkpoint.pt", weights_only=False)
+    assert state["step"] == 1 and state["data_generator"] is None and state["noise_generator"] is None
+    report = finetune(texts=TEXTS, out=tmp_path / "s", base=str(tinylm.model_dir()), config=config)
+    assert report["steps"] == report["steps_per_epoch"] and report["privacy"]["epsilon"] <= 5.0
+
+
 def test_bad_input_fails_before_training(tmp_path):
     base = str(tinylm.model_dir())
     with pytest.raises(InvalidInputError, match="no records"):
@@ -159,3 +176,22 @@ def test_cli_finetune_json_and_eval_exposure(tmp_path):
     result = runner.invoke(main, ["finetune", "--data", str(empty), "--method", "none", "--out", str(tmp_path / "e"),
                                   "--base", str(tinylm.model_dir()), "--lora-r", "0"])
     assert result.exit_code == 2 and "no records" in result.output
+
+
+def test_cli_eval_finetune_writes_the_table(tmp_path):
+    from tokendp.cli import main
+
+    data = tmp_path / "wikitext"
+    data.mkdir()
+    body = " = Title = \n" + "\n".join(f" {t} . It was fine . " for t in tinylm.CORPUS * 3) + "\n"
+    (data / "train.txt").write_text(body)
+    (data / "valid.txt").write_text(body)
+    result = CliRunner().invoke(main, ["eval", "finetune", "--data", str(data), "--out", str(tmp_path / "cmp"), "--base",
+                                       str(tinylm.model_dir()), "--records", "8", "--valid", "4", "--max-tokens", "40",
+                                       "--epsilons", "8", "--tiers", "low-entity", "--epochs", "1", "--batch-size", "4",
+                                       "--canaries", "1", "--canary-repeats", "1", "--samples", "20"])
+    assert result.exit_code == 0, result.output
+    table = (tmp_path / "cmp" / "results.md").read_text()
+    assert all(name in table for name in ("| none |", "| dpsgd-eps8 |", "| atdp-low-entity-eps8 |"))
+    rows = json.loads((tmp_path / "cmp" / "results.json").read_text())["rows"]
+    assert all(r["epsilon"] is None or r["epsilon"] <= 8.0 for r in rows)

@@ -215,7 +215,10 @@ def finetune(data: str | Path | None = None, *, out: str | Path, base: str = "ti
     records = build_records(corpus, backend.tokenizer, max_length=config.max_length,
                             weight=config.weight if config.method == "atdp" else 1.0, detect=detect)
     root.mkdir(parents=True, exist_ok=True)
-    noise = make_generator(config.noise_seed) if config.method != "none" else None
+    private = config.method != "none"
+    # The noise and the Poisson sample are the privacy randomness: OS-seeded unless --noise-seed.
+    noise = make_generator(config.noise_seed) if private else None
+    sampler = make_generator(None if config.noise_seed is None else config.noise_seed + 1) if private else None
     plan_path = root / PLAN_FILE
     settings = {"format": FORMAT, "base": str(base), "config": asdict(config), "records": len(records)}
     if plan_path.is_file():
@@ -238,8 +241,9 @@ def finetune(data: str | Path | None = None, *, out: str | Path, base: str = "ti
                     clip_norm=config.clip_norm, lr=config.lr, epsilon_budget=plan.get("epsilon"),
                     delta=config.delta if plan["private"] else None)
     trainer = Trainer(model, records, run_plan, pad_id=backend._pad_id(), workdir=root,
-                      data_generator=torch.Generator().manual_seed(config.seed), noise_generator=noise,
-                      grad_sample_mode=config.grad_sample_mode, checkpoint_every=config.checkpoint_every)
+                      data_generator=sampler or torch.Generator().manual_seed(config.seed), noise_generator=noise,
+                      grad_sample_mode=config.grad_sample_mode, checkpoint_every=config.checkpoint_every,
+                      keep_generator_states=not private or config.noise_seed is not None)
     trainer.resume()
     phase("training")
     trainer.run(on_progress)

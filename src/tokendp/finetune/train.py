@@ -14,8 +14,11 @@ the end (a disagreement raises rather than report a wrong epsilon).
 
 ``none``: the same loss with every weight 1, shuffled batches of ``batch_size``, plain AdamW.
 
-Resumable: every ``checkpoint_every`` steps the trainable weights, optimiser, sampler and noise
-generator states, ledger and step are saved to ``OUT/.checkpoint.pt``; a rerun continues.
+Resumable: every ``checkpoint_every`` steps the trainable weights, optimiser, ledger and step are
+saved to ``OUT/.checkpoint.pt``; a rerun continues. The states of the generators that draw the
+Poisson sample and the noise are saved only when ``keep_generator_states`` (a run seeded for
+reproduction): otherwise a resumed run draws fresh OS-seeded randomness, so a checkpoint never
+holds what would let its reader predict the noise or the sample of the steps after it.
 """
 
 from __future__ import annotations
@@ -101,10 +104,11 @@ class Trainer:
 
     def __init__(self, model: torch.nn.Module, records: Sequence[Record], plan: Plan, *, pad_id: int, workdir: Path,
                  data_generator: torch.Generator, noise_generator: torch.Generator | None, grad_sample_mode: str = "hooks",
-                 checkpoint_every: int = 200) -> None:
+                 checkpoint_every: int = 200, keep_generator_states: bool = True) -> None:
         self.plan, self.records, self.pad_id = plan, list(records), pad_id
         self.workdir, self.checkpoint_every = workdir, checkpoint_every
         self.data_generator = data_generator
+        self.keep_generator_states = keep_generator_states
         self.model = model
         self.params = [p for p in model.parameters() if p.requires_grad]
         self.optimizer: Any = torch.optim.AdamW(self.params, lr=plan.lr, weight_decay=0.0)
@@ -133,8 +137,10 @@ class Trainer:
     def _state(self) -> dict[str, Any]:
         optimizer = self.optimizer.original_optimizer if self.plan.private else self.optimizer
         return {"step": self.step, "elapsed": self.elapsed, "params": _trainable_state(self._base()),
-                "optimizer": optimizer.state_dict(), "data_generator": self.data_generator.get_state(),
-                "noise_generator": None if self.noise_generator is None else self.noise_generator.get_state(),
+                "optimizer": optimizer.state_dict(),
+                "data_generator": self.data_generator.get_state() if self.keep_generator_states else None,
+                "noise_generator": (self.noise_generator.get_state()
+                                    if self.noise_generator is not None and self.keep_generator_states else None),
                 "ledger": None if self.ledger is None else self.ledger.state_dict(),
                 "accountant": None if self.accountant is None else list(self.accountant.history)}
 
@@ -152,7 +158,8 @@ class Trainer:
                 named[name].copy_(value)
         optimizer = self.optimizer.original_optimizer if self.plan.private else self.optimizer
         optimizer.load_state_dict(state["optimizer"])
-        self.data_generator.set_state(state["data_generator"])
+        if state["data_generator"] is not None:
+            self.data_generator.set_state(state["data_generator"])
         if self.noise_generator is not None and state["noise_generator"] is not None:
             self.noise_generator.set_state(state["noise_generator"])
         if self.ledger is not None:
