@@ -70,6 +70,7 @@ def test_lora_run_merges_the_adapter(tmp_path):
 
     names = [n for n, _ in AutoModelForCausalLM.from_pretrained(tmp_path / "out").named_parameters()]
     assert not any("lora" in n for n in names)
+    assert (tmp_path / "out" / "adapter" / "adapter_config.json").is_file()  # the adapter alone, PEFT's layout
 
 
 def test_resume_after_an_interruption_reaches_the_same_epsilon(tmp_path):

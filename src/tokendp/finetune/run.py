@@ -29,6 +29,7 @@ METHODS: tuple[str, ...] = ("none", "dpsgd", "atdp")
 REPORT_FILE = "finetune.json"
 CANARY_FILE = "canaries.json"
 PLAN_FILE = ".plan.json"
+ADAPTER_DIR = "adapter"
 FORMAT = "tokendp.finetune/1"
 
 
@@ -152,7 +153,14 @@ def _wrap_lora(model: Any, config: FinetuneConfig, seed: int) -> Any:
 
 
 def _export(backend: Any, model: Any, out: Path, report: dict[str, Any]) -> None:
-    """The merged model, tokenizer, tokendp.json (prompt options of the base) and the report."""
+    """The merged model, tokenizer, tokendp.json (prompt options of the base) and the report;
+    with LoRA also the adapter alone in PEFT's layout (``OUT/adapter``, e.g. for a DP-SGD row in
+    ``tokendp eval predict``: it carries the same guarantee, being the same release)."""
+    if hasattr(model, "merge_and_unload"):
+        adapter = out / ADAPTER_DIR
+        if adapter.exists():
+            shutil.rmtree(adapter)
+        model.save_pretrained(adapter)
     merged = model.merge_and_unload() if hasattr(model, "merge_and_unload") else model
     tmp = out / ".model"
     if tmp.exists():
@@ -262,7 +270,8 @@ def _report(config: FinetuneConfig, base: str, plan: dict[str, Any], trainer: An
         "format": FORMAT, "method": config.method, "base": str(base), "records": plan["records"],
         "steps": trainer.step, "steps_per_epoch": plan["steps_per_epoch"],
         "training": {k: getattr(config, k) for k in keep},
-        "lora": {"r": config.lora_r, "alpha": config.lora_alpha, "targets": "all-linear", "merged": True} if config.lora_r else None,
+        "lora": ({"r": config.lora_r, "alpha": config.lora_alpha, "targets": "all-linear", "merged": True, "adapter": ADAPTER_DIR}
+                 if config.lora_r else None),
         "train_seconds": round(trainer.elapsed, 1),
         "canaries": ({"count": len(canaries), "repeats": config.canary_repeats, "digits": config.canary_digits, "file": CANARY_FILE}
                      if canaries else None),
