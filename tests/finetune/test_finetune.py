@@ -193,6 +193,6 @@ def test_cli_eval_finetune_writes_the_table(tmp_path):
                                        "--canaries", "1", "--canary-repeats", "1", "--samples", "20"])
     assert result.exit_code == 0, result.output
     table = (tmp_path / "cmp" / "results.md").read_text()
-    assert all(name in table for name in ("| none |", "| dpsgd-eps8 |", "| atdp-low-entity-eps8 |"))
+    assert all(name in table for name in ("| base (not fine-tuned) |", "| none |", "| dpsgd-eps8 |", "| atdp-low-entity-eps8 |"))
     rows = json.loads((tmp_path / "cmp" / "results.json").read_text())["rows"]
     assert all(r["epsilon"] is None or r["epsilon"] <= 8.0 for r in rows)

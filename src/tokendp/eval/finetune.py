@@ -72,8 +72,9 @@ def validation_perplexity(model: Any, tokenizer: Any, texts: Sequence[str], *, b
     return math.exp(nll / count)
 
 
-def score_model(directory: Path, valid: Sequence[str], canaries_file: Path, *, exposure: str, samples: int) -> dict[str, Any]:
-    """Validation perplexity and canary exposures of the model saved in ``directory``."""
+def score_model(directory: Path | str, valid: Sequence[str], canaries_file: Path, *, exposure: str, samples: int) -> dict[str, Any]:
+    """Validation perplexity and canary exposures of the model saved in ``directory`` (or a
+    registered name)."""
     from tokendp.eval.exposure import canary_exposures
 
     backend = load_base(str(directory))
@@ -103,7 +104,7 @@ def run_comparison(data: str | Path, out: str | Path, *, base: str = "tiny", con
     tokenizer = load_base(base).tokenizer
     train = wikitext_records(data / "train.txt", tokenizer, limit=records, max_tokens=max_tokens)
     held_out = wikitext_records(data / "valid.txt", tokenizer, limit=valid, max_tokens=max_tokens)
-    rows = []
+    rows = [_base_row(root, base, config, held_out, exposure=exposure, samples=samples)]
     for name, cfg in plan_runs(epsilons=epsilons, tiers=tiers, base=replace(config, max_length=max_tokens + 16)):
         run_dir = root / "runs" / name
         scored = run_dir / EVAL_FILE
@@ -123,6 +124,26 @@ def run_comparison(data: str | Path, out: str | Path, *, base: str = "tiny", con
     write_results(rows, root, setting={"base": base, "records": len(train), "valid": len(held_out), "max_tokens": max_tokens,
                                        "exposure": exposure, "samples": samples, "config": asdict(config)})
     return rows
+
+
+def _base_row(root: Path, base: str, config: FinetuneConfig, held_out: Sequence[str], *, exposure: str,
+              samples: int) -> dict[str, Any]:
+    """The base model before any fine-tuning, scored on the same canaries (every run plants the
+    same ones: they depend on the seed only)."""
+    from tokendp.text.canaries import CanaryFormat, make_canaries, write_canaries
+
+    scored = root / "runs" / "base" / EVAL_FILE
+    if not scored.is_file():
+        scored.parent.mkdir(parents=True, exist_ok=True)
+        fmt = CanaryFormat(digits=config.canary_digits)
+        canaries = write_canaries(scored.parent / CANARY_FILE, make_canaries(config.canaries, repeats=config.canary_repeats,
+                                                                             seed=config.seed, fmt=fmt), fmt)
+        result = score_model(base, held_out, canaries, exposure=exposure, samples=samples)
+        scored.write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
+    result = json.loads(scored.read_text(encoding="utf-8"))
+    return {"run": "base (not fine-tuned)", "method": "base", "tier": None, "epsilon": None, "delta": None,
+            "perplexity": result["perplexity"], "mean_exposure": result["mean_exposure"], "exposure": result["exposure"],
+            "train_seconds": 0.0, "steps": 0, "sigma_per_epoch": None}
 
 
 def write_results(rows: list[dict[str, Any]], out: Path, *, setting: dict[str, Any]) -> None:
