@@ -40,6 +40,7 @@ def test_exact_and_sampled_agree_and_rank_follows_likelihood(tiny):
     assert exact[0].rank == 1 and exact[0].exposure == pytest.approx(math.log2(1000))
     sampled = canary_exposures(model, tok, fmt, [Canary("123", 1)], method="sampled", samples=400)[0]
     assert sampled.low <= exact[1].exposure + 0.5 and exact[1].exposure - 0.5 <= sampled.high
+    assert abs(sampled.exposure - exact[1].exposure) < 1.0  # the skew-normal extrapolation, near the truth here
 
 
 def test_a_tokenizer_that_merges_digits_needs_the_sampled_estimate():
@@ -49,4 +50,4 @@ def test_a_tokenizer_that_merges_digits_needs_the_sampled_estimate():
         with pytest.raises(InvalidInputError, match="sampled"):
             canary_exposures(tinylm.model(), tok, fmt, [Canary("12", 1)], method="exact")
     found = canary_exposures(tinylm.model(), tok, fmt, [Canary("12", 1)], method="sampled", samples=30)[0]
-    assert 0 <= found.low <= found.exposure <= found.high <= math.log2(100) + 1e-9
+    assert 0 <= found.low <= found.high <= math.log2(100) + 1e-9 and 0 <= found.exposure <= math.log2(100) + 1e-9

