@@ -209,6 +209,20 @@ def finetune(data: str | Path | None = None, *, out: str | Path, base: str = "ti
 
     from tokendp.generation import make_generator
 
+    private = config.method != "none"
+    # The noise and the Poisson sample are the privacy randomness: OS-seeded unless --noise-seed.
+    noise = make_generator(config.noise_seed) if private else None
+    sampler = make_generator(None if config.noise_seed is None else config.noise_seed + 1) if private else None
+    plan_path = root / PLAN_FILE
+    settings = {"format": FORMAT, "base": str(base), "config": asdict(config), "records": len(corpus)}
+    if plan_path.is_file():
+        saved = json.loads(plan_path.read_text(encoding="utf-8"))
+        if saved["settings"] != settings:
+            raise InvalidInputError(f"{root} holds a run with other data or settings; use a new --out (or the same settings to resume)")
+        plan = saved["plan"]
+    else:  # one record per text: the plan needs only their number, and refuses an unreachable epsilon now
+        draws = [] if noise is None else torch.rand(config.epochs - 1, generator=noise, dtype=torch.float64).tolist()
+        plan = make_plan(config, len(corpus), draws)
     phase("loading model")
     backend = load_base(base, device=device)
     detect = None
@@ -223,20 +237,7 @@ def finetune(data: str | Path | None = None, *, out: str | Path, base: str = "ti
     records = build_records(corpus, backend.tokenizer, max_length=config.max_length,
                             weight=config.weight if config.method == "atdp" else 1.0, detect=detect)
     root.mkdir(parents=True, exist_ok=True)
-    private = config.method != "none"
-    # The noise and the Poisson sample are the privacy randomness: OS-seeded unless --noise-seed.
-    noise = make_generator(config.noise_seed) if private else None
-    sampler = make_generator(None if config.noise_seed is None else config.noise_seed + 1) if private else None
-    plan_path = root / PLAN_FILE
-    settings = {"format": FORMAT, "base": str(base), "config": asdict(config), "records": len(records)}
-    if plan_path.is_file():
-        saved = json.loads(plan_path.read_text(encoding="utf-8"))
-        if saved["settings"] != settings:
-            raise InvalidInputError(f"{root} holds a run with other data or settings; use a new --out (or the same settings to resume)")
-        plan = saved["plan"]
-    else:
-        draws = [] if noise is None else torch.rand(config.epochs - 1, generator=noise, dtype=torch.float64).tolist()
-        plan = make_plan(config, len(records), draws)  # refuses an unreachable epsilon before any training
+    if not plan_path.is_file():
         plan_path.write_text(json.dumps({"settings": settings, "plan": plan}, indent=2) + "\n", encoding="utf-8")
     from tokendp.finetune.train import Plan, Trainer
 
