@@ -23,6 +23,7 @@ beyond the ~log2(n) that counts alone can resolve, but it is a model of the tail
 
 from __future__ import annotations
 
+import copy
 import math
 import random
 from dataclasses import dataclass
@@ -82,8 +83,6 @@ def candidate_logprobs(model: Any, prefix: list[int], digit_ids: list[int], digi
     The sequences are the prefix and the first digits-1 digits of each candidate; one pass gives
     the distribution of every next digit along the way. # (10^digits,) float64
     """
-    from transformers import DynamicCache
-
     cache, first = _prefix_state(model, prefix)
     digit_index = torch.tensor(digit_ids)
     first_lp = first[digit_index].double()  # (10,)
@@ -93,14 +92,11 @@ def candidate_logprobs(model: Any, prefix: list[int], digit_ids: list[int], digi
     places = 10 ** torch.arange(digits - 2, -1, -1)  # (digits-1,)
     stem_digits = (stems[:, None] // places) % 10  # (S, digits-1)
     out = torch.empty(10 ** digits, dtype=torch.float64)
-    legacy = cache.to_legacy_cache() if hasattr(cache, "to_legacy_cache") else None
     for start in range(0, stems.numel(), batch):
         block = stem_digits[start:start + batch]  # (b, digits-1)
         b = block.shape[0]
-        if legacy is not None:
-            past = DynamicCache.from_legacy_cache(tuple((k.expand(b, -1, -1, -1), v.expand(b, -1, -1, -1)) for k, v in legacy))
-        else:
-            past = _expand_cache(cache, b)
+        past = copy.deepcopy(cache)
+        past.batch_repeat_interleave(b)  # the prefix's keys and values, once per sequence of the block
         ids = digit_index[block]  # (b, digits-1)
         mask = torch.ones((b, len(prefix) + digits - 1), dtype=torch.long)
         logits = model(input_ids=ids, attention_mask=mask, past_key_values=past, use_cache=True).logits  # (b, digits-1, V)
@@ -111,15 +107,6 @@ def candidate_logprobs(model: Any, prefix: list[int], digit_ids: list[int], digi
         leaves = path[:, None] + lp[:, -1]  # (b, 10): every last digit
         out[start * 10:(start + b) * 10] = leaves.reshape(-1)
     return out
-
-
-def _expand_cache(cache: Any, b: int) -> Any:
-    from transformers import DynamicCache
-
-    fresh = DynamicCache()
-    for index, layer in enumerate(cache.layers):
-        fresh.update(layer.keys.expand(b, -1, -1, -1).contiguous(), layer.values.expand(b, -1, -1, -1).contiguous(), index)
-    return fresh
 
 
 @torch.inference_mode()
