@@ -353,6 +353,22 @@ def load_named_model(name: str, *, device: Any = None, dtype: Any = None, adapte
     raise unknown_name_error(name)
 
 
+def load_model(model: str | Path, *, device: Any = None, dtype: Any = None,
+               adapters: Mapping[str, str | Path] | None = None) -> HFBackend:
+    """A fresh (uncached) HFBackend for a registered name (``smollm2``, ``tiny``, ...) or a model
+    directory / cached hub id, with the LoRA ``adapters`` ``{name: directory}`` loaded when given.
+    For callers that change the model (training wraps it in LoRA layers) or add adapters to it."""
+    from tokendp.models.registry import is_model_name
+
+    if is_model_name(model):
+        backend = load_named_model(str(model), device=device, dtype=dtype)
+    else:
+        backend = HFBackend.load(model, device=device, dtype=dtype)
+    if adapters:
+        backend.add_adapters(adapters)
+    return backend
+
+
 @functools.lru_cache(maxsize=2)
 def _load_named(name: str, device: str | None, dtype: str | None) -> HFBackend:
     return load_named_model(name, device=device, dtype=dtype)
