@@ -121,3 +121,26 @@ def test_accountant_closed_forms_and_calibration() -> None:
         pmixed_beta(epsilon=1.0, alpha=3.0, ensemble_size=80, sample_rate=0.03, max_tokens=1024, delta=1e-5)
     with pytest.raises(InvalidParameterError):
         PMixED(sample_rate=0.1, beta=0.1).event(shards=[])
+
+
+def test_pmixed_alpha_maximises_beta_over_alpha() -> None:
+    """The order choice: public parameters only, the largest beta / alpha on the grid; the paper's
+    setting (N 80, q 0.03, T 1024, delta 1e-5, epsilon 8) picks its alpha = 3, and epsilon 1 (out
+    of reach at alpha 3, whose conversion alone costs 4.8) gets a larger order."""
+    from tokendp.accounting import PMIXED_ORDERS, pmixed_alpha
+
+    paper = dict(ensemble_size=80, sample_rate=0.03, max_tokens=1024, delta=1e-5)
+    assert pmixed_alpha(epsilon=8, **paper) == 3.0
+    with pytest.raises(InvalidParameterError, match="alpha=3"):
+        pmixed_beta(epsilon=1, alpha=3, **paper)
+    for eps in (1.0, 3.0, 8.0):
+        best = pmixed_alpha(epsilon=eps, **paper)
+        ratio = pmixed_beta(epsilon=eps, alpha=best, **paper) / best
+        for a in PMIXED_ORDERS:
+            try:
+                assert pmixed_beta(epsilon=eps, alpha=a, **paper) / a <= ratio
+            except InvalidParameterError:
+                pass
+    assert pmixed_alpha(epsilon=1, **paper) > 3
+    with pytest.raises(InvalidParameterError, match="every order"):
+        pmixed_alpha(epsilon=0.01, **paper)
