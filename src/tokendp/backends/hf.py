@@ -87,6 +87,7 @@ class HFBackend:
         self.name = name or str(getattr(model.config, "_name_or_path", "") or type(model).__name__)
         self.options = dict(options or {})
         self.device = next(model.parameters()).device
+        self._zero: tuple[tuple[str, ...], tuple[str, ...]] | None = None  # (adapters, zero_adapters())
 
     @property
     def adapters(self) -> tuple[str, ...]:
@@ -96,7 +97,10 @@ class HFBackend:
 
     def zero_adapters(self) -> tuple[str, ...]:
         """Loaded adapters whose every LoRA B matrix is exactly 0: they compute the base model
-        (an adapter trained on nothing), so their rows can be read as the public row's twins."""
+        (an adapter trained on nothing), so their rows can be read as the public row's twins.
+        Found once per set of loaded adapters (they load frozen), not on every call."""
+        if self._zero is not None and self._zero[0] == self.adapters:
+            return self._zero[1]
         zero = []
         for adapter in self.adapters:
             found, nonzero = False, False
@@ -110,7 +114,8 @@ class HFBackend:
                     nonzero = nonzero or bool(torch.count_nonzero(weight).item())
             if found and not nonzero:
                 zero.append(adapter)
-        return tuple(zero)
+        self._zero = (self.adapters, tuple(zero))
+        return self._zero[1]
 
     def add_adapters(self, adapters: Mapping[str, str | Path]) -> None:
         """Load LoRA adapters saved in PEFT's layout (``adapter_config.json`` and
