@@ -11,6 +11,7 @@ from pathlib import Path
 import click
 
 from tokendp.cli._common import library_errors
+from tokendp.errors import InvalidParameterError
 
 
 @click.group("ensemble")
@@ -42,14 +43,22 @@ def ensemble() -> None:
 @click.option("--dtype", type=click.Choice(["float32", "bfloat16", "float16"]), default=None,
               help="dtype of the frozen base model; the LoRA weights train in float32 "
                    "[default: float32 on cpu, bfloat16 on cuda].")
+@click.option("--threads", type=int, default=None,
+              help="Torch CPU threads [default: torch's]; 1 is fastest on a shared, busy CPU.")
 @library_errors
 def train(data, shards, out, base, group_by, text_field, steps, batch_size, max_length, lora_r, lora_alpha, lr,
-          seed, device, dtype) -> None:
+          seed, device, dtype, threads) -> None:
     """Split the corpus into N disjoint shards and train one LoRA adapter per shard (resumable)."""
     from tokendp._optional import require
 
     require("peft", "ensemble", "tokendp ensemble train", why="to train LoRA adapters")
+    import torch
     from tqdm import tqdm
+
+    if threads is not None:
+        if threads < 1:
+            raise InvalidParameterError(f"--threads must be >= 1, got {threads}")
+        torch.set_num_threads(threads)
 
     from tokendp.ensemble.train import TrainConfig, train_ensemble
 
