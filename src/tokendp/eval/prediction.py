@@ -18,7 +18,8 @@ Methods, each one next-token distribution per position:
 * ``pmixed``: PMixED's released distribution, :class:`tokendp.mechanisms.PMixED` at the beta
   that ``pmixed_beta`` calibrates for epsilon per shard over the T queries (at order alpha, by
   default ``pmixed_alpha``), with a fresh Poisson sample of the ensemble at every position, as
-  ``tokendp predict`` draws one per token. An adapter whose B matrices are 0 reads the base
+  ``tokendp predict`` draws one per token (the positions of a window are then released in
+  groups of similar |S|, which changes only the work). An adapter whose B matrices are 0 reads the base
   model, as in ``predict``;
 * adapters (``adapters``: name, directory, certified epsilon or None): one LoRA adapter alone,
   e.g. a single non-private fine-tune on the whole corpus, or a DP-SGD fine-tune.
@@ -193,15 +194,19 @@ def _window_nll(backend: HFBackend, ids: Sequence[int], rows: Sequence[str], ind
             mechanism = PMixED(alpha=setting.alpha, sample_rate=setting.sample_rate, beta=setting.beta)
             generator = torch.Generator(device=logits.device).manual_seed(seed)
             ordered = torch.cat([torch.zeros(1, dtype=torch.long, device=logits.device), member_rows])  # (1+N,)
-            parts, lam_sum, sampled_sum = [], 0.0, 0.0
+            rows_pm = logits[ordered].transpose(0, 1)  # (n, 1+N, V): the public row, then the members
+            sampled = mechanism.sample((n, len(members)), generator=generator).to(logits.device)  # (n, N)
+            # Positions with similar |S| go together: the release searches only the sampled rows, up
+            # to the largest |S| of a call.
+            by_size = torch.argsort(sampled.sum(-1), stable=True)  # (n,)
+            lp = torch.empty(n, dtype=torch.float64, device=logits.device)
+            lam_sum = 0.0
             for start in range(0, n, POSITIONS_PER_STEP):
-                chunk = logits[ordered, start:start + POSITIONS_PER_STEP].transpose(0, 1)  # (c, 1+N, V)
-                step = mechanism.step(chunk, generator=generator)
-                parts.append(target_logprobs(step.logprobs, target[start:start + POSITIONS_PER_STEP]))
+                at = by_size[start:start + POSITIONS_PER_STEP]  # (c,)
+                step = mechanism.release(rows_pm[at], sampled[at])  # (c, 1+N, V) -> (c, V)
+                lp[at] = target_logprobs(step.logprobs, target[at]).double()
                 lam_sum += float(step.diagnostics["lam"].double().sum())
-                sampled_sum += float(step.diagnostics["sampled"].double().sum())
-            lp = torch.cat(parts)
-            record.update(lam_sum=lam_sum, sampled_sum=sampled_sum)
+            record.update(lam_sum=lam_sum, sampled_sum=float(sampled.sum()))
         record["nll"] = float(-lp.double().sum())
         out[setting.key] = record
     return out
