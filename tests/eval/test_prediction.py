@@ -158,3 +158,22 @@ def test_help_lists_the_options():
     for option in ("--ensemble", "--data", "--epsilon", "--sample-rate", "--alpha", "--adapter", "--queries",
                    "--window", "--device", "--json"):
         assert option in res.output
+
+
+def test_an_added_adapter_reuses_the_cached_methods(ens, heldout, tmp_path, monkeypatch):
+    """Adding --adapter to a finished run computes the new row only; the others come from the cache."""
+    config = PredictEvalConfig(data=str(heldout), ensemble=str(ens), methods=("public", "pmixed"),
+                               epsilons=(8.0,), queries=16, window=8)
+    first = evaluate_prediction(config, tmp_path / "out", progress=False)
+    real, asked = mod._window_nll, []
+
+    def spy(backend, ids, rows, index, settings, *args):
+        asked.append([s.method for s in settings])
+        return real(backend, ids, rows, index, settings, *args)
+
+    monkeypatch.setattr(mod, "_window_nll", spy)
+    adapter = AdapterMethod("fine-tuned", str(tinylm.adapter_dirs(4, 0)[3]))
+    rows = evaluate_prediction(PredictEvalConfig(**{**config.__dict__, "adapters": (adapter,)}), tmp_path / "out",
+                               progress=False)
+    assert asked == [["fine-tuned"], ["fine-tuned"]]
+    assert [r["ppl"] for r in rows[:2]] == [r["ppl"] for r in first]

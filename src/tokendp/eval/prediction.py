@@ -119,6 +119,7 @@ class Setting:
     name: str
     epsilon: float | None  # certified per shard over the T queries; 0 = reads no private data; None = no guarantee
     adapter: str | None = None  # peft adapter name of an adapter row
+    source: str | None = None  # an adapter row's weights file, size and time (a new adapter is a new setting)
     alpha: float | None = None
     beta: float | None = None
     sample_rate: float | None = None
@@ -149,8 +150,14 @@ def make_settings(config: PredictEvalConfig, ensemble_size: int) -> list[Setting
                                    sample_rate=q))
     for i, a in enumerate(config.adapters):
         out.append(Setting(a.name, a.name + ("" if a.epsilon is None else f" (eps {a.epsilon:g})"), a.epsilon,
-                           adapter=adapter_name(i)))
+                           adapter=adapter_name(i), source=_stamp(Path(a.path) / "adapter_model.safetensors")))
     return out
+
+
+def _stamp(path: Path) -> str:
+    """A file's identity for the cache: its path, size and modification time."""
+    stat = path.stat() if path.is_file() else None
+    return f"{path.resolve()}:{stat.st_size if stat else 0}:{stat.st_mtime_ns if stat else 0}"
 
 
 def adapter_name(i: int) -> str:
@@ -214,10 +221,9 @@ def _window_nll(backend: HFBackend, ids: Sequence[int], rows: Sequence[str], ind
 
 def _run_hash(config: PredictEvalConfig, manifest: Manifest, base: str) -> str:
     """What changes every window's numbers: the text, the ensemble (its manifest and adapter
-    files), the base model, T, L and the seed (not the settings: each is cached by its key)."""
-    files = [Path(config.ensemble) / s.name / "adapter_model.safetensors" for s in manifest.shards]
-    files += [Path(a.path) / "adapter_model.safetensors" for a in config.adapters]
-    stamp = [(str(f), f.stat().st_size, f.stat().st_mtime_ns) for f in files if f.is_file()]
+    files), the base model, T, L and the seed (not the settings, adapter rows included: each
+    is cached by its key)."""
+    stamp = [_stamp(Path(config.ensemble) / s.name / "adapter_model.safetensors") for s in manifest.shards]
     blob = json.dumps({"data": hashlib.sha256(Path(config.data).read_bytes()).hexdigest(),
                        "manifest": manifest.to_dict(), "base": base, "adapters": stamp, "queries": config.queries,
                        "window": config.window, "seed": config.seed}, sort_keys=True)
