@@ -167,9 +167,9 @@ def test_an_added_adapter_reuses_the_cached_methods(ens, heldout, tmp_path, monk
     first = evaluate_prediction(config, tmp_path / "out", progress=False)
     real, asked = mod._window_nll, []
 
-    def spy(backend, ids, rows, index, settings, *args):
+    def spy(backend, ids, settings, *args):
         asked.append([s.method for s in settings])
-        return real(backend, ids, rows, index, settings, *args)
+        return real(backend, ids, settings, *args)
 
     monkeypatch.setattr(mod, "_window_nll", spy)
     adapter = AdapterMethod("fine-tuned", str(tinylm.adapter_dirs(4, 0)[3]))

@@ -178,16 +178,23 @@ def windows(stream_length: int, *, queries: int, window: int) -> list[tuple[int,
     return [((k * span) // max(count - 1, 1), size) for k, size in enumerate(sizes)]
 
 
-def _window_nll(backend: HFBackend, ids: Sequence[int], rows: Sequence[str], index: dict[str, int],
-                settings: Sequence[Setting], members: Sequence[str], seeds: Sequence[int]) -> dict[str, dict[str, float]]:
+def _window_nll(backend: HFBackend, ids: Sequence[int], settings: Sequence[Setting], members: Sequence[str],
+                zero: set[str], seeds: Sequence[int]) -> dict[str, dict[str, float]]:
     """{setting key: {"nll", "tokens", and for PMixED "lam_sum", "sampled_sum"}} of one window.
 
-    ``rows``: the distinct peft adapter names run (row r of the logits); ``index``: the logits
-    row of each method row (base, shard or adapter name; a zero adapter points at the base)."""
+    Runs the rows the ``settings`` read, once each: the base model, the ``members`` when a setting
+    mixes them, the adapters of adapter settings; a member in ``zero`` (B = 0) reads the base row."""
+    wanted = [*(members if any(s.adapter is None and s.method != "public" for s in settings) else ()),
+              *(s.adapter for s in settings if s.adapter is not None)]
+    index, rows = {BASE_ADAPTER: 0}, [BASE_ADAPTER]
+    for name in wanted:
+        index[name] = 0 if name in zero else len(rows)
+        if name not in zero:
+            rows.append(name)
     logits = continuation_logits(backend, [ids[:1]] * len(rows), ids[1:], adapters=rows)  # (R, n, V)
     target = torch.tensor(ids[1:], device=logits.device)  # (n,)
     n = target.shape[0]
-    member_rows = torch.tensor([index[m] for m in members], device=logits.device)  # (N,)
+    member_rows = torch.tensor([index.get(m, 0) for m in members], device=logits.device)  # (N,)
     out = {}
     for setting, seed in zip(settings, seeds):
         record: dict[str, float] = {"tokens": n}
@@ -251,14 +258,7 @@ def evaluate_prediction(config: PredictEvalConfig, out_dir: str | Path, *, backe
     missing = sorted((set(shards) | set(extra)) - set(backend.adapters))
     if missing:
         raise InvalidInputError(f"unknown adapter(s) {', '.join(missing)}: the backend lacks them")
-    zero = set(backend.zero_adapters())
-    index, rows = {BASE_ADAPTER: 0}, [BASE_ADAPTER]
-    for name in (*shards, *extra):
-        if name in zero:  # trained on nothing: the base model itself, as predict reads it
-            index[name] = 0
-        else:
-            index[name] = len(rows)
-            rows.append(name)
+    zero = set(backend.zero_adapters())  # trained on nothing: the base model itself, as predict reads them
     stream = backend.tokenizer(read_text_file(config.data), add_special_tokens=False)["input_ids"]
     spans = windows(len(stream), queries=config.queries, window=config.window)
     cache = Path(out_dir) / "cache" / _run_hash(config, manifest, str(config.base or manifest.base_model))
@@ -270,7 +270,7 @@ def evaluate_prediction(config: PredictEvalConfig, out_dir: str | Path, *, backe
         todo = [s for s in settings if s.key not in record]
         if todo:
             seeds = [zlib.crc32(f"{config.seed}:{k}:{s.key}".encode()) for s in todo]
-            record.update(_window_nll(backend, stream[offset:offset + size + 1], rows, index, todo, shards, seeds))
+            record.update(_window_nll(backend, stream[offset:offset + size + 1], todo, shards, zero, seeds))
             tmp = path.with_suffix(".tmp")
             tmp.write_text(json.dumps(record))
             tmp.replace(path)
