@@ -1,4 +1,4 @@
-"""`tokendp eval`: measure taggers and sanitizers. Each evaluation adds its sub-command here."""
+"""`tokendp eval`: measure taggers, sanitizers and private prediction. Each evaluation adds its sub-command here."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from tokendp.cli.eval_tagger import eval_tagger
 
 @click.group("eval")
 def eval_group() -> None:
-    """Evaluate taggers, sanitizers and fine-tuned models on benchmark data."""
+    """Evaluate taggers, sanitizers, private prediction and fine-tuned models on benchmark data."""
 
 
 eval_group.add_command(eval_tagger)
@@ -22,3 +22,7 @@ from tokendp.cli.eval_finetune import eval_exposure, eval_finetune  # noqa: E402
 
 eval_group.add_command(eval_exposure)
 eval_group.add_command(eval_finetune)
+
+from tokendp.cli.eval_predict import eval_predict  # noqa: E402
+
+eval_group.add_command(eval_predict)
