@@ -41,6 +41,36 @@ def test_copier_sees_what_its_rows_show(copier):
     assert all(g.epsilon is None for g in original.report.groups)
 
 
+def test_speculation_copies_in_few_passes_and_changes_no_output(copier):
+    """The copier continues its row, so prompt lookup guesses right: the same rewrite in about a
+    fifth of the passes with drafts of 4; never a placeholder guessed (the public rewrite); on
+    by default for one document, off for a batch."""
+    passes = []
+    inner = copier.extend
+    copier.extend = lambda state, tokens: passes.append(tokens[0].tolist()) or inner(state, tokens)
+    try:
+        for method in ("original", "public"):
+            runs = []
+            for speculative in (False, True):
+                passes.clear()
+                res = sanitize(LETTER, spans=SPANS, model=copier, method=method, temperature=0, speculative=speculative)
+                runs.append((res.text, len(passes), res.report.tokens_generated))
+            assert runs[0][0] == runs[1][0] and runs[0][1] == runs[0][2]  # one pass per token after the prefill
+            if method == "original":
+                assert runs[0][0] == LETTER and runs[1][1] <= runs[1][2] / 4
+                speculative_passes = runs[1][1]
+            mask = copier.tokenizer.convert_tokens_to_ids("<|mask|>")
+            assert all(mask not in tokens[1:] for tokens in passes)
+        passes.clear()
+        default = [sanitize(LETTER, spans=SPANS, model=copier, method="original", temperature=0)]
+        assert default[0].text == LETTER and len(passes) == speculative_passes  # on by default for one document
+        passes.clear()
+        default = sanitize_batch([LETTER] * 2, spans=[SPANS] * 2, model=copier, method="original", temperature=0)
+        assert len(passes) == default[0].report.tokens_generated  # off for a batch: one pass per token
+    finally:
+        del copier.extend
+
+
 @pytest.mark.parametrize("kwargs", [dict(method="public"), dict(beta=0.0), dict(epsilon=0.0)])
 def test_no_span_text_reaches_the_output_at_epsilon_zero(copier, kwargs):
     res = sanitize(LETTER, spans=SPANS, model=copier, seed=3, **kwargs)

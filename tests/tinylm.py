@@ -109,14 +109,16 @@ class CopyLM(torch.nn.Module):
         new = input_ids.float()[:, None, :, None]  # (B, 1, L, 1)
         keys, _ = past_key_values.update(new, new, 0)
         ids = keys[:, 0, :, 0].long()  # (B, Ltot)
-        logits = torch.full((ids.shape[0], 1, self.head.out_features), -20.0)
+        logits = torch.full((ids.shape[0], logits_to_keep, self.head.out_features), -20.0)
         for b in range(ids.shape[0]):
-            real = ids[b][attention_mask[b].bool()].tolist()
-            if self.rewrite not in real:  # a prefill pass over a shared prefix: logits unused
-                continue
-            start, stop = real.index(self.doc) + 1, real.index(self.rewrite)
-            k = start + len(real) - stop - 1
-            logits[b, 0, real[k] if k < stop else self.eos] = 20.0
+            for q in range(logits_to_keep):  # the last positions, each seeing the real ids up to it
+                end = ids.shape[1] - logits_to_keep + q + 1
+                real = ids[b, :end][attention_mask[b, :end].bool()].tolist()
+                if self.rewrite not in real:  # a prefill pass over a shared prefix: logits unused
+                    continue
+                start, stop = real.index(self.doc) + 1, real.index(self.rewrite)
+                k = start + len(real) - stop - 1
+                logits[b, q, real[k] if k < stop else self.eos] = 20.0
         from types import SimpleNamespace
         return SimpleNamespace(logits=logits)
 

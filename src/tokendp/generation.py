@@ -15,10 +15,22 @@ string), because the stopping time itself depends on the private text.
 The only host-device synchronisation per step is the transfer of the N sampled token ids,
 which the host needs for stop checks and streaming (:func:`tokendp.sampling.sample_to_host`,
 an exact draw from the step's distribution however small its probabilities).
+
+Speculative decoding (``drafter=``, docs/privacy.md "Speculative decoding"). A forward pass
+may run, after each document's last released token, K tokens guessed from public data
+(:mod:`tokendp.drafts`); its logits at position j are then those of the prefix extended by the
+first j guesses. The steps that follow are the one-token loop's, position by position: a
+document takes step j only if the tokens sampled at positions < j all equalled its guesses, so
+every step sees the logits of exactly the released prefix, is charged, sampled and released
+as without drafts. A sampled token that differs from the guess is released too (it is the
+residual draw of speculative sampling) and ends the document's round; the backend then rolls
+the positions after the last released token back out of its cache. Step, charge and
+sampler are called once per released token, as without drafts; only the passes are fewer.
 """
 
 from __future__ import annotations
 
+import itertools
 import secrets
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -26,7 +38,8 @@ from typing import Any, Literal, Protocol
 
 import torch
 
-from tokendp.backends import HFBackend, RowSequence
+from tokendp.backends import DecodeState, HFBackend, RowSequence
+from tokendp.drafts import Drafter
 from tokendp.errors import InvalidParameterError
 from tokendp.logits_processors import PublicLogitsProcessor, apply_to_rows
 from tokendp.sampling import sample, sample_to_host  # noqa: F401 (sample: re-exported, tokendp.generation.sample)
@@ -98,17 +111,22 @@ def generate(backend: HFBackend, sequences: Sequence[RowSequence], step: StepFn,
              eos_ids: Sequence[int] | None = None, stop_strings: Sequence[str] = (),
              charge: Callable[[list[int]], None] | None = None,
              on_token: Callable[[int, int], None] | None = None,
-             logits_processor: PublicLogitsProcessor | None = None) -> list[Generated]:
+             logits_processor: PublicLogitsProcessor | None = None,
+             drafter: Drafter | None = None) -> list[Generated]:
     """Generate up to ``max_new_tokens`` tokens (one int, or one per sequence) for every
     sequence; see the module docstring.
 
     ``temperature`` is passed to ``step``; 0 means greedy (the argmax of the mechanism's
     distribution, computed at temperature 1): only for comparisons without privacy.
-    ``charge(docs)`` is called once per step with the indices of the documents about to
-    sample, before sampling. ``on_token(doc, token_id)`` streams every sampled token.
+    ``charge(docs)`` is called once per released token of the documents ``docs``, before it is
+    sampled. ``on_token(doc, token_id)`` streams every sampled token.
     ``logits_processor`` (repetition penalty, no-repeat n-grams, minimum length) adjusts every
     row's logits before the mechanism, from the tokens released so far only, the same for all
     rows of a document, so the guarantee is unchanged (docs/privacy.md, "Common ground").
+    ``drafter`` (:class:`tokendp.drafts.PromptLookup`) turns on speculative decoding
+    (:meth:`_Loop.verify`): each pass also runs the tokens it guesses from the public row and
+    the released tokens, and the output has exactly the distribution it has without
+    (docs/privacy.md, "Speculative decoding"); ignored when the backend cannot roll back.
     """
     limits = [max_new_tokens] * len(sequences) if isinstance(max_new_tokens, int) else list(max_new_tokens)
     if len(limits) != len(sequences) or not all(isinstance(t, int) and t >= 1 for t in limits):
@@ -118,41 +136,113 @@ def generate(backend: HFBackend, sequences: Sequence[RowSequence], step: StepFn,
         raise InvalidParameterError(f"temperature must be >= 0, got {temperature!r}")
     eos = set(eos_ids if eos_ids is not None else [backend.tokenizer.eos_token_id]) - {None}
     checker = _StopChecker(backend.tokenizer, eos, stop_strings, limits)
-    n = len(sequences)
-    outputs: list[list[int]] = [[] for _ in range(n)]
-    reasons: list[StopReason | None] = [None] * n
-    active = list(range(n))
-    sums: dict[str, torch.Tensor] = {}
-    twins = [public_twins(seq) for seq in sequences]
+    loop = _Loop(sequences, step, generator, temperature, checker, charge, on_token, logits_processor)
+    drafts = None if drafter is None or not backend.can_roll_back else \
+        [drafter.for_document(seq.rows[0].ids) for seq in sequences]
     state, flat = backend.prefill(sequences)
-    for t in range(max(limits)):
-        docs = torch.tensor(active, device=flat.device)
-        if logits_processor is not None:  # public: the released ids only, every row alike
-            flat = apply_to_rows(logits_processor, flat, state.row_sequence, [outputs[d] for d in active])
-        logits = _layout(flat, state.rows_per_sequence, [twins[i] for i in active])
-        out = step(logits, docs, temperature if temperature > 0 else 1.0)
-        _accumulate(sums, out.diagnostics, docs, n)
-        if charge is not None:
-            charge(list(active))
-        tokens = sample_to_host(out.logprobs, generator, greedy=temperature == 0)  # (Na,) on the host
-        finished = _append(tokens.tolist(), active, outputs, reasons, checker, on_token)
-        if t == max(limits) - 1:
+    pending, guesses = flat[:, None], [[] for _ in sequences]  # (Rtot, 1, V): logits to verify
+    while True:
+        released, last = loop.verify(state, pending, guesses)
+        if pending.shape[1] > 1:  # forget the positions after each document's last released token
+            backend.rollback(state, torch.tensor([pending.shape[1] - r for r in released]))
+        going = [i in loop.active for i in loop.running]
+        if not all(going):
+            state = backend.keep(state, torch.tensor(going))
+            last = [t for t, g in zip(last, going) if g]
+            loop.running = [i for i, g in zip(loop.running, going) if g]
+        if not loop.running:
             break
-        if finished:
-            keep = torch.tensor([i not in finished for i in active])
-            state = backend.keep(state, keep)
-            tokens = tokens[keep.to(tokens.device)]
-            active = [i for i in active if i not in finished]
-            if not active:
+        guesses = [[] if drafts is None else drafts[i].propose(loop.outputs[i], limits[i] - len(loop.outputs[i]) - 1)
+                   for i in loop.running]
+        width = max(len(g) for g in guesses)
+        tokens = torch.tensor([[t, *g, *[t] * (width - len(g))] for t, g in zip(last, guesses)])  # (Na, 1 + K)
+        pending = backend.extend(state, tokens)  # (Rtot, 1 + K, V)
+    return loop.results()
+
+
+class _Loop:
+    """The state of one :func:`generate` call: the released tokens, the documents still running,
+    the per-document diagnostics sums, and one verification round."""
+
+    def __init__(self, sequences: Sequence[RowSequence], step: StepFn, generator: torch.Generator,
+                 temperature: float, checker: _StopChecker, charge: Callable[[list[int]], None] | None,
+                 on_token: Callable[[int, int], None] | None, processor: PublicLogitsProcessor | None) -> None:
+        self.step, self.generator, self.temperature = step, generator, temperature
+        self.checker, self.charge, self.on_token, self.processor = checker, charge, on_token, processor
+        self.rows = [len(seq) for seq in sequences]
+        self.twins = [public_twins(seq) for seq in sequences]
+        self.outputs: list[list[int]] = [[] for _ in sequences]
+        self.reasons: list[StopReason | None] = [None] * len(sequences)
+        self.running = list(range(len(sequences)))  # the documents in the backend's state, in its order
+        self.active = set(self.running)  # the documents not finished (a subset of running during a round)
+        self.sums: dict[str, torch.Tensor] = {}
+
+    def verify(self, state: DecodeState, pending: torch.Tensor, guesses: Sequence[Sequence[int]]
+               ) -> tuple[list[int], list[int]]:
+        """Release tokens from ``pending # (Rtot, P, V)``, the logits of one pass over
+        [last released token, guess_1 .. guess_(P-1)] of every running document.
+
+        Position j is the next step of every document whose tokens sampled at positions < j all
+        equalled its guesses (at j = 0, every running document): the step, charge and exact
+        sample of the one-token loop, from logits whose prefix is exactly the released one. A
+        document stops verifying at its first sampled token that differs from its guess (that
+        token is released: the residual draw), when its guesses run out, or when it finishes.
+        Returns, per running document, the tokens released and the last of them.
+        """
+        released = [0] * len(self.running)
+        last = [0] * len(self.running)
+        verifying = list(range(len(self.running)))  # local indices into self.running
+        starts = [0, *itertools.accumulate(self.rows[i] for i in self.running)]
+        for j in range(pending.shape[1]):
+            docs = [self.running[k] for k in verifying]
+            if len(verifying) == len(self.running):
+                flat, row_sequence = pending[:, j], state.row_sequence  # (Rtot, V): a view
+            else:
+                index = torch.tensor([r for k in verifying for r in range(starts[k], starts[k + 1])])
+                flat = pending[index.to(pending.device), j]  # (Rv, V)
+                counts = torch.tensor([self.rows[i] for i in docs])  # (Nv,)
+                row_sequence = torch.repeat_interleave(torch.arange(len(docs)), counts)  # (Rv,)
+            tokens = self._token(flat, row_sequence, docs)
+            for k, tok in zip(verifying, tokens):
+                released[k], last[k] = released[k] + 1, tok
+            self._append(docs, tokens)
+            verifying = [k for k, tok in zip(verifying, tokens)
+                         if self.running[k] in self.active and j < len(guesses[k]) and tok == guesses[k][j]]
+            if not verifying:
                 break
-        flat = backend.decode(state, tokens)
-    steps = torch.tensor([len(o) for o in outputs], dtype=torch.float32)
-    results = []
-    for i in range(n):
-        text, ids = checker.text(outputs[i], reasons[i])
-        diag = {k: (v[i] / steps[i].to(v.device)).cpu() for k, v in sums.items()}
-        results.append(Generated(text, tuple(ids), reasons[i] or "max_new_tokens", diag))
-    return results
+        return released, last
+
+    def _token(self, flat: torch.Tensor, row_sequence: torch.Tensor, docs: list[int]) -> list[int]:
+        """One step of the one-token loop for ``docs``: logits ``# (Rv, V)`` of their rows ->
+        processor, layout, mechanism, charge, one exact draw per document (on the host)."""
+        if self.processor is not None:  # public: the released ids only, every row alike
+            flat = apply_to_rows(self.processor, flat, row_sequence, [self.outputs[d] for d in docs])
+        logits = _layout(flat, [self.rows[d] for d in docs], [self.twins[d] for d in docs])
+        index = torch.tensor(docs, device=flat.device)
+        out = self.step(logits, index, self.temperature if self.temperature > 0 else 1.0)
+        _accumulate(self.sums, out.diagnostics, index, len(self.outputs))
+        if self.charge is not None:
+            self.charge(list(docs))
+        return sample_to_host(out.logprobs, self.generator, greedy=self.temperature == 0).tolist()  # (Nv,)
+
+    def _append(self, docs: list[int], tokens: list[int]) -> None:
+        """Append each document's token, stream it, and retire the documents that stopped."""
+        for doc, tok in zip(docs, tokens):
+            self.outputs[doc].append(tok)
+            if self.on_token is not None:
+                self.on_token(doc, tok)
+            self.reasons[doc] = self.checker.check(doc, self.outputs[doc])
+            if self.reasons[doc] is not None:
+                self.active.discard(doc)
+
+    def results(self) -> list[Generated]:
+        steps = torch.tensor([len(o) for o in self.outputs], dtype=torch.float32)
+        results = []
+        for i, reason in enumerate(self.reasons):
+            text, ids = self.checker.text(self.outputs[i], reason)
+            diag = {k: (v[i] / steps[i].to(v.device)).cpu() for k, v in self.sums.items()}
+            results.append(Generated(text, tuple(ids), reason or "max_new_tokens", diag))
+        return results
 
 
 def public_twins(sequence: RowSequence) -> tuple[int, ...]:
@@ -199,18 +289,3 @@ def _accumulate(sums: dict[str, torch.Tensor], diagnostics: dict[str, torch.Tens
             # the rows the remaining documents lack are padding, which contributes 0.
             value = torch.nn.functional.pad(value, (0, sums[key].shape[1] - value.shape[1]))
         sums[key].index_add_(0, docs.to(value.device), value)
-
-
-def _append(tokens: list[int], active: list[int], outputs: list[list[int]],
-            reasons: list[StopReason | None], checker: _StopChecker,
-            on_token: Callable[[int, int], None] | None) -> set[int]:
-    """Append each active document's token; return the documents that stopped."""
-    finished = set()
-    for doc, tok in zip(active, tokens):
-        outputs[doc].append(tok)
-        if on_token is not None:
-            on_token(doc, tok)
-        reasons[doc] = checker.check(doc, outputs[doc])
-        if reasons[doc] is not None:
-            finished.add(doc)
-    return finished

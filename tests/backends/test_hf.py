@@ -61,6 +61,29 @@ def test_kv_cached_decoding_equals_full_recomputation(backend):
             torch.testing.assert_close(logits[i], _full_logits(backend.model, r), atol=1e-5, rtol=0)
 
 
+def test_extend_and_rollback_equal_full_recomputation(backend):
+    """Several positions per pass, then a different tail forgotten per sequence (a crop for the
+    tail all forget, mask holes for the rest), twice: every later logit is the recomputed one."""
+    state, _ = backend.prefill(SEQS)
+    rows = _flat(SEQS)
+    seq_of_row = [0, 0, 0, 1, 1, 2]
+    for tokens, forget in ((torch.tensor([[50, 51, 52], [60, 61, 62], [70, 71, 72]]), [2, 1, 2]),
+                           (torch.tensor([[53, 54, 55], [63, 64, 65], [73, 74, 75]]), [0, 2, 1])):
+        logits = backend.extend(state, tokens)
+        assert logits.shape == (6, 3, backend.vocab_size)
+        for i, r in enumerate(rows):
+            for j in range(3):
+                torch.testing.assert_close(logits[i, j], _full_logits(backend.model, r + tokens[seq_of_row[i], :j + 1].tolist()),
+                                           atol=1e-5, rtol=0)
+        backend.rollback(state, torch.tensor(forget))
+        for i, r in enumerate(rows):
+            r.extend(tokens[seq_of_row[i], :3 - forget[seq_of_row[i]]].tolist())
+    logits = backend.decode(state, torch.tensor([1, 2, 3]))
+    for i, r in enumerate(rows):
+        torch.testing.assert_close(logits[i], _full_logits(backend.model, r + [1 + seq_of_row[i]]), atol=1e-5, rtol=0)
+    assert backend.can_roll_back
+
+
 def test_keep_drops_finished_sequences(backend):
     state, _ = backend.prefill(SEQS)
     backend.decode(state, torch.tensor([1, 2, 3]))

@@ -94,3 +94,16 @@ def test_report_epsilon_equals_tokendp_account(files):
     assert acc.exit_code == 0, acc.output
     assert [g["epsilon"] for g in rep["groups"]] == [json.loads(acc.stdout)["epsilon"]]
     assert rep["groups"][0]["label"] == "ALL" and rep["groups"][0]["n_spans"] == 2
+
+
+def test_speculative_and_one_token_runs_agree(files):
+    """One document, one seed: the same draws in the same order, so the same rewrite and report."""
+    outs = []
+    for flags in (["--no-speculative"], ["--speculative", "--draft-tokens", "2"]):
+        res = _run(str(files / "doc.txt"), "--spans", str(files / "doc.spans.json"), "--model", _model(),
+                   "--epsilon", "8", "--max-new-tokens", "24", "--seed", "3", "--json", *flags)
+        assert res.exit_code == 0, res.output
+        outs.append(json.loads(res.stdout))
+    assert outs[0]["text"] == outs[1]["text"] and outs[0]["report"]["groups"] == outs[1]["report"]["groups"]
+    res = _run(str(files / "doc.txt"), "--model", _model(), "--epsilon", "8", "--draft-tokens", "0")
+    assert res.exit_code == 2 and "draft-tokens" in res.output

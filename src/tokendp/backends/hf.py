@@ -200,13 +200,14 @@ class HFBackend:
 
     # ------------------------------------------------------------------ forward passes
     def _forward(self, ids: torch.Tensor, mask: torch.Tensor, positions: torch.Tensor,
-                 cache: Any, adapters: Sequence[str] | None = None) -> torch.Tensor:
-        """One pass; returns last-position logits ``# (B, V)`` float32. ``adapters``: peft's
-        adapter name per row (a mixed adapter batch), given whenever the model is a peft model."""
+                 cache: Any, adapters: Sequence[str] | None = None, keep: int = 1) -> torch.Tensor:
+        """One pass; returns the logits of the last ``keep`` positions ``# (B, keep, V)`` float32.
+        ``adapters``: peft's adapter name per row (a mixed adapter batch), given whenever the
+        model is a peft model."""
         extra = {} if adapters is None else {"adapter_names": list(adapters)}
         out = self.model(input_ids=ids, attention_mask=mask, position_ids=positions,
-                         past_key_values=cache, use_cache=True, logits_to_keep=1, **extra)
-        return out.logits[:, -1, :].float()  # (B, V)
+                         past_key_values=cache, use_cache=True, logits_to_keep=keep, **extra)
+        return out.logits[:, -keep:, :].float()  # (B, keep, V)
 
     def _row_adapters(self, sequences: Sequence[RowSequence]) -> tuple[str, ...] | None:
         """peft's adapter name per flat row, or None when the model has no adapters; unknown
@@ -250,7 +251,7 @@ class HFBackend:
         positions = (row_prefix[:, None] + mask.cumsum(-1) - 1).clamp(min=0)  # (Rtot, S)
         full_mask = mask if prefix_mask is None else torch.cat([prefix_mask, mask], dim=1)
         logits = self._forward(ids.to(self.device), full_mask.to(self.device),
-                               positions.to(self.device), cache, adapters)
+                               positions.to(self.device), cache, adapters)[:, 0]  # (Rtot, V)
         next_position = row_prefix + mask.sum(-1)  # (Rtot,)
         state = DecodeState(cache, full_mask.to(self.device), next_position.to(self.device),
                             row_sequence.to(self.device), counts, adapters)
@@ -280,16 +281,52 @@ class HFBackend:
         row_mask[no_prefix] = 0
         return row_mask
 
-    @torch.inference_mode()
     def decode(self, state: DecodeState, tokens: torch.Tensor) -> torch.Tensor:
         """Append ``tokens # (N,)`` (one per sequence) to all its rows; logits ``# (Rtot, V)``."""
-        ids = tokens.to(self.device)[state.row_sequence][:, None]  # (Rtot, 1)
-        ones = torch.ones_like(state.attention_mask[:, :1])
+        return self.extend(state, tokens[:, None])[:, 0]
+
+    @torch.inference_mode()
+    def extend(self, state: DecodeState, tokens: torch.Tensor) -> torch.Tensor:
+        """Append ``tokens # (N, P)`` (P per sequence) to all its rows in one pass; returns the
+        logits after each of them ``# (Rtot, P, V)``: position j predicts what follows
+        ``tokens[:, :j + 1]``. :meth:`rollback` forgets a tail of them again."""
+        width = tokens.shape[1]
+        ids = tokens.to(self.device)[state.row_sequence]  # (Rtot, P)
+        ones = torch.ones_like(state.attention_mask[:, :1]).expand(-1, width)  # (Rtot, P)
         state.attention_mask = torch.cat([state.attention_mask, ones], dim=1)
-        positions = state.next_position[:, None]  # (Rtot, 1)
-        logits = self._forward(ids, state.attention_mask, positions, state.cache, state.adapters)
-        state.next_position = state.next_position + 1
+        positions = state.next_position[:, None] + torch.arange(width, device=self.device)  # (Rtot, P)
+        logits = self._forward(ids, state.attention_mask, positions, state.cache, state.adapters, keep=width)
+        state.next_position = state.next_position + width
         return logits
+
+    @property
+    def can_roll_back(self) -> bool:
+        """Whether :meth:`rollback` is exact for this model: every layer keeps full attention
+        in a plain key/value cache (a sliding window or a recurrent state cannot forget a tail)."""
+        from transformers.cache_utils import DynamicLayer
+
+        return all(type(layer) is DynamicLayer for layer in self._new_cache().layers)
+
+    @torch.inference_mode()
+    def rollback(self, state: DecodeState, forget: torch.Tensor) -> None:
+        """Forget the last ``forget[n]`` positions of every row of sequence n ``# (N,)`` int64,
+        all of them appended by the last :meth:`extend`: as if they had never been appended.
+
+        The tail every row forgets is cropped from the cache; the rest becomes a hole that the
+        attention mask hides (mask 0, like the padding between a shared prefix and a row's
+        suffix), and the next positions continue the row's own position ids.
+        """
+        row_forget = forget.to(self.device)[state.row_sequence]  # (Rtot,)
+        common = int(forget.min())
+        if common:
+            state.cache.crop(-common)
+            state.attention_mask = state.attention_mask[:, :-common]
+        width = int(forget.max()) - common
+        if width:
+            tail = torch.arange(width, 0, -1, device=self.device)  # (W,): distance from the end
+            hidden = tail[None, :] <= (row_forget - common)[:, None]  # (Rtot, W)
+            state.attention_mask[:, -width:] = state.attention_mask[:, -width:].masked_fill(hidden, 0)
+        state.next_position = state.next_position - row_forget
 
     @torch.inference_mode()
     def keep(self, state: DecodeState, keep: torch.Tensor) -> DecodeState:

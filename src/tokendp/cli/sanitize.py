@@ -86,6 +86,12 @@ def format_report(report: dict[str, Any]) -> str:
               help="Never release a token that repeats an n-gram already released (0: off). Public: the same for every row.")
 @click.option("--repetition-penalty", type=float, default=1.0, show_default=True,
               help="Penalise tokens already released (CTRL; 1: off). Public: the same for every row.")
+@click.option("--speculative/--no-speculative", default=None,
+              help="Verify tokens guessed from the public context several per forward pass: the same output "
+                   "distribution and guarantee, fewer passes (docs/privacy.md, \"Speculative decoding\") "
+                   "[default: on for one document, off for a batch of several].")
+@click.option("--draft-tokens", type=click.IntRange(min=1), default=4, show_default=True,
+              help="Tokens guessed per pass with --speculative.")
 @click.option("--method", type=click.Choice(["dp-fusion", "original", "public"]), default="dp-fusion",
               show_default=True)
 @click.option("--batch-size", type=click.IntRange(min=1), default=8, show_default=True,
@@ -97,7 +103,7 @@ def format_report(report: dict[str, Any]) -> str:
 def sanitize(input_path: str, spans_path: str | None, tagger: str, model: str | None, alpha: float | None,
              beta: float | None, epsilon: float | None, delta: float, groups: str,
              max_new_tokens: int | None, temperature: float, seed: int | None,
-             no_repeat_ngram_size: int, repetition_penalty: float, method: str,
+             no_repeat_ngram_size: int, repetition_penalty: float, speculative: bool | None, draft_tokens: int, method: str,
              batch_size: int, as_json: bool, out_path: str | None) -> None:
     """Rewrite INPUT (.txt, .jsonl or - for stdin) with a per-group (epsilon, delta) guarantee.
 
@@ -112,7 +118,8 @@ def sanitize(input_path: str, spans_path: str | None, tagger: str, model: str | 
     hf_logging.set_verbosity_error()
     params = dict(tagger=tagger, model=model, method=method, alpha=alpha, beta=beta, epsilon=epsilon,
                   delta=delta, groups=groups, max_new_tokens=max_new_tokens, temperature=temperature,
-                  seed=seed, no_repeat_ngram_size=no_repeat_ngram_size, repetition_penalty=repetition_penalty)
+                  seed=seed, no_repeat_ngram_size=no_repeat_ngram_size, repetition_penalty=repetition_penalty,
+                  speculative=speculative, draft_tokens=draft_tokens)
     if input_path.endswith(".jsonl"):
         if spans_path:
             raise CLIError("--spans applies to a single document; put \"spans\" in each JSONL line instead")
