@@ -172,11 +172,12 @@ class FusionJob:
         self.events = [self.mechanism.event(betas={g.name: x for g, x in zip(c.groups, b)}) if b else {}
                        for c, b in zip(contexts, self.betas)]
         width = max(max(len(c.groups) for c in contexts), 1)
-        self.beta_t = torch.zeros((len(contexts), width), dtype=torch.float32)  # (N, m_max)
+        # float64, the accountant's beta exactly: a float32 beta can round up, above the charged cap
+        self.beta_t = torch.zeros((len(contexts), width), dtype=torch.float64)  # (N, m_max)
         self.mask_t = torch.zeros((len(contexts), width), dtype=torch.bool)  # (N, m_max)
         for i, b in enumerate(self.betas):
             if b:
-                self.beta_t[i, :len(b)] = torch.tensor(b)
+                self.beta_t[i, :len(b)] = torch.tensor(b, dtype=torch.float64)
                 self.mask_t[i, :len(b)] = True
         self.padded = not bool(self.mask_t.all())  # else the mechanism needs no group mask
 

@@ -201,7 +201,7 @@ class BoundMethod:
         self.fusion = DPFusion(alpha=s.alpha)
         counts = [len(d.groups) for d in self.docs]
         width = max([1, *counts])
-        self.betas = torch.zeros((len(self.docs), width), dtype=torch.float32)  # (N, m_max)
+        self.betas = torch.zeros((len(self.docs), width), dtype=torch.float64)  # (N, m_max); float32 could round beta up
         self.group_mask = torch.zeros((len(self.docs), width), dtype=torch.bool)  # (N, m_max)
         for i, m in enumerate(counts):
             if m:
