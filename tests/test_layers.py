@@ -19,7 +19,7 @@ RANK = {
     "divergence": 3, "models": 3,
     "mechanisms": 4, "backends": 4, "sampling": 4, "logits_processors": 4,
     "generation": 5, "ensemble": 5, "fusion": 5,
-    "sanitize": 6, "synthesize": 6, "predict": 6,
+    "sanitize": 6, "synthesize": 6, "predict": 6, "generate": 6,
     "eval": 7,
     "cli": 8, "__main__": 9,
 }
