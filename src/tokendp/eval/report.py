@@ -34,11 +34,11 @@ def _fmt(value: Any) -> str:
     return str(value)
 
 
-def markdown_table(rows: Sequence[dict[str, Any]]) -> str:
-    """The results as a Markdown table (epsilon '-' = no formal guarantee)."""
-    head = "| " + " | ".join(t for _, t in MD_COLUMNS) + " |"
-    rule = "|" + "|".join("---" if k in ("method", "setting") else "---:" for k, _ in MD_COLUMNS) + "|"
-    body = ["| " + " | ".join(_fmt(r.get(k)) for k, _ in MD_COLUMNS) + " |" for r in rows]
+def markdown_table(rows: Sequence[dict[str, Any]], columns: Sequence[tuple[str, str]] = MD_COLUMNS) -> str:
+    """The results as a Markdown table, ``columns`` (key, title) (epsilon '-' = no formal guarantee)."""
+    head = "| " + " | ".join(t for _, t in columns) + " |"
+    rule = "|" + "|".join("---" if k in ("method", "setting") else "---:" for k, _ in columns) + "|"
+    body = ["| " + " | ".join(_fmt(r.get(k)) for k, _ in columns) + " |" for r in rows]
     return "\n".join([head, rule, *body])
 
 
@@ -49,7 +49,7 @@ def write_results(rows: Sequence[dict[str, Any]], out_dir: str | Path, *, comman
     With ``plots``, matplotlib (the ``eval`` extra) is checked before anything is written.
     """
     if plots and rows:
-        _pyplot()
+        pyplot()
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     (out / "results.json").write_text(json.dumps(list(rows), indent=2))
@@ -75,13 +75,13 @@ def write_results(rows: Sequence[dict[str, Any]], out_dir: str | Path, *, comman
 
 def plot_results(rows: Sequence[dict[str, Any]], out: Path) -> list[Path]:
     """``epsilon_vs_ppl.png`` and ``epsilon_vs_asr.png`` (LOSS and Min-K% panels)."""
-    plt = _pyplot()
+    plt = pyplot()
 
     paths = []
     fig, ax = plt.subplots(figsize=(6, 4))
     _panel(ax, rows, "ppl", "perplexity (log)")
     ax.set_yscale("log")
-    paths.append(_save(fig, out / "epsilon_vs_ppl.png"))
+    paths.append(save_figure(fig, out / "epsilon_vs_ppl.png"))
     fig, axes = plt.subplots(1, 2, figsize=(11, 4), sharey=True)
     for ax, key, title in zip(axes, ("asr_loss", "asr_mink"), ("LOSS attack", "Min-K% attack")):
         _panel(ax, rows, key, "attack success rate")
@@ -89,7 +89,7 @@ def plot_results(rows: Sequence[dict[str, Any]], out: Path) -> list[Path]:
         ax.set_title(title)
         ax.set_ylim(0, 1.02)
     axes[0].legend(fontsize=7, loc="best")
-    paths.append(_save(fig, out / "epsilon_vs_asr.png"))
+    paths.append(save_figure(fig, out / "epsilon_vs_asr.png"))
     return paths
 
 
@@ -116,15 +116,15 @@ def _panel(ax, rows: Sequence[dict[str, Any]], key: str, ylabel: str) -> None:
         ax.legend(fontsize=7, loc="best")
 
 
-def _pyplot():
+def pyplot():
     """matplotlib.pyplot on the non-interactive Agg backend (the ``eval`` extra)."""
     matplotlib = require("matplotlib", "eval", "the evaluation plots")
     matplotlib.use("Agg")
     return require("matplotlib.pyplot", "eval", "the evaluation plots", package="matplotlib")
 
 
-def _save(fig, path: Path) -> Path:
+def save_figure(fig, path: Path) -> Path:
     fig.tight_layout()
     fig.savefig(path, dpi=120)
-    _pyplot().close(fig)
+    pyplot().close(fig)
     return path
