@@ -129,7 +129,7 @@ def generate_batch(
     untrusted: Sequence[str | Sequence[str] | None] | None = None, tagger: str | Any = "auto",
     model: str | Path | HFBackend | None = None, method: Method = "dp-fusion", alpha: float | None = None,
     beta: Budget = None, epsilon: Budget = None, delta: float = 1e-5, groups: GroupSpec = "by-label",
-    max_new_tokens: int = DEFAULT_MAX_NEW_TOKENS, temperature: float = 1.0, seed: int | None = None,
+    max_new_tokens: int = DEFAULT_MAX_NEW_TOKENS, temperature: float = 0.7, seed: int | None = None,
     instruction: str = DEFAULT_GENERATE_INSTRUCTION, template: str | None = None, placeholder: str | None = None,
     stand_in: str = STAND_IN, stop: Sequence[str] = (), on_overlap: Literal["merge", "error"] = "merge",
     device: str | None = None, dtype: str | None = None, on_token: Callable[[int, int], None] | None = None,
@@ -153,7 +153,7 @@ def generate_batch(
             a mapping names span groups and untrusted chunks (``{"PERSON": 4, "untrusted-1": 1}``).
         max_new_tokens: T, fixed before generation and counted in full (default 128); the
             prompt with its documents must leave room for it in the model's context.
-        temperature: sampling temperature (> 0; 0 = greedy, only for original/public).
+        temperature: sampling temperature (default 0.7; > 0; 0 = greedy, only for original/public).
         seed: seed for reproducible sampling; None seeds from the OS (``secrets``).
         instruction: the line before the documents (:data:`DEFAULT_GENERATE_INSTRUCTION`).
         template: a plain template with ``{document}`` around the whole body (instruction,
