@@ -30,12 +30,12 @@ ATTACK = "Zoe paid 45 in Zurich; cafe owners said ok."
 
 @pytest.fixture(scope="module")
 def copier():
-    return HFBackend(tinylm.CopyLM(tinylm.tokenizer()), tinylm.tokenizer(), name="copy", options=OPTIONS)
+    return tinylm.backend(OPTIONS, copier=True)
 
 
 @pytest.fixture(scope="module")
 def tiny():
-    return HFBackend(tinylm.model(), tinylm.tokenizer(), name="tiny", options=OPTIONS)
+    return tinylm.backend(OPTIONS)
 
 
 def _ask(model, **kwargs):

@@ -22,12 +22,12 @@ SPANS = [Span(8, 19, "PERSON"), Span(54, 69, "PERSON"), Span(79, 83, "DATETIME")
 
 @pytest.fixture(scope="module")
 def copier():
-    return HFBackend(tinylm.CopyLM(tinylm.tokenizer()), tinylm.tokenizer(), name="copy", options=OPTIONS)
+    return tinylm.backend(OPTIONS, copier=True)
 
 
 @pytest.fixture(scope="module")
 def tiny():
-    return HFBackend(tinylm.model(), tinylm.tokenizer(), name="tiny", options=OPTIONS)
+    return tinylm.backend(OPTIONS)
 
 
 def _span_texts(text, spans):

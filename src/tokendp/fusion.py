@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from typing import Any, Literal
 
 import torch
@@ -43,6 +43,17 @@ DEFAULT_ALPHA = 2.0
 
 
 @dataclass(frozen=True)
+class TextResult:
+    """Generated text (only what was generated) and its report (a dataclass with ``to_dict``)."""
+
+    text: str
+    report: Any
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"text": self.text, "report": self.report.to_dict()}
+
+
+@dataclass(frozen=True)
 class GroupReport:
     """One privacy group of a document: its spans, hidden tokens, beta and certified epsilon."""
 
@@ -51,6 +62,28 @@ class GroupReport:
     n_tokens: int
     beta: float | None
     epsilon: float | None
+
+
+@dataclass(frozen=True)
+class FusionReport:
+    """What a data-protection officer needs: parameters, the guarantee per group, diagnostics."""
+
+    mechanism: str
+    model: str
+    alpha: float
+    delta: float
+    max_new_tokens: int
+    tokens_generated: int
+    stop_reason: str
+    guarantee: str
+    groups: tuple[GroupReport, ...]
+    diagnostics: dict[str, Any]  # data-dependent, labelled: not the guarantee
+    decoding: dict[str, Any]  # public decoding constraints applied to every row
+
+    def to_dict(self) -> dict[str, Any]:
+        out = asdict(self)
+        out["groups"] = [asdict(g) for g in self.groups]
+        return out
 
 
 # ---------------------------------------------------------------------------- parameters

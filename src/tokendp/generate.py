@@ -25,13 +25,14 @@ from __future__ import annotations
 import sys
 import types
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Literal
 
 from tokendp.backends import HFBackend, load_backend
 from tokendp.errors import InvalidInputError, InvalidParameterError
-from tokendp.fusion import Budget, FusionJob, GroupReport, Method, check_params, resolve_alpha, spans_of
+from tokendp.fusion import (Budget, FusionJob, FusionReport, Method, TextResult, check_params, resolve_alpha,
+                            spans_of)
 from tokendp.generation import generate as run_engine
 from tokendp.generation import make_generator
 from tokendp.logits_processors import PublicLogitsProcessor
@@ -54,26 +55,14 @@ class UntrustedReport:
 
 
 @dataclass(frozen=True)
-class GenerateReport:
-    """The parameters, the guarantee per span group and per untrusted chunk, diagnostics."""
+class GenerateReport(FusionReport):
+    """The parameters, the guarantee per span group (``groups``) and per untrusted chunk, diagnostics."""
 
-    mechanism: str
-    model: str
-    alpha: float
-    delta: float
-    max_new_tokens: int
-    tokens_generated: int
-    stop_reason: str
-    guarantee: str
-    groups: tuple[GroupReport, ...]  # span groups of the trusted context
-    untrusted: tuple[UntrustedReport, ...]
-    stand_in: str
-    diagnostics: dict[str, Any] = field(default_factory=dict)
-    decoding: dict[str, Any] = field(default_factory=dict)  # public decoding constraints applied to every row
+    untrusted: tuple[UntrustedReport, ...] = ()
+    stand_in: str = STAND_IN
 
     def to_dict(self) -> dict[str, Any]:
-        out = asdict(self)
-        out["groups"] = [asdict(g) for g in self.groups]
+        out = super().to_dict()
         out["untrusted"] = [asdict(u) for u in self.untrusted]
         out["epsilon_per_group"] = {**{g.label: g.epsilon for g in self.groups},
                                     **{u.name: u.epsilon for u in self.untrusted}}
@@ -81,14 +70,10 @@ class GenerateReport:
 
 
 @dataclass(frozen=True)
-class GenerateResult:
+class GenerateResult(TextResult):
     """The answer (generated text only) and its report."""
 
-    text: str
     report: GenerateReport
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"text": self.text, "report": self.report.to_dict()}
 
 
 def _documents(context: str | Sequence[str] | None, spans: Spans | Sequence[Spans | None] | None,
@@ -209,8 +194,8 @@ def generate_batch(
         report = GenerateReport(
             method, backend.name, job.alpha, job.delta, max_new_tokens, len(out.token_ids), out.stop_reason,
             _guarantee(method, max_new_tokens), tuple(g for g in reports if not is_untrusted(g.label)),
-            tuple(UntrustedReport(g.label, g.beta, g.epsilon) for g in reports if is_untrusted(g.label)),
-            stand_in, job.diagnostics(i, out.diagnostics), decoding)
+            job.diagnostics(i, out.diagnostics), decoding,
+            tuple(UntrustedReport(g.label, g.beta, g.epsilon) for g in reports if is_untrusted(g.label)), stand_in)
         results.append(GenerateResult(out.text, report))
     return results
 

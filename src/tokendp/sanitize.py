@@ -22,13 +22,14 @@ import math
 import sys
 import types
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
 from tokendp.backends import HFBackend, load_backend
 from tokendp.errors import InvalidInputError, InvalidParameterError
-from tokendp.fusion import Budget, FusionJob, GroupReport, Method, check_params, resolve_alpha, spans_of
+from tokendp.fusion import (Budget, FusionJob, FusionReport, Method, TextResult, check_params, resolve_alpha,
+                            spans_of)
 from tokendp.fusion import choose_alpha  # noqa: F401 (re-exported: tokendp.sanitize.choose_alpha)
 from tokendp.generation import generate, make_generator
 from tokendp.logits_processors import PublicLogitsProcessor
@@ -37,36 +38,15 @@ from tokendp.text.spans import Span
 
 
 @dataclass(frozen=True)
-class SanitizeReport:
-    """What a data-protection officer needs: parameters, the guarantee per group, diagnostics."""
-
-    mechanism: str
-    model: str
-    alpha: float
-    delta: float
-    max_new_tokens: int
-    tokens_generated: int
-    stop_reason: str
-    guarantee: str
-    groups: tuple[GroupReport, ...]
-    diagnostics: dict[str, Any] = field(default_factory=dict)
-    decoding: dict[str, Any] = field(default_factory=dict)  # public decoding constraints applied to every row
-
-    def to_dict(self) -> dict[str, Any]:
-        out = asdict(self)
-        out["groups"] = [asdict(g) for g in self.groups]
-        return out
+class SanitizeReport(FusionReport):
+    """A rewrite's report: parameters, the guarantee per group, diagnostics (see docs/sanitize.md)."""
 
 
 @dataclass(frozen=True)
-class SanitizeResult:
+class SanitizeResult(TextResult):
     """The rewrite (generated text only) and its report."""
 
-    text: str
     report: SanitizeReport
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"text": self.text, "report": self.report.to_dict()}
 
 
 # ---------------------------------------------------------------------------- the job

@@ -9,7 +9,6 @@ import pytest
 from click.testing import CliRunner
 
 import tinylm
-from tokendp.backends import HFBackend
 from tokendp.cli import main
 from tokendp.eval import injection
 from tokendp.eval.injection import InjectionConfig, evaluate_injection, write_injection_results
@@ -46,7 +45,7 @@ def test_detectors():
 
 @pytest.fixture(scope="module")
 def tiny():
-    return HFBackend(tinylm.model(), tinylm.tokenizer(), name="tiny", options={"placeholder": "<|mask|>"})
+    return tinylm.backend({"placeholder": "<|mask|>"})
 
 
 def test_a_run_reports_every_method_and_resumes_from_its_cache(tiny, tmp_path, monkeypatch):

@@ -2,15 +2,12 @@
 
 from __future__ import annotations
 
-import json
-import shlex
-import sys
 from pathlib import Path
 
 import click
 
 from tokendp._optional import require
-from tokendp.cli._common import library_errors
+from tokendp.cli._common import finish_eval, library_errors
 from tokendp.cli.eval_sanitize import _floats
 from tokendp.errors import InvalidParameterError
 
@@ -50,20 +47,12 @@ def eval_injection(model: str, tasks: int, seed: int, epsilons: str, max_new_tok
         raise InvalidParameterError(f"--temperature must be > 0 (DP-Fusion samples), got {temperature}")
     import torch
 
-    from tokendp.eval.injection import InjectionConfig, evaluate_injection, write_injection_results
+    from tokendp.eval.injection import COLUMNS, InjectionConfig, evaluate_injection, write_injection_results
+    from tokendp.eval.report import markdown_table
 
     torch.set_num_threads(threads)
     config = InjectionConfig(model=model, tasks=tasks, seed=seed, epsilons=_floats(epsilons),
                              max_new_tokens=max_new_tokens, temperature=temperature, delta=delta, batch=batch)
     rows = evaluate_injection(config, out_dir, progress=not as_json)
-    command = "tokendp eval " + " ".join(shlex.quote(a) for a in sys.argv[sys.argv.index("injection"):]) \
-        if "injection" in sys.argv else ""
-    paths = write_injection_results(rows, out_dir, command=command, plots=not no_plots)
-    if as_json:
-        click.echo(json.dumps(rows, indent=2))
-    else:
-        from tokendp.eval.injection import COLUMNS
-        from tokendp.eval.report import markdown_table
-
-        click.echo(markdown_table(rows, COLUMNS))
-        click.echo("wrote " + ", ".join(str(p) for p in paths))
+    finish_eval("injection", rows, write_injection_results, lambda r: markdown_table(r, COLUMNS), out_dir=out_dir,
+                plots=not no_plots, as_json=as_json)
