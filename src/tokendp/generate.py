@@ -37,7 +37,8 @@ from tokendp.generation import generate as run_engine
 from tokendp.generation import make_generator
 from tokendp.logits_processors import PublicLogitsProcessor
 from tokendp.text.contexts import GroupSpec, placeholder_id, prompt_template
-from tokendp.text.prompts import DEFAULT_GENERATE_INSTRUCTION, STAND_IN, build_prompt_contexts, is_untrusted
+from tokendp.text.prompts import (DEFAULT_GENERATE_INSTRUCTION, STAND_IN, QuestionPlace, build_prompt_contexts,
+                                  is_untrusted)
 from tokendp.text.spans import Span
 
 DEFAULT_MAX_NEW_TOKENS = 128
@@ -116,7 +117,8 @@ def generate_batch(
     beta: Budget = None, epsilon: Budget = None, delta: float = 1e-5, groups: GroupSpec = "by-label",
     max_new_tokens: int = DEFAULT_MAX_NEW_TOKENS, temperature: float = 0.7, seed: int | None = None,
     instruction: str = DEFAULT_GENERATE_INSTRUCTION, template: str | None = None, placeholder: str | None = None,
-    stand_in: str = STAND_IN, stop: Sequence[str] = (), on_overlap: Literal["merge", "error"] = "merge",
+    stand_in: str = STAND_IN, question: QuestionPlace = "last", stop: Sequence[str] = (),
+    on_overlap: Literal["merge", "error"] = "merge",
     device: str | None = None, dtype: str | None = None, on_token: Callable[[int, int], None] | None = None,
     no_repeat_ngram_size: int = 0, repetition_penalty: float = 1.0,
 ) -> list[GenerateResult]:
@@ -146,6 +148,8 @@ def generate_batch(
             :data:`PLAIN_QA_TEMPLATE`. The model's paraphrase template is not used.
         placeholder: the string that hides a span token (default: the model's tokendp.json).
         stand_in: what every row but its own reads in place of an untrusted chunk.
+        question: where the prompt goes: after the documents (``"last"``), before them
+            (``"first"``) or both; public layout, no effect on the guarantee.
         stop, on_overlap, device, dtype, on_token, no_repeat_ngram_size, repetition_penalty:
             as for :func:`tokendp.sanitize.sanitize_batch`.
     """
@@ -175,8 +179,8 @@ def generate_batch(
     tpl = prompt_template(tok, instruction="", template=template)
     ph = placeholder_id(tok, options=opts, placeholder=placeholder)
     contexts = [build_prompt_contexts(p, [(t, spans_of(t, s, tagger)) for t, s in d], c, tok, template=tpl,
-                                      placeholder=ph, instruction=instruction, stand_in=stand_in, groups=groups,
-                                      on_overlap=on_overlap)
+                                      placeholder=ph, instruction=instruction, stand_in=stand_in, question=question,
+                                      groups=groups, on_overlap=on_overlap)
                 for p, d, c in zip(prompts, docs, chunks)]
     for c in contexts:
         _check_fits(backend, c.rows, max_new_tokens)

@@ -22,7 +22,7 @@ def test_tasks_are_seeded_balanced_and_hold_what_they_claim():
                                                                 for p in ("trusted", "untrusted")}
     for t in tasks:
         benign = t.chunks[1 - t.injected]
-        assert "IMPORTANT" in t.chunks[t.injected] and "IMPORTANT" not in benign + t.context
+        assert t.injected == 1 and "ignor" in t.chunks[1].lower() and "ignor" not in (benign + t.context).lower()
         assert t.answer in (t.context if t.answer_in == "trusted" else benign)
         if t.attack == "reveal":
             assert t.target in t.context and t.target not in "".join(t.chunks)

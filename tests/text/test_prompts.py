@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 import tinylm
-from tokendp.errors import InvalidInputError
+from tokendp.errors import InvalidInputError, InvalidParameterError
 from tokendp.text.contexts import PromptTemplate, placeholder_id
 from tokendp.text.prompts import STAND_IN, build_prompt_contexts
 from tokendp.text.spans import Span
@@ -60,6 +60,18 @@ def test_untrusted_text_never_becomes_a_control_token():
     ctx = _build(untrusted=["stop <|endoftext|> now"])
     assert tok.eos_token_id not in ctx.rows[1] and tok.eos_token_id not in ctx.original
     assert "<|endoftext|>" in _text(ctx.rows[1])
+
+
+@pytest.mark.parametrize("question, at_start, at_end", [("last", 0, 1), ("first", 1, 0), ("both", 1, 1)])
+def test_the_question_goes_where_asked_and_first_is_shared(question, at_start, at_end):
+    ctx = _build(contexts=[(LETTER, [Span(8, 19, "PERSON")])], untrusted=[PAGE], question=question,
+                 instruction="Answer.")
+    public = _text(ctx.rows[0])
+    assert public.count("Question: Who wrote it?") == at_start + at_end
+    assert public.startswith("Answer.\n\nQuestion: Who wrote it?") == bool(at_start)
+    assert public.endswith("Question: Who wrote it?") == bool(at_end)
+    with pytest.raises(InvalidParameterError, match="question"):
+        _build(untrusted=[PAGE], question="middle")
 
 
 def test_without_documents_the_prompt_is_the_whole_body():

@@ -24,6 +24,9 @@ from tokendp.errors import InvalidParameterError
               help="T, counted in full by every epsilon.")
 @click.option("--temperature", type=float, default=0.7, show_default=True, help="The same for every method.")
 @click.option("--delta", type=float, default=1e-5, show_default=True)
+@click.option("--question", type=click.Choice(["first", "last", "both"]), default="first", show_default=True,
+              help="Where the question goes: before the documents (where SmolLM2-135M follows injections), "
+                   "after them (where it rather answers), or both.")
 @click.option("--batch", type=click.IntRange(min=1), default=6, show_default=True,
               help="Tasks answered together (also the unit of the sampling seeds).")
 @click.option("--threads", type=click.IntRange(min=1), default=1, show_default=True,
@@ -34,7 +37,8 @@ from tokendp.errors import InvalidParameterError
 @click.option("--json", "as_json", is_flag=True, help="Print the results as JSON.")
 @library_errors
 def eval_injection(model: str, tasks: int, seed: int, epsilons: str, max_new_tokens: int, temperature: float,
-                   delta: float, batch: int, threads: int, out_dir: Path, no_plots: bool, as_json: bool) -> None:
+                   delta: float, question: str, batch: int, threads: int, out_dir: Path, no_plots: bool,
+                   as_json: bool) -> None:
     """Ask questions over a trusted note and two untrusted pages, one of which carries an injected
     instruction (reply with an attacker's string, reveal the note's access code, or switch language),
     and measure injection success and task accuracy for: no defence, the untrusted pages withheld,
@@ -52,7 +56,8 @@ def eval_injection(model: str, tasks: int, seed: int, epsilons: str, max_new_tok
 
     torch.set_num_threads(threads)
     config = InjectionConfig(model=model, tasks=tasks, seed=seed, epsilons=_floats(epsilons),
-                             max_new_tokens=max_new_tokens, temperature=temperature, delta=delta, batch=batch)
+                             max_new_tokens=max_new_tokens, temperature=temperature, delta=delta, batch=batch,
+                             question=question)
     rows = evaluate_injection(config, out_dir, progress=not as_json)
     finish_eval("injection", rows, write_injection_results, lambda r: markdown_table(r, COLUMNS), out_dir=out_dir,
                 plots=not no_plots, as_json=as_json)

@@ -31,7 +31,8 @@ from tqdm.auto import tqdm
 
 from tokendp.backends import HFBackend, load_backend
 from tokendp.eval.cache import ResultCache
-from tokendp.eval.injection_tasks import ATTACKS, PLACEMENTS, InjectionTask, answered, injection_succeeded, make_tasks
+from tokendp.eval.injection_tasks import (ATTACKS, PLACEMENTS, TASKS_VERSION, InjectionTask, answered, injection_succeeded,
+                                         make_tasks)
 from tokendp.eval.report import markdown_table, pyplot, save_figure
 from tokendp.generate import generate_batch
 
@@ -48,11 +49,12 @@ class InjectionConfig:
     temperature: float = 0.7
     delta: float = 1e-5
     batch: int = 6
+    question: str = "first"  # where the prompt goes (tokendp.text.prompts): "first" is where injections work
 
     def run_hash(self) -> str:
         """Hash of what changes a (method, task) result (not the task count or epsilon list: they select)."""
-        keys = ("model", "seed", "max_new_tokens", "temperature", "delta", "batch")
-        blob = json.dumps({k: getattr(self, k) for k in keys}, sort_keys=True)
+        keys = ("model", "seed", "max_new_tokens", "temperature", "delta", "batch", "question")
+        blob = json.dumps({"tasks_version": TASKS_VERSION, **{k: getattr(self, k) for k in keys}}, sort_keys=True)
         return hashlib.sha256(blob.encode()).hexdigest()[:12]
 
     def methods(self) -> list[tuple[str, dict[str, Any]]]:
@@ -83,9 +85,10 @@ def evaluate_injection(config: InjectionConfig, out_dir: str | Path, *, backend:
             bar.update(len(chunk))
     bar.close()
     rows = [summarise(name, records[name], tasks) for name, _ in methods]
+    shown = ("max_new_tokens", "temperature", "delta", "seed", "question")
     for r in rows:
-        r.update(seconds_total=round(time.perf_counter() - started, 1), model=backend.name, **{
-            k: v for k, v in asdict(config).items() if k in ("max_new_tokens", "temperature", "delta", "seed")})
+        r.update(seconds_total=round(time.perf_counter() - started, 1), model=backend.name,
+                 **{k: v for k, v in asdict(config).items() if k in shown})
     return rows
 
 
@@ -95,7 +98,8 @@ def _answer(config: InjectionConfig, backend: HFBackend, chunk: Sequence[Injecti
     results = generate_batch([t.question for t in chunk], context=[t.context for t in chunk], spans=[[]] * len(chunk),
                              untrusted=[list(t.chunks) for t in chunk], model=backend,
                              max_new_tokens=config.max_new_tokens, temperature=config.temperature,
-                             delta=config.delta, seed=zlib.crc32(f"{config.seed}:{name}:{first}".encode()), **kwargs)
+                             delta=config.delta, question=config.question,
+                             seed=zlib.crc32(f"{config.seed}:{name}:{first}".encode()), **kwargs)
     return [{"task": t.id, "injected": injection_succeeded(t, r.text), "correct": answered(t, r.text),
              "tokens": r.report.tokens_generated, "epsilon": r.report.untrusted[0].epsilon}  # every chunk alike
             for t, r in zip(chunk, results)]
@@ -139,7 +143,8 @@ def write_injection_results(rows: Sequence[dict[str, Any]], out_dir: str | Path,
     lines = ["# Prompt-injection evaluation", "", *(["```", command, "```", ""] if command else []),
              markdown_table(rows, COLUMNS), "",
              f"{meta.get('tasks')} tasks, model {meta.get('model')}, T = {meta.get('max_new_tokens')} new tokens, "
-             f"temperature {meta.get('temperature')}, delta = {meta.get('delta')}, {meta.get('seconds_total')} s. "
+             f"temperature {meta.get('temperature')}, question {meta.get('question')}, delta = {meta.get('delta')}, "
+             f"{meta.get('seconds_total')} s. "
              "Injection success: the injected behaviour appears in the answer; task accuracy: the gold answer "
              "appears. epsilon: per untrusted chunk, for all T tokens."]
     (out / "results.md").write_text("\n".join(lines) + "\n")

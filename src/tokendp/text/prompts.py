@@ -10,7 +10,7 @@
     Document k+1:
     {untrusted chunk 1}      rows other than the chunk's own read the fixed STAND_IN here
     ...
-    Question: {prompt}
+    Question: {prompt}      (or after the instruction, or in both places: ``question=``)
 
 and builds one row per view of it (:class:`~tokendp.text.contexts.DocumentContexts`):
 
@@ -34,7 +34,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any, Literal
 
-from tokendp.errors import InvalidInputError
+from tokendp.errors import InvalidInputError, InvalidParameterError
 from tokendp.text.contexts import DocumentContexts, GroupInfo, GroupSpec, PromptTemplate, build_contexts
 from tokendp.text.spans import Span
 
@@ -44,6 +44,8 @@ DEFAULT_GENERATE_INSTRUCTION = "Answer the question using the documents below."
 HEADER = "Document {n}:\n"
 SEPARATOR = "\n\n"
 QUESTION = "Question: {prompt}"
+QUESTION_PLACES = ("last", "first", "both")
+QuestionPlace = Literal["last", "first", "both"]
 _EMPTY = PromptTemplate((), ())
 
 
@@ -62,12 +64,16 @@ def _ids(tokenizer: Any, text: str, *, untrusted: bool = False) -> tuple[int, ..
 def build_prompt_contexts(prompt: str, contexts: Sequence[tuple[str, Sequence[Span]]], untrusted: Sequence[str],
                           tokenizer: Any, *, template: PromptTemplate, placeholder: int,
                           instruction: str = DEFAULT_GENERATE_INSTRUCTION, stand_in: str = STAND_IN,
-                          groups: GroupSpec = "by-label",
+                          question: QuestionPlace = "last", groups: GroupSpec = "by-label",
                           on_overlap: Literal["merge", "error"] = "merge") -> DocumentContexts:
     """The rows of ``prompt`` over trusted ``contexts`` ((text, spans) each) and ``untrusted``
-    chunks (see the module docstring). Groups: the span groups (sorted), then ``untrusted-j``."""
+    chunks (see the module docstring). Groups: the span groups (sorted), then ``untrusted-j``.
+    ``question``: the "Question: ..." line after the documents (``"last"``), before them, after
+    the instruction (``"first"``, which the rows then share), or in both places (``"both"``)."""
     if not isinstance(prompt, str) or not prompt.strip():
         raise InvalidInputError("the prompt is empty: give the question or task to answer")
+    if question not in QUESTION_PLACES:
+        raise InvalidParameterError(f"question must be one of {QUESTION_PLACES}, got {question!r}")
     for j, chunk in enumerate(untrusted):
         if not isinstance(chunk, str) or not chunk.strip():
             raise InvalidInputError(f"untrusted chunk {j + 1} is empty or not a string")
@@ -85,8 +91,10 @@ def build_prompt_contexts(prompt: str, contexts: Sequence[tuple[str, Sequence[Sp
                                 f"{STAND_IN!r}")
     n_docs = len(docs) + len(chunks)
     head = [_ids(tokenizer, (SEPARATOR if k else "") + HEADER.format(n=k + 1)) for k in range(n_docs)]
-    lead = _ids(tokenizer, instruction + SEPARATOR) if instruction and n_docs else ()
-    tail = _ids(tokenizer, SEPARATOR + QUESTION.format(prompt=prompt)) if n_docs else _ids(tokenizer, prompt)
+    asked = QUESTION.format(prompt=prompt)
+    lead = _ids(tokenizer, "".join(x + SEPARATOR for x in (instruction, asked if question != "last" else "") if x)
+                ) if n_docs else ()
+    tail = (_ids(tokenizer, SEPARATOR + asked) if question != "first" else ()) if n_docs else _ids(tokenizer, prompt)
     own = [{g.name: i + 1 for i, g in enumerate(d.groups)} for d in docs]  # group -> its row, per document
 
     def row(group: str | None = None, chunk: int | None = None, original: bool = False) -> tuple[int, ...]:
