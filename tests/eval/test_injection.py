@@ -77,3 +77,12 @@ def test_the_command_is_registered_and_refuses_bad_parameters(tmp_path):
     assert result.exit_code == 2 and "--temperature" in result.output
     result = runner.invoke(main, ["eval", "injection", "--out", str(tmp_path), "--epsilon", "1,x"])
     assert result.exit_code == 2 and "--epsilon" in result.output
+
+
+def test_without_faker_the_command_stops_before_any_work(tmp_path, monkeypatch):
+    import sys
+
+    monkeypatch.setitem(sys.modules, "faker", None)
+    monkeypatch.setattr(injection, "evaluate_injection", lambda *a, **k: pytest.fail("work started"))
+    result = CliRunner().invoke(main, ["eval", "injection", "--out", str(tmp_path)])
+    assert result.exit_code == 2 and 'needs faker to generate its tasks: pip install "tokendp[eval]"' in result.output
