@@ -35,7 +35,8 @@ def format_generate_report(report: dict[str, Any]) -> str:
                    "group: only its row reads it, every other row reads --stand-in.")
 @click.option("--model", default="smollm2", show_default=True,
               help="smollm2, rewriter, tiny (see `tokendp model list`), a model directory or a hub id.")
-@click.option("--epsilon", type=float, default=None, help="Target epsilon per group and per untrusted chunk (or --beta).")
+@click.option("--epsilon", type=float, default=None,
+              help="Target epsilon per group and per untrusted chunk (or --beta).")
 @click.option("--beta", type=float, default=None, help="Divergence cap per group (or give --epsilon).")
 @click.option("--alpha", type=float, default=None,
               help="Renyi order of the bound (default: the best order for --epsilon; 2 with --beta).")
@@ -48,6 +49,8 @@ def format_generate_report(report: dict[str, Any]) -> str:
 @click.option("--seed", type=int, default=None, help="Seed for reproducible sampling (default: from the OS).")
 @click.option("--stand-in", default="[document withheld]", show_default=True,
               help="What every row but its own reads in place of an untrusted chunk.")
+@click.option("--question", type=click.Choice(["last", "first", "both"]), default="last", show_default=True,
+              help="Where the prompt goes: after the documents, before them (then shared by every row), or both.")
 @click.option("--method", type=click.Choice(["dp-fusion", "original", "public"]), default="dp-fusion",
               show_default=True, help="original: read everything (no guarantee); public: spans hidden and "
                                       "untrusted chunks withheld (epsilon 0).")
@@ -62,7 +65,7 @@ def format_generate_report(report: dict[str, Any]) -> str:
 def generate(prompt: str, contexts: tuple[str, ...], spans_paths: tuple[str, ...], tagger: str,
              untrusted: tuple[str, ...], model: str, epsilon: float | None, beta: float | None, alpha: float | None,
              delta: float, groups: str, max_new_tokens: int, temperature: float, seed: int | None, stand_in: str,
-             method: str, no_repeat_ngram_size: int, repetition_penalty: float, as_json: bool,
+             question: str, method: str, no_repeat_ngram_size: int, repetition_penalty: float, as_json: bool,
              out_path: str | None) -> None:
     """Answer --prompt from --context documents (their spans protected, one group per label) and
     --untrusted chunks (one group each), with an (epsilon, delta) guarantee per group.
@@ -90,7 +93,8 @@ def generate(prompt: str, contexts: tuple[str, ...], spans_paths: tuple[str, ...
         result = run(prompt, context=texts or None, spans=spans, untrusted=chunks or None, tagger=tagger,
                      model=model, method=method, alpha=alpha, beta=beta, epsilon=epsilon, delta=delta, groups=groups,
                      max_new_tokens=max_new_tokens, temperature=temperature, seed=seed, stand_in=stand_in,
-                     no_repeat_ngram_size=no_repeat_ngram_size, repetition_penalty=repetition_penalty,
+                     question=question, no_repeat_ngram_size=no_repeat_ngram_size,
+                     repetition_penalty=repetition_penalty,
                      on_token=lambda doc, token: bar.update(1))
     if as_json:
         output = json.dumps(result.to_dict(), indent=2, ensure_ascii=False)
