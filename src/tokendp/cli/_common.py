@@ -4,6 +4,10 @@ from __future__ import annotations
 
 import functools
 import json
+import shlex
+import sys
+from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Any
 
 import click
@@ -35,3 +39,17 @@ def library_errors(command):
 def echo_json(data: Any) -> None:
     """Print ``data`` as indented JSON (non-ASCII kept as is)."""
     click.echo(json.dumps(data, indent=2, ensure_ascii=False))
+
+
+def finish_eval(name: str, rows: Sequence[dict[str, Any]], write: Callable[..., list[Path]],
+                table: Callable[[Sequence[dict[str, Any]]], str], *, out_dir: Path, plots: bool, as_json: bool) -> None:
+    """Write an evaluation's results (with the ``tokendp eval NAME ...`` line that made them) and
+    print them: JSON, or the Markdown table and the files written."""
+    command = ("tokendp eval " + " ".join(shlex.quote(a) for a in sys.argv[sys.argv.index(name):])
+               if name in sys.argv else "")
+    paths = write(rows, out_dir, command=command, plots=plots)
+    if as_json:
+        click.echo(json.dumps(list(rows), indent=2))
+    else:
+        click.echo(table(rows))
+        click.echo("wrote " + ", ".join(str(p) for p in paths))

@@ -9,7 +9,8 @@ from tokendp.cli.eval_tagger import eval_tagger
 
 @click.group("eval")
 def eval_group() -> None:
-    """Evaluate taggers, sanitizers, private prediction and fine-tuned models on benchmark data."""
+    """Evaluate taggers, sanitizers, the prompt-injection defence, private prediction and
+    fine-tuned models on benchmark data."""
 
 
 eval_group.add_command(eval_tagger)
@@ -26,3 +27,7 @@ eval_group.add_command(eval_finetune)
 from tokendp.cli.eval_predict import eval_predict  # noqa: E402
 
 eval_group.add_command(eval_predict)
+
+from tokendp.cli.eval_injection import eval_injection  # noqa: E402
+
+eval_group.add_command(eval_injection)

@@ -70,7 +70,7 @@ def write_results(rows: Sequence[dict[str, Any]], out_dir: str | Path, *, comman
     With ``plots``, matplotlib (the ``eval`` extra) is checked before anything is written.
     """
     if plots and rows:
-        _pyplot()
+        pyplot()
     meta = rows[0] if rows else {}
     note = (f"{meta.get('docs', 0)} documents, T = {meta.get('max_new_tokens')} max new tokens, "
             f"delta = {meta.get('delta')}, {meta.get('seconds_total')} s. Perplexity: teacher-forced, "
@@ -85,17 +85,17 @@ def write_results(rows: Sequence[dict[str, Any]], out_dir: str | Path, *, comman
 
 def plot_metric(rows: Sequence[dict[str, Any]], key: str, ylabel: str, path: Path, *, log_y: bool = False) -> Path:
     """One panel of ``key`` against the certified epsilon, saved to ``path`` (PNG)."""
-    plt = _pyplot()
+    plt = pyplot()
     fig, ax = plt.subplots(figsize=(6, 4))
     _panel(ax, rows, key, ylabel)
     if log_y:
         ax.set_yscale("log")
-    return _save(fig, path)
+    return save_figure(fig, path)
 
 
 def plot_results(rows: Sequence[dict[str, Any]], out: Path) -> list[Path]:
     """``epsilon_vs_ppl.png`` and ``epsilon_vs_asr.png`` (LOSS and Min-K% panels)."""
-    plt = _pyplot()
+    plt = pyplot()
 
     paths = [plot_metric(rows, "ppl", "perplexity (log)", out / "epsilon_vs_ppl.png", log_y=True)]
     fig, axes = plt.subplots(1, 2, figsize=(11, 4), sharey=True)
@@ -105,7 +105,7 @@ def plot_results(rows: Sequence[dict[str, Any]], out: Path) -> list[Path]:
         ax.set_title(title)
         ax.set_ylim(0, 1.02)
     axes[0].legend(fontsize=7, loc="best")
-    paths.append(_save(fig, out / "epsilon_vs_asr.png"))
+    paths.append(save_figure(fig, out / "epsilon_vs_asr.png"))
     return paths
 
 
@@ -144,15 +144,15 @@ def _panel(ax, rows: Sequence[dict[str, Any]], key: str, ylabel: str) -> None:
         ax.legend(fontsize=7, loc="best")
 
 
-def _pyplot():
+def pyplot():
     """matplotlib.pyplot on the non-interactive Agg backend (the ``eval`` extra)."""
     matplotlib = require("matplotlib", "eval", "the evaluation plots")
     matplotlib.use("Agg")
     return require("matplotlib.pyplot", "eval", "the evaluation plots", package="matplotlib")
 
 
-def _save(fig, path: Path) -> Path:
+def save_figure(fig, path: Path) -> Path:
     fig.tight_layout()
     fig.savefig(path, dpi=120)
-    _pyplot().close(fig)
+    pyplot().close(fig)
     return path
