@@ -28,6 +28,7 @@ import torch
 
 from tokendp.accounting import Ledger, dp_fusion_beta, dp_fusion_epsilon
 from tokendp.backends import RowSequence
+from tokendp.drafts import PromptLookup
 from tokendp.errors import InvalidInputError, InvalidParameterError
 from tokendp.mechanisms import DPFusion, MechanismStep
 from tokendp.text.contexts import DocumentContexts
@@ -269,3 +270,11 @@ class FusionJob:
             if key in sums:
                 diag[name] = {g.name: float(sums[key][j]) for j, g in enumerate(c.groups)}
         return diag
+
+
+def drafter(speculative: bool | None, draft_tokens: int, documents: int, placeholder: int) -> PromptLookup | None:
+    """Prompt lookup on the public row (never guessing the placeholder), or None for one token
+    per pass; ``speculative=None`` is on for one document only (docs/performance.md)."""
+    if not (speculative if speculative is not None else documents == 1):
+        return None
+    return PromptLookup(max_tokens=draft_tokens, exclude=frozenset({placeholder}))

@@ -31,8 +31,8 @@ from typing import Any, Literal
 
 from tokendp.backends import HFBackend, load_backend
 from tokendp.errors import InvalidInputError, InvalidParameterError
-from tokendp.fusion import (Budget, FusionJob, FusionReport, Method, TextResult, check_params, resolve_alpha,
-                            spans_of)
+from tokendp.fusion import (Budget, FusionJob, FusionReport, Method, TextResult, check_params, drafter,
+                            resolve_alpha, spans_of)
 from tokendp.generation import generate as run_engine
 from tokendp.generation import make_generator
 from tokendp.logits_processors import PublicLogitsProcessor
@@ -121,6 +121,7 @@ def generate_batch(
     on_overlap: Literal["merge", "error"] = "merge",
     device: str | None = None, dtype: str | None = None, on_token: Callable[[int, int], None] | None = None,
     no_repeat_ngram_size: int = 0, repetition_penalty: float = 1.0,
+    speculative: bool | None = None, draft_tokens: int = 4,
 ) -> list[GenerateResult]:
     """Answer many prompts in one batch (one forward pass per generated token for all).
 
@@ -150,8 +151,9 @@ def generate_batch(
         stand_in: what every row but its own reads in place of an untrusted chunk.
         question: where the prompt goes: after the documents (``"last"``), before them
             (``"first"``) or both; public layout, no effect on the guarantee.
-        stop, on_overlap, device, dtype, on_token, no_repeat_ngram_size, repetition_penalty:
-            as for :func:`tokendp.sanitize.sanitize_batch`.
+        stop, on_overlap, device, dtype, on_token, no_repeat_ngram_size, repetition_penalty,
+            speculative, draft_tokens: as for :func:`tokendp.sanitize.sanitize_batch` (drafts come
+            from the public row: the prompt, trusted text and stand-ins).
     """
     check_params(method, alpha, delta, temperature, beta, epsilon)
     if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int) or max_new_tokens < 1:
@@ -190,7 +192,7 @@ def generate_batch(
     outputs = run_engine(backend, job.sequences(), job.step, max_new_tokens=limits, temperature=temperature,
                          generator=make_generator(seed, backend.device), eos_ids=backend.eos_token_ids,
                          stop_strings=[*opts.get("stop", []), *stop], charge=job.charge, on_token=on_token,
-                         logits_processor=processor)
+                         logits_processor=processor, drafter=drafter(speculative, draft_tokens, n, ph))
     decoding = {"no_repeat_ngram_size": no_repeat_ngram_size, "repetition_penalty": repetition_penalty}
     results = []
     for i, out in enumerate(outputs):

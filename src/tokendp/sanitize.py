@@ -27,10 +27,9 @@ from pathlib import Path
 from typing import Any, Literal
 
 from tokendp.backends import HFBackend, load_backend
-from tokendp.drafts import PromptLookup
 from tokendp.errors import InvalidInputError, InvalidParameterError
-from tokendp.fusion import (Budget, FusionJob, FusionReport, Method, TextResult, check_params, resolve_alpha,
-                            spans_of)
+from tokendp.fusion import (Budget, FusionJob, FusionReport, Method, TextResult, check_params, drafter,
+                            resolve_alpha, spans_of)
 from tokendp.fusion import choose_alpha  # noqa: F401 (re-exported: tokendp.sanitize.choose_alpha)
 from tokendp.generation import generate, make_generator
 from tokendp.logits_processors import PublicLogitsProcessor
@@ -146,20 +145,12 @@ def sanitize_batch(
                        temperature=temperature, generator=make_generator(seed, backend.device),
                        eos_ids=backend.eos_token_ids, stop_strings=[*opts.get("stop", []), *stop],
                        charge=job.charge, on_token=on_token, logits_processor=processor,
-                       drafter=_drafter(speculative, draft_tokens, len(texts), ph))
+                       drafter=drafter(speculative, draft_tokens, len(texts), ph))
     decoding = {"no_repeat_ngram_size": no_repeat_ngram_size, "repetition_penalty": repetition_penalty}
     return [SanitizeResult(out.text, SanitizeReport(
                 method, backend.name, job.alpha, job.delta, limits[i], len(out.token_ids), out.stop_reason,
                 _guarantee(method, limits[i]), job.group_reports(i), job.diagnostics(i, out.diagnostics), decoding))
             for i, out in enumerate(outputs)]
-
-
-def _drafter(speculative: bool | None, draft_tokens: int, documents: int, placeholder: int) -> PromptLookup | None:
-    """Prompt lookup on the public row (never guessing the placeholder), or None for one token
-    per pass; ``speculative=None`` is on for one document only."""
-    if not (speculative if speculative is not None else documents == 1):
-        return None
-    return PromptLookup(max_tokens=draft_tokens, exclude=frozenset({placeholder}))
 
 
 def _guarantee(method: str, limit: int) -> str:

@@ -58,6 +58,12 @@ def format_generate_report(report: dict[str, Any]) -> str:
               help="Never release a token that repeats an n-gram already released (0: off). Public: the same for every row.")
 @click.option("--repetition-penalty", type=float, default=1.0, show_default=True,
               help="Penalise tokens already released (CTRL; 1: off). Public: the same for every row.")
+@click.option("--speculative/--no-speculative", default=None,
+              help="Verify tokens guessed from the public prompt several per forward pass: the same output "
+                   "distribution and guarantee, fewer passes (docs/privacy.md, \"Speculative decoding\") "
+                   "[default: on].")
+@click.option("--draft-tokens", type=click.IntRange(min=1), default=4, show_default=True,
+              help="Tokens guessed per pass with --speculative.")
 @click.option("--json", "as_json", is_flag=True, help="Print {\"text\", \"report\"} as JSON.")
 @click.option("--out", "out_path", type=click.Path(dir_okay=False, writable=True), default=None,
               help="Write the output here instead of stdout.")
@@ -65,7 +71,8 @@ def format_generate_report(report: dict[str, Any]) -> str:
 def generate(prompt: str, contexts: tuple[str, ...], spans_paths: tuple[str, ...], tagger: str,
              untrusted: tuple[str, ...], model: str, epsilon: float | None, beta: float | None, alpha: float | None,
              delta: float, groups: str, max_new_tokens: int, temperature: float, seed: int | None, stand_in: str,
-             question: str, method: str, no_repeat_ngram_size: int, repetition_penalty: float, as_json: bool,
+             question: str, method: str, no_repeat_ngram_size: int, repetition_penalty: float,
+             speculative: bool | None, draft_tokens: int, as_json: bool,
              out_path: str | None) -> None:
     """Answer --prompt from --context documents (their spans protected, one group per label) and
     --untrusted chunks (one group each), with an (epsilon, delta) guarantee per group.
@@ -94,7 +101,7 @@ def generate(prompt: str, contexts: tuple[str, ...], spans_paths: tuple[str, ...
                      model=model, method=method, alpha=alpha, beta=beta, epsilon=epsilon, delta=delta, groups=groups,
                      max_new_tokens=max_new_tokens, temperature=temperature, seed=seed, stand_in=stand_in,
                      question=question, no_repeat_ngram_size=no_repeat_ngram_size,
-                     repetition_penalty=repetition_penalty,
+                     repetition_penalty=repetition_penalty, speculative=speculative, draft_tokens=draft_tokens,
                      on_token=lambda doc, token: bar.update(1))
     if as_json:
         output = json.dumps(result.to_dict(), indent=2, ensure_ascii=False)
