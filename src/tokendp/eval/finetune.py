@@ -165,13 +165,15 @@ def write_results(rows: list[dict[str, Any]], out: Path, *, setting: dict[str, A
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, ax = plt.subplots(figsize=(6.5, 4))
+    fig, ax = plt.subplots(figsize=(7.5, 4.2))
+    markers = {"base": "s", "none": "*", "dpsgd": "o", "atdp": "^"}
     for r in rows:
-        ax.scatter(r["perplexity"], r["mean_exposure"], s=30)
-        ax.annotate(r["run"], (r["perplexity"], r["mean_exposure"]), fontsize=7, xytext=(3, 3), textcoords="offset points")
-    ax.set_xlabel("validation perplexity (lower is better)")
+        ax.scatter(r["perplexity"], r["mean_exposure"], s=40, marker=markers.get(r["method"], "o"), label=r["run"])
+    ax.set_xscale("log")
+    ax.set_xlabel("validation perplexity (log scale; lower is better)")
     ax.set_ylabel("mean canary exposure (lower is more private)")
-    ax.set_title("tiny model on a WikiText-2 subset, canaries of 6 digits")
+    ax.set_title(f"{setting['base']} on a WikiText-2 subset, canaries of 6 digits")
+    ax.legend(fontsize=7, loc="center left", bbox_to_anchor=(1.01, 0.5))
     fig.tight_layout()
     fig.savefig(out / "exposure.png", dpi=120)
     plt.close(fig)
