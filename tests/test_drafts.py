@@ -45,3 +45,12 @@ def test_drafts_stop_before_excluded_tokens_at_the_room_and_the_row_end():
 def test_parameters_are_checked(kwargs):
     with pytest.raises(InvalidParameterError):
         PromptLookup(**kwargs)
+
+
+def test_guesses_pause_after_two_misses_and_resume_after_a_right_one():
+    """Every guess, sent or not, is checked against the next released token."""
+    drafts = PromptLookup(max_tokens=2).for_document(PUBLIC)
+    assert drafts.propose([3], room=10) == [4, 5]
+    assert drafts.propose([3, 9], room=10) == [1, 2]  # one miss: score 1/2, still sent
+    assert drafts.propose([3, 9, 7], room=10) == []  # two: 1/4, the guess [8, 0] is kept back
+    assert drafts.propose([3, 9, 7, 8], room=10) == [0, 6]  # the held-back guess was right: 5/8

@@ -7,7 +7,9 @@ that follow that occurrence there (Saxena 2023, "prompt lookup decoding"; transf
 ``prompt_lookup_num_tokens``). When the n-gram occurs several times, the occurrence nearest the
 document's *cursor* wins: where the previous draft's source continued, moved on by the tokens
 released since. Where the public row has no match (inside a span, whose text the model makes
-up), the released tokens themselves are searched the same way, latest occurrence first.
+up), the released tokens themselves are searched the same way, latest occurrence first. A
+guess is sent only while the guesses' first tokens have been right about half the time or more
+(:meth:`DocumentDrafts.propose`), so a model that paraphrases rather than copies costs little.
 
 The engine (:func:`tokendp.generation.generate` with ``drafter=``) verifies the drafts exactly,
 so they change the speed, never the distribution of the output (docs/privacy.md, "Speculative
@@ -60,23 +62,36 @@ class PromptLookup:
 
 
 class DocumentDrafts:
-    """Drafts for one document as its output grows (holds the cursor; public data only)."""
+    """Drafts for one document as its output grows: the cursor, and how often the first guessed
+    token was right (public data only)."""
 
     def __init__(self, lookup: PromptLookup, public: Sequence[int]) -> None:
         self.lookup = lookup
         self.public = torch.tensor(list(public), dtype=torch.int64)  # (L,)
         self.allowed = ~_isin(self.public, lookup.exclude)  # (L,) bool
         self.cursor = 0  # where in the public row the output is thought to be
-        self.seen = 0  # tokens released when the cursor was set
+        self.seen = 0  # tokens released at the last call
+        self.guess: list[int] = []  # the last guess, sent or not
+        self.score = 1.0  # s <- (s + [the guess's first token was released]) / 2
 
     def propose(self, released: Sequence[int], room: int) -> list[int]:
         """Up to min(max_tokens, ``room``) tokens guessed to follow ``released``; [] for none.
 
-        First from the public row (the occurrence nearest the cursor), else from the released
-        tokens themselves (the latest earlier occurrence: a name the output made up recurs)."""
+        The guess comes first from the public row (the occurrence nearest the cursor), else
+        from the released tokens themselves (the latest earlier occurrence: a name the output
+        made up recurs). It is sent only while the score is at least 1/2: every guess, sent or
+        not, is checked against the token released after it, and the last check weighs as much
+        as all earlier ones together. A model that does not copy its context (a paraphrase,
+        say) then stops paying for positions it rejects, and one right guess resumes drafting.
+        """
+        if self.guess and len(released) > self.seen:
+            self.score = (self.score + (released[self.seen] == self.guess[0])) / 2
         self.cursor += len(released) - self.seen
         self.seen = len(released)
-        limit = min(self.lookup.max_tokens, room)
+        self.guess = self._lookup(released, min(self.lookup.max_tokens, room))
+        return self.guess if self.score >= 0.5 else []
+
+    def _lookup(self, released: Sequence[int], limit: int) -> list[int]:
         if limit < 1 or not released:
             return []
         found = _follow(self.public, released, self.lookup.ngram, self.cursor)
