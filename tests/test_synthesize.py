@@ -13,7 +13,7 @@ from tokendp.accounting import amin_epsilon, amin_switch_clip, amin_switch_epsil
 from tokendp.backends import HFBackend
 from tokendp.errors import InvalidInputError, InvalidParameterError
 from tokendp.synthesize import batch_rows, partition, synthesize
-from tokendp.text.contexts import prompt_template
+from tokendp.text.prompt_pair import synthesis_prompts
 
 REFS = [f"Patient {i} was admitted to St James's on {i} June with chest pain." for i in range(10)]
 
@@ -68,8 +68,9 @@ def test_each_reference_reaches_exactly_one_row_and_row_zero_is_public(backend, 
 
 @pytest.mark.parametrize("kind", ["chat", "plain", "tokendp.json"])
 def test_prompts_follow_the_model_kind(monkeypatch, kind):
-    """Chat models get their chat template, plain ones a plain template (or --prompt), and a model
-    with a tokendp.json its template with the placeholder as the public document."""
+    """Chat models get the instruction pair in their chat template (the public row: the request
+    alone), plain ones a plain template (or --prompt), and a model with a tokendp.json its
+    template with the placeholder as the public document."""
     tok = tinylm.tokenizer(chat=kind == "chat")
     options = {"prompt_template": "<|doc|>{document}<|rewrite|>", "placeholder": "<|mask|>"} if kind == "tokendp.json" else {}
     backend = HFBackend(tinylm.model(), tok, options=options)
@@ -77,13 +78,32 @@ def test_prompts_follow_the_model_kind(monkeypatch, kind):
     prompt = "Example: {document}\nAnother one:" if kind == "plain" else None
     synthesize(REFS[:2], epsilon=1.0, delta=1e-5, batch_size=2, max_tokens=2, model=backend, seed=0, prompt=prompt)
     public, private = (tok.decode(row.ids) for row in spy.sequences[0].rows[:2])
-    expected = {"chat": ("<|doc|>user: Write a new text", "\n<|rewrite|>"),
+    expected = {"chat": ("<|doc|>user: ", "\n<|rewrite|>"),
                 "plain": ("Example: ", "\nAnother one:"),
                 "tokendp.json": ("<|doc|>", "<|rewrite|>")}[kind]
     assert public.startswith(expected[0]) and public.endswith(expected[1])
     assert private.startswith(expected[0]) and private.endswith(expected[1]) and REFS[0] in private
     assert (public == "<|doc|><|mask|><|rewrite|>") == (kind == "tokendp.json")
     assert REFS[0] not in public
+    if kind == "chat":
+        assert public == "<|doc|>user: Write an example of a text. Reply with the text only.\n<|rewrite|>"
+        assert private.startswith("<|doc|>user: Here is an example of a text:\n\n" + REFS[0])
+
+
+def test_public_row_is_the_same_for_every_batch_and_any_references(monkeypatch):
+    """The public row is a function of the domain and the model only: equal across batches and
+    across reference sets, and it holds no reference token sequence."""
+    tok = tinylm.tokenizer(chat=True)
+    backend = HFBackend(tinylm.model(), tok)
+    spy = Spy(backend, monkeypatch)
+    others = [t.upper() for t in REFS]
+    for refs in (REFS, others):
+        synthesize(refs[:4], epsilon=2.0, delta=1e-5, batch_size=2, max_tokens=2, model=backend, seed=0,
+                   domain="a hospital note")
+    publics = {seq.rows[0].ids for seq in spy.sequences}
+    assert len(spy.sequences) == 4 and publics == {synthesis_prompts(tok, domain="a hospital note").public}
+    public = tok.decode(list(publics.pop()))
+    assert all(r not in public for r in REFS[:4] + others[:4]) and "hospital note" in public
 
 
 @pytest.mark.parametrize("method", ["invisibleink", "amin"])
@@ -132,9 +152,7 @@ def _intended_first_token(backend, refs, *, clip, tau, top_k):
     exponential mechanism: softmax(phi / tau) on that set.
     """
     tok = backend.tokenizer
-    tpl = prompt_template(tok, options=backend.options,
-                          instruction=tokendp.synthesize.DEFAULT_INSTRUCTION)
-    seq = batch_rows(refs, range(len(refs)), tok, tpl, ())
+    seq = batch_rows(refs, range(len(refs)), tok, synthesis_prompts(tok, options=backend.options))
     with torch.inference_mode():
         logits = np.stack([backend.model(input_ids=torch.tensor([r.ids])).logits[0, -1].double().numpy()
                            for r in seq.rows])  # (1+B, V)

@@ -98,8 +98,9 @@ def prompt_template(tokenizer: Any, *, options: Mapping[str, Any] | None = None,
 
     Order of precedence: an explicit ``template`` (a string with ``{document}`` and optionally
     ``{instruction}``); the model directory's ``tokendp.json`` ``"prompt_template"``; the
-    tokenizer's chat template (one user turn: ``instruction``, a blank line, the document;
-    then the generation prompt); else :data:`PLAIN_TEMPLATE`. A BOS token is prepended when
+    tokenizer's chat template (one user turn: ``instruction``, a blank line, the document, or
+    ``instruction`` with the document in place of its ``{document}``; then the generation
+    prompt); else :data:`PLAIN_TEMPLATE`. A BOS token is prepended when
     the tokenizer adds one and the template is not a chat template (which renders its own).
     """
     instruction = DEFAULT_INSTRUCTION if instruction is None else instruction
@@ -108,7 +109,8 @@ def prompt_template(tokenizer: Any, *, options: Mapping[str, Any] | None = None,
     chat = template is None and getattr(tokenizer, "chat_template", None)
     if chat:
         rendered = tokenizer.apply_chat_template(
-            [{"role": "user", "content": f"{instruction}\n\n{_SENTINEL}"}],
+            [{"role": "user", "content": instruction.replace("{document}", _SENTINEL) if "{document}" in instruction
+              else f"{instruction}\n\n{_SENTINEL}"}],
             tokenize=False, add_generation_prompt=True)
     else:
         template = PLAIN_TEMPLATE if template is None else template
