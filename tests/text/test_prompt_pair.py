@@ -59,3 +59,5 @@ def test_templates_keep_the_public_document_form():
 def test_bad_arguments_are_refused_with_a_message(kwargs, message):
     with pytest.raises(InvalidParameterError, match=message):
         synthesis_prompts(tinylm.tokenizer(chat=True), **kwargs)
+    with pytest.raises(InvalidParameterError, match="fixed template"):
+        synthesis_prompts(tinylm.tokenizer(), options={"prompt_template": "{document}"}, domain="a note")

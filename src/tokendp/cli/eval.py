@@ -9,7 +9,7 @@ from tokendp.cli.eval_tagger import eval_tagger
 
 @click.group("eval")
 def eval_group() -> None:
-    """Evaluate taggers and sanitizers on benchmark data."""
+    """Evaluate taggers, sanitizers and synthetic text on benchmark data."""
 
 
 eval_group.add_command(eval_tagger)
@@ -17,3 +17,7 @@ eval_group.add_command(eval_tagger)
 from tokendp.cli.eval_sanitize import eval_sanitize  # noqa: E402
 
 eval_group.add_command(eval_sanitize)
+
+from tokendp.cli.eval_synthesize import eval_synthesize  # noqa: E402
+
+eval_group.add_command(eval_synthesize)

