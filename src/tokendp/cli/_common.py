@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import functools
 import json
+import shlex
+import sys
 from typing import Any
 
 import click
@@ -35,3 +37,10 @@ def library_errors(command):
 def echo_json(data: Any) -> None:
     """Print ``data`` as indented JSON (non-ASCII kept as is)."""
     click.echo(json.dumps(data, indent=2, ensure_ascii=False))
+
+
+def eval_command(name: str) -> str:
+    """``tokendp eval NAME ...`` as it was typed (for the results files), or "" when not run from a shell."""
+    if name not in sys.argv:
+        return ""
+    return "tokendp eval " + " ".join(shlex.quote(a) for a in sys.argv[sys.argv.index(name):])

@@ -3,14 +3,12 @@
 from __future__ import annotations
 
 import json
-import shlex
-import sys
 from pathlib import Path
 
 import click
 
 from tokendp._optional import require
-from tokendp.cli._common import library_errors
+from tokendp.cli._common import eval_command, library_errors
 from tokendp.errors import InvalidParameterError
 
 
@@ -83,8 +81,7 @@ def eval_sanitize(data_dir: Path, candidates: Path, split: str, methods: str, ep
         raise InvalidParameterError(f"--threads must be >= 1, got {threads}")
     torch.set_num_threads(threads)
     rows = evaluate_sanitization(config, out_dir, progress=not as_json)
-    command = "tokendp eval " + " ".join(shlex.quote(a) for a in sys.argv[sys.argv.index("sanitize"):]) \
-        if "sanitize" in sys.argv else ""
+    command = eval_command("sanitize")
     paths = write_results(rows, out_dir, command=command, plots=not no_plots)
     if as_json:
         click.echo(json.dumps(rows, indent=2))

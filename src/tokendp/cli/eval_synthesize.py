@@ -3,14 +3,12 @@
 from __future__ import annotations
 
 import json
-import shlex
-import sys
 from pathlib import Path
 
 import click
 
 from tokendp._optional import require
-from tokendp.cli._common import CLIError, library_errors
+from tokendp.cli._common import CLIError, eval_command, library_errors
 from tokendp.cli.synthesize import read_references
 
 
@@ -91,8 +89,7 @@ def eval_synthesize(data_dir, references_path, held_out_path, held_out_size, min
                              batch_size=batch_size, max_tokens=max_tokens, temperature=temperature, top_k=top_k,
                              delta=delta, domain=domain, seed=seed, buckets=buckets, mauve_seeds=mauve_seeds)
     rows = evaluate_synthesis(config, refs, held[:held_out_size], out_dir, progress=not as_json)
-    command = "tokendp eval " + " ".join(shlex.quote(a) for a in sys.argv[sys.argv.index("synthesize"):]) \
-        if "synthesize" in sys.argv else ""
+    command = eval_command("synthesize")
     paths = write_synthesis_results(rows, out_dir, command=command, plots=not no_plots)
     if as_json:
         click.echo(json.dumps(rows, indent=2))
