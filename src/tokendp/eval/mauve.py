@@ -6,10 +6,12 @@ two embedding sets into k clusters (PCA then k-means), and compares the two clus
 P and Q through the divergence curve {(exp(-c KL(Q || R_l)), exp(-c KL(P || R_l))) : R_l = l P +
 (1 - l) Q}; MAUVE is the area under it (1: the same distribution; c = 5). The ``mauve-text``
 package computes it from features that we pass in. Its default featuriser (GPT-2 large) is not
-available offline, so :func:`featurize` computes the features as MAUVE does with GPT-2: the final
-layer's hidden state at a text's last token, here from the model passed in (SmolLM2-135M by
-default), each text cut to its first ``max_tokens`` tokens so that lengths do not decide the
-score. Values are comparable only within one featuriser, sample size and cluster count.
+available offline, so :func:`featurize` computes them from the model passed in (SmolLM2-135M by
+default): the mean of the final layer's hidden states over a text's first ``max_tokens`` tokens
+(cut so that lengths do not decide the score). MAUVE's own recipe takes the last token's state
+instead; with SmolLM2 that state carries little of the topic: it put 90% of WikiText-2
+paragraphs and 94% of Amin et al.'s word salad on topic for ECHR judgments (mean-pooled: 14% and
+0%). Values are comparable only within one featuriser, sample size and cluster count.
 
 On-topic share: with mu the mean of the unit-normalised features of the held-out real texts,
 a text is on topic when its cosine similarity to mu is at least the 5th percentile of the
@@ -30,10 +32,10 @@ ON_TOPIC_QUANTILE = 0.05
 
 
 def featurize(model: Any, tokenizer: Any, texts: Sequence[str], *, max_tokens: int, batch_size: int = 16) -> np.ndarray:
-    """Final-layer hidden state at the last of each text's first ``max_tokens`` tokens, (n, d) float32.
+    """Mean of the final-layer hidden states over each text's first ``max_tokens`` tokens, (n, d) float32.
 
-    Texts are right-padded so that every real token keeps its position; an empty text is read
-    as the end-of-text token alone.
+    Texts are right-padded so that every real token keeps its position, and padding is left out
+    of the mean; an empty text is read as the end-of-text token alone.
     """
     eos = tokenizer.eos_token_id
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else eos
@@ -51,8 +53,9 @@ def featurize(model: Any, tokenizer: Any, texts: Sequence[str], *, max_tokens: i
                 mask[i, :len(r)] = 1
             hidden = model(input_ids=batch.to(model.device), attention_mask=mask.to(model.device),
                            output_hidden_states=True).hidden_states[-1]  # (b, L, d)
-            last = hidden[torch.arange(len(chunk)), (lengths - 1).to(hidden.device)]  # (b, d)
-            out.append(last.float().cpu().numpy())
+            weights = mask.to(hidden.device, hidden.dtype).unsqueeze(-1)  # (b, L, 1)
+            mean = (hidden * weights).sum(1) / lengths.to(hidden.device, hidden.dtype).unsqueeze(-1)  # (b, d)
+            out.append(mean.float().cpu().numpy())
     return np.concatenate(out).astype(np.float32)
 
 

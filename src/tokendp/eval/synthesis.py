@@ -8,7 +8,9 @@ held-out real texts:
 * ``public``: epsilon 0 (the public row's Top-k at tau; no reference is read);
 * ``non-private``: each reference's own prompt, sampled at tau from its own top-k: what the
   model writes from one example without any privacy (epsilon infinite);
-* ``real``: ``num`` references themselves, the ceiling at this sample size.
+* ``real``: ``num`` references themselves, the ceiling at this sample size;
+* ``off-topic`` (when texts are given, e.g. WikiText-2 paragraphs): real text of another kind,
+  the floor that shows the features tell topics apart.
 
 Per setting: MAUVE against the held-out texts (:mod:`tokendp.eval.mauve`: mean and standard
 deviation over k-means seeds), the on-topic share, the share of empty texts, the share that
@@ -72,27 +74,31 @@ class SynthEvalConfig:
 @dataclass(frozen=True)
 class Setting:
     name: str
-    method: str  # invisibleink | amin | public | non-private | real
-    epsilon: float | None  # None: no guarantee (non-private, real)
+    method: str  # invisibleink | amin | public | non-private
+    epsilon: float | None  # None: no guarantee (non-private)
 
 
 def settings(config: SynthEvalConfig) -> list[Setting]:
-    """real, non-private, InvisibleInk (largest epsilon first), Amin et al., public."""
-    out = [Setting("real", "real", None), Setting("non-private", "non-private", None)]
+    """The generated settings: non-private, InvisibleInk (largest epsilon first), Amin et al., public."""
+    out = [Setting("non-private", "non-private", None)]
     out += [Setting(f"invisibleink-eps{e:g}", "invisibleink", e) for e in sorted(config.epsilons, reverse=True)]
     out += [Setting(f"amin-eps{e:g}", "amin", e) for e in sorted(config.amin_epsilons, reverse=True)]
     return out + [Setting("public", "public", 0.0)]
 
 
 # ---------------------------------------------------------------------------- data
-def tab_paragraphs(data_dir: str | Path, split: str, *, min_chars: int = 200, max_chars: int = 600,
-                   seed: int = 0) -> list[str]:
-    """The paragraphs (lines) of a TAB split with min_chars..max_chars characters, in an order
+def paragraphs(texts: Sequence[str], *, min_chars: int = 200, max_chars: int = 500, seed: int = 0) -> list[str]:
+    """The lines of ``texts`` with min_chars..max_chars characters (stripped), in an order
     shuffled by ``seed`` (so that a prefix spans many documents)."""
+    out = [p.strip() for t in texts for p in t.split("\n") if min_chars <= len(p.strip()) <= max_chars]
+    random.Random(seed).shuffle(out)
+    return out
+
+
+def tab_paragraphs(data_dir: str | Path, split: str, **kwargs: Any) -> list[str]:
+    """:func:`paragraphs` of the documents of a TAB split ("tune" or "report")."""
     texts = load_tab(data_dir, split).texts
-    paras = [p.strip() for d in sorted(texts) for p in texts[d].split("\n") if min_chars <= len(p.strip()) <= max_chars]
-    random.Random(seed).shuffle(paras)
-    return paras
+    return paragraphs([texts[d] for d in sorted(texts)], **kwargs)
 
 
 # ---------------------------------------------------------------------------- generation
@@ -126,8 +132,6 @@ def _chunk_texts(setting: Setting, config: SynthEvalConfig, backend: HFBackend, 
                        generator=make_generator(seed, backend.device), temperature=config.temperature,
                        eos_ids=backend.eos_token_ids, stop_strings=backend.options.get("stop", []))
         return [{"text": o.text, "stop_reason": o.stop_reason} for o in out]
-    else:
-        return [{"text": r, "stop_reason": "eos"} for r in references[start:start + count]]
     return [{"text": o.text, "stop_reason": o.stop_reason, "epsilon": o.epsilon} for o in out]
 
 
@@ -165,33 +169,41 @@ def _check(config: SynthEvalConfig, references: Sequence[str], held_out: Sequenc
 
 
 def evaluate_synthesis(config: SynthEvalConfig, references: Sequence[str], held_out: Sequence[str],
-                       out_dir: str | Path, *, backend: HFBackend | None = None,
-                       progress: bool = True) -> list[dict[str, Any]]:
-    """One result row per setting (module docstring); texts are cached in ``out_dir``."""
+                       out_dir: str | Path, *, off_topic: Sequence[str] = (), backend: HFBackend | None = None,
+                       device: str | None = None, progress: bool = True) -> list[dict[str, Any]]:
+    """One result row per setting (module docstring): real, the generated settings, then
+    off-topic when ``off_topic`` texts are given. Generated texts are cached in ``out_dir``."""
     _check(config, references, held_out)
-    backend = backend if backend is not None else load_backend(config.model)
+    if off_topic and len(off_topic) < config.num:
+        raise InvalidInputError(f"{len(off_topic)} off-topic texts cannot fill a row of num = {config.num}")
+    backend = backend if backend is not None else load_backend(config.model, device=device)
     prompts = synthesis_prompts(backend.tokenizer, options=backend.options, domain=config.domain)
     cache = Path(out_dir) / "cache" / config.key(references, prompts)
     cache.mkdir(parents=True, exist_ok=True)
     todo = settings(config)
-    texts: dict[str, list[dict[str, Any]]] = {}
+    texts = {"real": [{"text": t, "stop_reason": None} for t in references[:config.num]]}
     with tqdm(total=config.num * len(todo), unit="text", desc="synthesize", disable=not progress) as bar:
         for s in todo:
             texts[s.name] = setting_texts(s, config, backend, prompts, references, cache, bar)
+    kinds = [Setting("real", "real", None), *todo]
+    if off_topic:
+        texts["off-topic"] = [{"text": t, "stop_reason": None} for t in off_topic[:config.num]]
+        kinds.append(Setting("off-topic", "off-topic", None))
     feats = {name: featurize(backend.model, backend.tokenizer, [r["text"] for r in recs], max_tokens=config.max_tokens)
              for name, recs in texts.items()}
     held = featurize(backend.model, backend.tokenizer, held_out, max_tokens=config.max_tokens)
     seeds = range(1, config.mauve_seeds + 1)
     rows = []
-    for s in todo:
+    for s in kinds:
         recs = texts[s.name]
         mean, std = mauve_score(held, feats[s.name], buckets=config.buckets, seeds=seeds)
-        epsilon = s.epsilon if s.method != "invisibleink" and s.method != "amin" else recs[0]["epsilon"]
+        epsilon = recs[0]["epsilon"] if s.method in ("invisibleink", "amin") else s.epsilon  # certified
         rows.append({
             "setting": s.name, "method": s.method, "epsilon": epsilon, "mauve": mean, "mauve_std": std,
             "on_topic": on_topic_share(feats[s.name], held),
             "empty": float(np.mean([not r["text"].strip() for r in recs])),
-            "ended": float(np.mean([r["stop_reason"] != "max_new_tokens" for r in recs])),
+            "ended": None if s.method in ("real", "off-topic") else  # not generated
+            float(np.mean([r["stop_reason"] != "max_new_tokens" for r in recs])),
             "words": float(np.mean([len(r["text"].split()) for r in recs])),
             "texts": len(recs), "held_out": len(held_out), "batch_size": config.batch_size,
             "max_tokens": config.max_tokens, "temperature": config.temperature, "model": config.model,
