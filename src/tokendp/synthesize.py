@@ -361,8 +361,8 @@ def synthesize(
             ``public_document``); default: the model's ``tokendp.json`` template, else the
             instruction pair for ``domain`` (:func:`tokendp.text.prompt_pair.synthesis_prompts`:
             the private rows show one reference each, the public row the request alone).
-        domain: what kind of text to write, a noun phrase with its article (e.g. "a hospital
-            discharge note"); fills the instruction pair (default "a text").
+        domain: what kind of text the references are, a noun phrase with its article (e.g. "a
+            hospital discharge note"); fills the instruction pair, and is required with it.
         public_document: with a template, what the public row shows instead of a reference (default: the model's
             ``tokendp.json`` placeholder, else nothing).
         seed: reproducible sampling; None seeds from the OS.

@@ -26,7 +26,7 @@ def test_help_lists_the_options():
 def test_json_rows_on_a_tiny_model(tmp_path):
     refs = _jsonl(tmp_path / "refs.jsonl", tinylm.CORPUS * 2)
     held = _jsonl(tmp_path / "held.jsonl", tinylm.CORPUS)
-    args = ["eval", "synthesize", "--references", refs, "--held-out", held, "--model", str(tinylm.model_dir()),
+    args = ["eval", "synthesize", "--references", refs, "--held-out", held, "--model", str(tinylm.model_dir()), "--domain", "a note",
             "--epsilon", "2", "--amin-epsilon", "", "--num", "2", "--batch-size", "2", "--max-tokens", "2",
             "--buckets", "2", "--mauve-seeds", "1", "--out", str(tmp_path / "out"), "--no-plots", "--json"]
     result = CliRunner().invoke(main, args)

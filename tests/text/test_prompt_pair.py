@@ -36,9 +36,10 @@ def test_plain_pair_and_bos():
     assert private == f"Here is an example of {DOMAIN}:\n\n{REFERENCE}\n\nAnother example of {DOMAIN}:\n"
 
 
-def test_default_domain():
-    tok = tinylm.tokenizer(chat=True)
-    assert "Write an example of a text." in _decode(tok, synthesis_prompts(tok).public)
+def test_the_pair_needs_a_domain():
+    for tok in (tinylm.tokenizer(chat=True), tinylm.tokenizer()):
+        with pytest.raises(InvalidParameterError, match="what kind of text the references are"):
+            synthesis_prompts(tok)
 
 
 def test_templates_keep_the_public_document_form():

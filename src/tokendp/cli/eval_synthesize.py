@@ -49,7 +49,8 @@ def _epsilons(value: str, option: str) -> tuple[float, ...]:
 @click.option("--delta", type=float, default=1e-5, show_default=True)
 @click.option("--domain", default=None,
               help="The kind of text, for the prompt pair [default with --data: \"a paragraph from a judgment of the "
-                   "European Court of Human Rights\"; else \"a text\"].")
+                   "European Court of Human Rights\"; required with --references unless the model has its own "
+                   "template].")
 @click.option("--model", default="smollm2", show_default=True,
               help="Generator and featuriser: a model name, directory or cached hub id.")
 @click.option("--buckets", type=int, default=5, show_default=True, help="MAUVE's number of clusters.")

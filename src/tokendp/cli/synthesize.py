@@ -52,8 +52,8 @@ def read_references(path: Path) -> list[str]:
               help="smollm2, rewriter, tiny (see `tokendp model list`), a model directory or a cached hub id "
                    "[default: smollm2, SmolLM2-135M-Instruct].")
 @click.option("--domain", default=None,
-              help="What kind of text to write, with its article, e.g. \"a hospital discharge note\" [default: "
-                   "\"a text\"]. The private rows read \"Here is an example of DOMAIN: <reference> Write another "
+              help="What kind of text the references are, with its article, e.g. \"a hospital discharge note\" "
+                   "(required unless --prompt or the model has its own template). The private rows read \"Here is an example of DOMAIN: <reference> Write another "
                    "example of DOMAIN ...\", the public row \"Write an example of DOMAIN ...\" (no reference).")
 @click.option("--prompt", default=None,
               help="Instead of that pair: a plain template with {document} for every row (the public row gets it "

@@ -14,8 +14,11 @@ For an instruction model (a tokenizer with a chat template), one user turn each:
 * public: ``Write an example of {domain}. ...``
 
 ``domain`` is a noun phrase with its article, e.g. ``"a paragraph from a judgment of the European
-Court of Human Rights"`` (default :data:`DEFAULT_DOMAIN`). A model without a chat template gets the
-same pair as plain text. An explicit template (``--prompt``, or a model directory's
+Court of Human Rights"``. It is required: at the clips differential privacy allows, the public
+row decides the topic more than the references do (with "a text" instead, SmolLM2's texts at
+epsilon 10 were all off topic for ECHR references; docs/synthesize.md), and nothing derived from
+the references may stand in for it. A model without a chat template gets the same pair as plain
+text. An explicit template (``--prompt``, or a model directory's
 ``tokendp.json``) keeps the older form: the public row is that template around a public
 document (the model's placeholder, or nothing), so ``{document}`` marks where a reference goes.
 """
@@ -29,7 +32,6 @@ from typing import Any
 from tokendp.errors import InvalidParameterError
 from tokendp.text.contexts import PromptTemplate, prompt_template
 
-DEFAULT_DOMAIN = "a text"
 PRIVATE_CHAT = ("Here is an example of {domain}:\n\n{document}\n\nWrite another example of {domain}: a new text "
                 "of the same kind, style and topic. Do not copy the example. Reply with the new text only.")
 PUBLIC_CHAT = "Write an example of {domain}. Reply with the text only.{document}"
@@ -51,7 +53,12 @@ def _ids(tokenizer: Any, text: str) -> tuple[int, ...]:
     return tuple(tokenizer(text, add_special_tokens=False)["input_ids"]) if text else ()
 
 
-def _check_domain(domain: str) -> str:
+def _check_domain(domain: str | None) -> str:
+    if domain is None:
+        raise InvalidParameterError(
+            "say what kind of text the references are with domain (--domain), e.g. 'a hospital discharge note': the "
+            "public prompt asks for that kind of text and, at the clips differential privacy allows, sets the topic; "
+            "the references cannot (docs/synthesize.md)")
     if not isinstance(domain, str) or not domain.strip():
         raise InvalidParameterError(f"domain must be a non-empty description such as 'a hospital discharge note', "
                                     f"got {domain!r}")
@@ -69,7 +76,7 @@ def synthesis_prompts(tokenizer: Any, *, options: Mapping[str, Any] | None = Non
     ``{instruction}``, which reads :data:`TEMPLATE_INSTRUCTION`), then the model's
     ``tokendp.json`` ``"prompt_template"``: the public row is the template around
     ``public_document`` (default: the model's ``"placeholder"``, else nothing). Otherwise the
-    instruction pair for ``domain``, in the chat template when the tokenizer has one, else as
+    instruction pair for ``domain`` (required there), in the chat template when the tokenizer has one, else as
     plain text (with a BOS token when the tokenizer adds one). ``public_document`` goes with a
     template only: in the pair the public row is the request alone.
     """
@@ -87,7 +94,7 @@ def synthesis_prompts(tokenizer: Any, *, options: Mapping[str, Any] | None = Non
     if public_document is not None:
         raise InvalidParameterError("public_document goes with a prompt template; the instruction pair's public "
                                     "row is the request without any document")
-    domain = _check_domain(DEFAULT_DOMAIN if domain is None else domain)
+    domain = _check_domain(domain)
     if getattr(tokenizer, "chat_template", None):
         private = prompt_template(tokenizer, instruction=PRIVATE_CHAT.replace("{domain}", domain))
         public = prompt_template(tokenizer, instruction=PUBLIC_CHAT.replace("{domain}", domain))
