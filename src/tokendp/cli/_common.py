@@ -41,13 +41,18 @@ def echo_json(data: Any) -> None:
     click.echo(json.dumps(data, indent=2, ensure_ascii=False))
 
 
+def eval_command(name: str) -> str:
+    """``tokendp eval NAME ...`` as it was typed (for the results files), or "" when not run from a shell."""
+    if name not in sys.argv:
+        return ""
+    return "tokendp eval " + " ".join(shlex.quote(a) for a in sys.argv[sys.argv.index(name):])
+
+
 def finish_eval(name: str, rows: Sequence[dict[str, Any]], write: Callable[..., list[Path]],
                 table: Callable[[Sequence[dict[str, Any]]], str], *, out_dir: Path, plots: bool, as_json: bool) -> None:
     """Write an evaluation's results (with the ``tokendp eval NAME ...`` line that made them) and
     print them: JSON, or the Markdown table and the files written."""
-    command = ("tokendp eval " + " ".join(shlex.quote(a) for a in sys.argv[sys.argv.index(name):])
-               if name in sys.argv else "")
-    paths = write(rows, out_dir, command=command, plots=plots)
+    paths = write(rows, out_dir, command=eval_command(name), plots=plots)
     if as_json:
         click.echo(json.dumps(list(rows), indent=2))
     else:

@@ -9,8 +9,8 @@ from tokendp.cli.eval_tagger import eval_tagger
 
 @click.group("eval")
 def eval_group() -> None:
-    """Evaluate taggers, sanitizers, the prompt-injection defence, private prediction and
-    fine-tuned models on benchmark data."""
+    """Evaluate taggers, sanitizers, synthetic text, the prompt-injection defence, private
+    prediction and fine-tuned models on benchmark data."""
 
 
 eval_group.add_command(eval_tagger)
@@ -31,3 +31,7 @@ eval_group.add_command(eval_predict)
 from tokendp.cli.eval_injection import eval_injection  # noqa: E402
 
 eval_group.add_command(eval_injection)
+
+from tokendp.cli.eval_synthesize import eval_synthesize  # noqa: E402
+
+eval_group.add_command(eval_synthesize)

