@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from tokendp.eval.report import _fmt, _pyplot, _save
+from tokendp.eval.report import _fmt, pyplot, save_figure
 
 FLAT_COLOURS = {"real": "black", "non-private": "tab:purple", "public": "tab:green", "off-topic": "tab:grey"}
 MD_COLUMNS = (("setting", "setting"), ("epsilon", "epsilon"), ("mauve", "MAUVE"), ("on_topic", "on topic"),
@@ -51,7 +51,7 @@ def write_synthesis_results(rows: Sequence[dict[str, Any]], out_dir: str | Path,
 def plot_mauve(rows: Sequence[dict[str, Any]], path: Path) -> Path:
     """MAUVE against certified epsilon (log axis, error bars: the k-means spread) for InvisibleInk
     and Amin et al.; real, non-private, public and off-topic as horizontal lines."""
-    plt = _pyplot()
+    plt = pyplot()
     fig, ax = plt.subplots(figsize=(6, 4))
     for method in ("invisibleink", "amin"):
         pts = sorted((r["epsilon"], r["mauve"], r["mauve_std"]) for r in rows if r["method"] == method)
@@ -68,4 +68,4 @@ def plot_mauve(rows: Sequence[dict[str, Any]], path: Path) -> Path:
     ax.set_ylim(0, 1.05)
     ax.grid(alpha=0.3)
     ax.legend(fontsize=7, loc="best")
-    return _save(fig, path)
+    return save_figure(fig, path)
