@@ -92,6 +92,9 @@ def main() -> None:
     parser.add_argument("--prompts", type=int, default=1)
     parser.add_argument("--max-tokens", type=int, default=32)
     parser.add_argument("--sample-rate", type=float, default=1.0)
+    parser.add_argument("--queries", type=int, default=None,
+                        help="the budget T the run is calibrated for (default: the tokens timed); a larger T "
+                             "means a smaller beta, members further from lambda = 1 and a longer search")
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--device", default="cpu")
@@ -136,7 +139,7 @@ def main() -> None:
                 backend.decode(state, token)
 
     def run_predict():
-        return predict(prompts, ensemble=root, backend=backend, queries=args.prompts * T, max_new_tokens=T,
+        return predict(prompts, ensemble=root, backend=backend, queries=args.queries or args.prompts * T, max_new_tokens=T,
                        epsilon=8.0, delta=1e-5, sample_rate=args.sample_rate, seed=0, concurrency=args.prompts)
 
     out = run_predict()  # warm-up and the report
@@ -151,7 +154,8 @@ def main() -> None:
     result = {
         "model": name, "vocab_size": backend.vocab_size, "device": args.device, "threads": args.threads,
         "members": args.members, "prompts": args.prompts, "rows": args.prompts * (1 + args.members),
-        "max_tokens": T, "sample_rate": args.sample_rate, "tokens_released": out.report.tokens_released,
+        "max_tokens": T, "queries": out.report.queries, "sample_rate": args.sample_rate,
+        "tokens_released": out.report.tokens_released,
         "epsilon": out.report.epsilon, "beta": out.report.beta, "diagnostics": out.report.diagnostics,
         "seconds_per_token": {k: v / tokens for k, v in t.items()},
         "ratio_predict_over_forward": t["predict"] / t["forward"],

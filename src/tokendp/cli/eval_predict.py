@@ -15,7 +15,7 @@ from tokendp.cli._common import library_errors
 from tokendp.errors import InvalidParameterError
 
 MD_COLUMNS = (("method", "method"), ("setting", "setting"), ("epsilon", "epsilon"), ("ppl", "perplexity"),
-              ("alpha", "alpha"), ("beta", "beta"), ("sample_rate", "q"), ("mean_sampled", "mean |S| (diag.)"),
+              ("alpha", "alpha"), ("beta", "beta"), ("sample_rate", "q"), ("mean_sampled", "mean size of S (diag.)"),
               ("mean_lambda", "mean lambda (diag.)"))
 CSV_COLUMNS = ("method", "setting", "epsilon", "ppl", "tokens", "alpha", "beta", "sample_rate", "ensemble_size",
                "queries", "window", "delta", "mean_sampled", "mean_lambda")
@@ -113,9 +113,10 @@ def eval_predict(ensemble_dir: Path, data: Path, out_dir: Path, methods: str, ep
         if "predict" in sys.argv else ""
     meta = rows[0]
     note = (f"T = {meta['queries']} positions of {data.name} in windows of {meta['window']} tokens, "
-            f"N = {meta['ensemble_size']} members, delta = {meta['delta']:g}, {meta['seconds_total']} s. "
+            f"N = {meta['ensemble_size']} members, delta = {meta['delta']:g}; this run took {meta['seconds_total']} s "
+            "(windows in the cache are not recomputed). "
             "Perplexity: teacher-forced, pooled over the T positions. epsilon: per shard for the T queries "
-            "(0: reads no private data; '-': no guarantee). mean |S| and mean lambda are computed from the "
+            "(0: reads no private data; '-': no guarantee). The mean size of S and mean lambda are computed from the "
             "private ensemble: diagnostics, not part of the guarantee.")
     paths = write_tables(rows, out_dir, title="Prediction evaluation (PMixED)", note=note, csv_columns=CSV_COLUMNS,
                          md_columns=MD_COLUMNS, command=command)
