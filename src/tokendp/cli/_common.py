@@ -17,6 +17,27 @@ from tokendp.errors import TokenDPError
 EXIT_BAD_INPUT = 2
 
 
+def decoding_options(command: Callable) -> Callable:
+    """The public decoding options of the DP-Fusion commands (sanitize, generate): decoding
+    constraints computed from released tokens only, and speculative decoding."""
+    options = [
+        click.option("--no-repeat-ngram-size", type=click.IntRange(min=0), default=0, show_default=True,
+                     help="Never release a token that repeats an n-gram already released (0: off). "
+                          "Public: the same for every row."),
+        click.option("--repetition-penalty", type=float, default=1.0, show_default=True,
+                     help="Penalise tokens already released (CTRL; 1: off). Public: the same for every row."),
+        click.option("--speculative/--no-speculative", default=None,
+                     help="Verify tokens guessed from the public context several per forward pass: the same "
+                          "output distribution and guarantee, fewer passes (docs/privacy.md, \"Speculative "
+                          "decoding\") [default: on for one document or prompt, off for a batch of several]."),
+        click.option("--draft-tokens", type=click.IntRange(min=1), default=4, show_default=True,
+                     help="Tokens guessed per pass with --speculative."),
+    ]
+    for option in reversed(options):
+        command = option(command)
+    return command
+
+
 class CLIError(click.ClickException):
     """A clear one-line message on stderr and exit code 2."""
 

@@ -8,7 +8,7 @@ from typing import Any
 
 import click
 
-from tokendp.cli._common import CLIError, library_errors
+from tokendp.cli._common import CLIError, decoding_options, library_errors
 from tokendp.cli.sanitize import _emit, format_report
 
 
@@ -54,16 +54,7 @@ def format_generate_report(report: dict[str, Any]) -> str:
 @click.option("--method", type=click.Choice(["dp-fusion", "original", "public"]), default="dp-fusion",
               show_default=True, help="original: read everything (no guarantee); public: spans hidden and "
                                       "untrusted chunks withheld (epsilon 0).")
-@click.option("--no-repeat-ngram-size", type=click.IntRange(min=0), default=0, show_default=True,
-              help="Never release a token that repeats an n-gram already released (0: off). Public: the same for every row.")
-@click.option("--repetition-penalty", type=float, default=1.0, show_default=True,
-              help="Penalise tokens already released (CTRL; 1: off). Public: the same for every row.")
-@click.option("--speculative/--no-speculative", default=None,
-              help="Verify tokens guessed from the public prompt several per forward pass: the same output "
-                   "distribution and guarantee, fewer passes (docs/privacy.md, \"Speculative decoding\") "
-                   "[default: on].")
-@click.option("--draft-tokens", type=click.IntRange(min=1), default=4, show_default=True,
-              help="Tokens guessed per pass with --speculative.")
+@decoding_options
 @click.option("--json", "as_json", is_flag=True, help="Print {\"text\", \"report\"} as JSON.")
 @click.option("--out", "out_path", type=click.Path(dir_okay=False, writable=True), default=None,
               help="Write the output here instead of stdout.")
