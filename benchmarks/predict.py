@@ -6,8 +6,11 @@ public row on the base model, then one row per member's LoRA adapter, N = ``--me
 ``--max-tokens`` T new tokens per prompt; float32 on CPU (or ``--device``). The base model is the
 embedded default model or, with ``--large``, a 2-layer model with the Qwen2.5-0.5B shapes
 (hidden 896, vocabulary 151,936, random weights). The adapters have rank 4 on every linear
-layer with random non-zero B (timing does not depend on what they learnt). End-of-text is
-switched off so that every timing runs exactly T steps.
+layer with random non-zero B. With ``--ensemble DIR`` the benchmark reads a trained ensemble
+instead (``tokendp ensemble train``; its base model from the manifest): the mechanism's cost
+depends on what the members learnt (a member within the cap at lambda = 1 closes the search in
+one pass; a member far from the public model takes several). End-of-text is switched off so that
+every timing runs exactly T steps.
 
 Timings, each the best of ``--repeats`` runs in this process, interleaved:
 
@@ -89,25 +92,35 @@ def main() -> None:
     parser.add_argument("--prompts", type=int, default=1)
     parser.add_argument("--max-tokens", type=int, default=32)
     parser.add_argument("--sample-rate", type=float, default=1.0)
+    parser.add_argument("--queries", type=int, default=None,
+                        help="the budget T the run is calibrated for (default: the tokens timed); a larger T "
+                             "means a smaller beta, members further from lambda = 1 and a longer search")
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--large", action="store_true")
+    parser.add_argument("--ensemble", type=Path, default=None, help="a trained ensemble directory (--members unused)")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     keep_freed_memory()
 
     from tokendp.backends import HFBackend, Row, RowSequence
-    from tokendp.predict import predict, prompt_rows
+    from tokendp.predict import load_ensemble, predict, prompt_rows
 
-    model, tok, name = base_model(args.large)
-    root = Path(tempfile.mkdtemp(prefix="tokendp-bench-ensemble-"))
-    dirs = write_ensemble(model, args.members, root)
+    if args.ensemble is not None:
+        root = args.ensemble
+        manifest, backend = load_ensemble(root, device=args.device, dtype="float32")
+        model, tok, name = backend.model, backend.tokenizer, manifest.base_model
+        args.members = manifest.ensemble_size
+    else:
+        model, tok, name = base_model(args.large)
+        root = Path(tempfile.mkdtemp(prefix="tokendp-bench-ensemble-"))
+        dirs = write_ensemble(model, args.members, root)
+        backend = HFBackend(model.to(args.device).eval(), tok, name=name)
+        backend.add_adapters(dirs)
     tok.eos_token = None  # no early stop: every timing runs exactly T steps
     model.generation_config.eos_token_id = None
-    backend = HFBackend(model.to(args.device).eval(), tok, name=name)
-    backend.add_adapters(dirs)
-    shards = tuple(dirs)
+    shards = backend.adapters
     prompts = [f"{PROMPT} ({i})" for i in range(args.prompts)]
     ids = [tuple(tok(p)["input_ids"]) for p in prompts]
     seqs = [prompt_rows(i, shards) for i in ids]
@@ -126,7 +139,7 @@ def main() -> None:
                 backend.decode(state, token)
 
     def run_predict():
-        return predict(prompts, ensemble=root, backend=backend, queries=args.prompts * T, max_new_tokens=T,
+        return predict(prompts, ensemble=root, backend=backend, queries=args.queries or args.prompts * T, max_new_tokens=T,
                        epsilon=8.0, delta=1e-5, sample_rate=args.sample_rate, seed=0, concurrency=args.prompts)
 
     out = run_predict()  # warm-up and the report
@@ -141,8 +154,9 @@ def main() -> None:
     result = {
         "model": name, "vocab_size": backend.vocab_size, "device": args.device, "threads": args.threads,
         "members": args.members, "prompts": args.prompts, "rows": args.prompts * (1 + args.members),
-        "max_tokens": T, "sample_rate": args.sample_rate, "tokens_released": out.report.tokens_released,
-        "epsilon": out.report.epsilon, "beta": out.report.beta,
+        "max_tokens": T, "queries": out.report.queries, "sample_rate": args.sample_rate,
+        "tokens_released": out.report.tokens_released,
+        "epsilon": out.report.epsilon, "beta": out.report.beta, "diagnostics": out.report.diagnostics,
         "seconds_per_token": {k: v / tokens for k, v in t.items()},
         "ratio_predict_over_forward": t["predict"] / t["forward"],
         "ratio_per_member_over_forward": t["per_member"] / t["forward"],

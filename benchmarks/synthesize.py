@@ -93,15 +93,14 @@ def main() -> None:
     torch.set_num_threads(args.threads)
     keep_freed_memory()  # as the tokendp command does (tokendp.malloc); both sides of the ratio alike
 
-    from tokendp.synthesize import DEFAULT_INSTRUCTION, _public_document, _token_ids, batch_rows, partition, synthesize
-    from tokendp.text.contexts import prompt_template
+    from tokendp.synthesize import batch_rows, partition, synthesize
+    from tokendp.text.prompt_pair import synthesis_prompts
 
     backend = load_backend(args.large, args.device)
     refs = references(args.num * args.batch_size)
     tok = backend.tokenizer
-    template = prompt_template(tok, options=backend.options, instruction=DEFAULT_INSTRUCTION)
-    public = _token_ids(tok, _public_document(backend, None))
-    seqs = [batch_rows(refs, b, tok, template, public)
+    prompts = synthesis_prompts(tok, options=backend.options)
+    seqs = [batch_rows(refs, b, tok, prompts)
             for b in partition(len(refs), batch_size=args.batch_size, num=args.num)]
     token = torch.full((args.num,), int(tok.convert_tokens_to_ids(tok.tokenize("the")[0])))  # (N,)
 

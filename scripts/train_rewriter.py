@@ -1,6 +1,7 @@
-"""Train (or resume) the LoRA rewriter adapter of SmolLM2-135M-Instruct on CPU.
+"""Train (or resume) the LoRA rewriter adapter of SmolLM2-135M-Instruct (CPU or one GPU).
 
   python scripts/train_rewriter.py --out runs/rewriter              # train / resume from the latest checkpoint
+  python scripts/train_rewriter.py --out runs/rewriter --device cuda  # bf16 autocast, float32 adapter
   python scripts/train_rewriter.py --out runs/rewriter --export src/tokendp/models/rewriter
   python scripts/train_rewriter.py --smoke                          # ~1 minute on a tiny model built from a config
 
@@ -57,6 +58,7 @@ class Config:
     max_tokens: int = 320
     seed: int = 13
     threads: int = 1
+    device: str = "cpu"
     checkpoint_every: int = 20
     keep: int = 2
     log_every: int = 5
@@ -83,11 +85,14 @@ def batch_loss(model, batch: list[RewriteExample], pad_id: int) -> tuple[torch.T
         ids[i, :len(e.ids)] = torch.tensor(e.ids)
         attn[i, :len(e.ids)] = 1
         loss_at[i, e.n_prompt:len(e.ids)] = True
-    hidden = model.model(input_ids=ids, attention_mask=attn).last_hidden_state  # (B, T, H)
+    device = model.lm_head.weight.device
+    ids, attn, loss_at = ids.to(device), attn.to(device), loss_at.to(device)
+    with torch.autocast(device.type, dtype=torch.bfloat16, enabled=device.type == "cuda"):
+        hidden = model.model(input_ids=ids, attention_mask=attn).last_hidden_state  # (B, T, H)
     keep = loss_at[:, 1:]  # (B, T-1)
     logits = model.lm_head(hidden[:, :-1][keep]).float()  # (N, V)
     ce = torch.nn.functional.cross_entropy(logits, ids[:, 1:][keep], reduction="none")  # (N,)
-    per_example = torch.zeros(len(batch)).index_add_(
+    per_example = torch.zeros(len(batch), device=device).index_add_(
         0, keep.nonzero()[:, 0], ce.detach()) / keep.sum(1).clamp(min=1)  # (B,)
     return ce.mean(), int(attn.sum()), per_example.tolist()
 
@@ -124,7 +129,7 @@ def load_base(cfg: Config):
 
         base = str(ensure_model_dir(SMOLLM2))
     tok = AutoTokenizer.from_pretrained(base)
-    model = AutoModelForCausalLM.from_pretrained(base, dtype=torch.float32)
+    model = AutoModelForCausalLM.from_pretrained(base, dtype=torch.float32).to(cfg.device)
     return model, tok
 
 
@@ -144,13 +149,16 @@ def train(cfg: Config, *, model=None, tokenizer=None, tab=None, wiki=None) -> Pa
         wiki = _wiki(cfg)
     torch.manual_seed(cfg.seed)
     add_lora(model, r=cfg.r, alpha=cfg.alpha, targets=cfg.targets)
+    model.to(cfg.device)
+    if cfg.device.startswith("cuda"):
+        cfg.hardware = f"1 {torch.cuda.get_device_name()} (bf16 autocast, float32 adapter)"
     params = [p for p in model.parameters() if p.requires_grad]
     opt = torch.optim.AdamW(params, lr=cfg.lr, betas=(0.9, 0.999), weight_decay=cfg.weight_decay)
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: lr_factor(s, cfg))
     step, elapsed, tokens, ema = 0, 0.0, 0, None
     found = _checkpoints(out)
     if found:
-        state = torch.load(found[-1], weights_only=False)
+        state = torch.load(found[-1], weights_only=False, map_location=cfg.device)
         load_lora_state(model, state["lora"])
         opt.load_state_dict(state["optimizer"])
         sched.load_state_dict(state["scheduler"])
@@ -191,14 +199,16 @@ def train(cfg: Config, *, model=None, tokenizer=None, tab=None, wiki=None) -> Pa
                file=sys.stdout)
     while step < cfg.steps:
         batch = stream.batch(cfg.batch)
-        # One example per pass, gradients accumulated: no padding (examples differ up to 4x in
-        # length, and a padded batch costs as much as its longest row times the batch size).
+        # On a CPU, one example per pass with gradients accumulated: no padding (examples differ
+        # up to 4x in length, and a padded batch costs its longest row times the batch size). On
+        # a GPU, one padded pass: a 135M model is bound by kernel launches, not arithmetic.
+        passes = [batch] if cfg.device.startswith("cuda") else [[e] for e in batch]
         opt.zero_grad(set_to_none=True)
         n_answer = sum(len(e.ids) - e.n_prompt for e in batch)
         value, n_tok, per_example = 0.0, 0, []
-        for e in batch:
-            loss, n, per = batch_loss(model, [e], pad)
-            share = (len(e.ids) - e.n_prompt) / n_answer
+        for part in passes:
+            loss, n, per = batch_loss(model, part, pad)
+            share = sum(len(e.ids) - e.n_prompt for e in part) / n_answer
             (loss * share).backward()
             value += loss.item() * share
             n_tok += n

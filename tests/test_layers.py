@@ -18,8 +18,8 @@ RANK = {
     "accounting": 2, "text": 2,
     "divergence": 3, "models": 3,
     "mechanisms": 4, "backends": 4, "sampling": 4, "logits_processors": 4, "drafts": 4,
-    "generation": 5, "ensemble": 5,
-    "sanitize": 6, "synthesize": 6, "predict": 6,
+    "generation": 5, "ensemble": 5, "fusion": 5,
+    "sanitize": 6, "synthesize": 6, "predict": 6, "finetune": 6, "generate": 6,
     "eval": 7,
     "cli": 8, "__main__": 9,
 }

@@ -22,12 +22,12 @@ SPANS = [Span(8, 19, "PERSON"), Span(54, 69, "PERSON"), Span(79, 83, "DATETIME")
 
 @pytest.fixture(scope="module")
 def copier():
-    return HFBackend(tinylm.CopyLM(tinylm.tokenizer()), tinylm.tokenizer(), name="copy", options=OPTIONS)
+    return tinylm.backend(OPTIONS, copier=True)
 
 
 @pytest.fixture(scope="module")
 def tiny():
-    return HFBackend(tinylm.model(), tinylm.tokenizer(), name="tiny", options=OPTIONS)
+    return tinylm.backend(OPTIONS)
 
 
 def _span_texts(text, spans):
@@ -124,7 +124,7 @@ def test_epsilon_target_is_met_per_group(tiny):
 
 def test_alpha_choice_maximises_beta():
     from tokendp.accounting import dp_fusion_beta
-    from tokendp.sanitize import ALPHA_GRID
+    from tokendp.fusion import ALPHA_GRID
 
     best = choose_alpha([(8.0, 6, 200)], delta=1e-5)
     beta = dp_fusion_beta(epsilon=8.0, alpha=best, groups=6, max_tokens=200, delta=1e-5)

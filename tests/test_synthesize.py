@@ -13,9 +13,10 @@ from tokendp.accounting import amin_epsilon, amin_switch_clip, amin_switch_epsil
 from tokendp.backends import HFBackend
 from tokendp.errors import InvalidInputError, InvalidParameterError
 from tokendp.synthesize import batch_rows, partition, synthesize
-from tokendp.text.contexts import prompt_template
+from tokendp.text.prompt_pair import synthesis_prompts
 
 REFS = [f"Patient {i} was admitted to St James's on {i} June with chest pain." for i in range(10)]
+DOMAIN = "a hospital note"
 
 
 @pytest.fixture(scope="module")
@@ -49,7 +50,7 @@ def test_partition_is_disjoint_and_refuses_reuse():
 
 def test_each_reference_reaches_exactly_one_row_and_row_zero_is_public(backend, monkeypatch):
     spy = Spy(backend, monkeypatch)
-    out = synthesize(REFS, epsilon=4.0, delta=1e-5, batch_size=3, max_tokens=4, model=backend, seed=0,
+    out = synthesize(REFS, epsilon=4.0, delta=1e-5, batch_size=3, max_tokens=4, model=backend, domain=DOMAIN, seed=0,
                      concurrency=2)
     assert [o.references for o in out] == [(0, 1, 2), (3, 4, 5), (6, 7, 8)]
     assert len(spy.sequences) == 3 and len(spy.sequences[0]) == 4  # 1 public + B private rows
@@ -68,29 +69,50 @@ def test_each_reference_reaches_exactly_one_row_and_row_zero_is_public(backend, 
 
 @pytest.mark.parametrize("kind", ["chat", "plain", "tokendp.json"])
 def test_prompts_follow_the_model_kind(monkeypatch, kind):
-    """Chat models get their chat template, plain ones a plain template (or --prompt), and a model
-    with a tokendp.json its template with the placeholder as the public document."""
+    """Chat models get the instruction pair in their chat template (the public row: the request
+    alone), plain ones a plain template (or --prompt), and a model with a tokendp.json its
+    template with the placeholder as the public document."""
     tok = tinylm.tokenizer(chat=kind == "chat")
     options = {"prompt_template": "<|doc|>{document}<|rewrite|>", "placeholder": "<|mask|>"} if kind == "tokendp.json" else {}
     backend = HFBackend(tinylm.model(), tok, options=options)
     spy = Spy(backend, monkeypatch)
     prompt = "Example: {document}\nAnother one:" if kind == "plain" else None
-    synthesize(REFS[:2], epsilon=1.0, delta=1e-5, batch_size=2, max_tokens=2, model=backend, seed=0, prompt=prompt)
+    synthesize(REFS[:2], epsilon=1.0, delta=1e-5, batch_size=2, max_tokens=2, model=backend, seed=0, prompt=prompt,
+               domain="a text" if kind == "chat" else None)
     public, private = (tok.decode(row.ids) for row in spy.sequences[0].rows[:2])
-    expected = {"chat": ("<|doc|>user: Write a new text", "\n<|rewrite|>"),
+    expected = {"chat": ("<|doc|>user: ", "\n<|rewrite|>"),
                 "plain": ("Example: ", "\nAnother one:"),
                 "tokendp.json": ("<|doc|>", "<|rewrite|>")}[kind]
     assert public.startswith(expected[0]) and public.endswith(expected[1])
     assert private.startswith(expected[0]) and private.endswith(expected[1]) and REFS[0] in private
     assert (public == "<|doc|><|mask|><|rewrite|>") == (kind == "tokendp.json")
     assert REFS[0] not in public
+    if kind == "chat":
+        assert public == "<|doc|>user: Write an example of a text. Reply with the text only.\n<|rewrite|>"
+        assert private.startswith("<|doc|>user: Here is an example of a text:\n\n" + REFS[0])
+
+
+def test_public_row_is_the_same_for_every_batch_and_any_references(monkeypatch):
+    """The public row is a function of the domain and the model only: equal across batches and
+    across reference sets, and it holds no reference token sequence."""
+    tok = tinylm.tokenizer(chat=True)
+    backend = HFBackend(tinylm.model(), tok)
+    spy = Spy(backend, monkeypatch)
+    others = [t.upper() for t in REFS]
+    for refs in (REFS, others):
+        synthesize(refs[:4], epsilon=2.0, delta=1e-5, batch_size=2, max_tokens=2, model=backend, seed=0,
+                   domain="a hospital note")
+    publics = {seq.rows[0].ids for seq in spy.sequences}
+    assert len(spy.sequences) == 4 and publics == {synthesis_prompts(tok, domain="a hospital note").public}
+    public = tok.decode(list(publics.pop()))
+    assert all(r not in public for r in REFS[:4] + others[:4]) and "hospital note" in public
 
 
 @pytest.mark.parametrize("method", ["invisibleink", "amin"])
 def test_reported_clip_and_epsilon_come_from_the_accountant(backend, method):
     eps, delta, b, t, tau = 3.0, 1e-6, 2, 5, 0.8
     out = synthesize(REFS[:4], epsilon=eps, delta=delta, batch_size=b, max_tokens=t, temperature=tau,
-                     method=method, model=backend, seed=1)
+                     method=method, model=backend, domain=DOMAIN, seed=1)
     clip = invisibleink_clip(epsilon=eps, delta=delta, batch_size=b, temperature=tau, max_tokens=t)
     accountant = invisibleink_epsilon if method == "invisibleink" else amin_epsilon
     for o in out:
@@ -102,7 +124,8 @@ def test_reported_clip_and_epsilon_come_from_the_accountant(backend, method):
 
 @pytest.mark.parametrize("method", ["invisibleink", "amin"])
 def test_epsilon_zero_gives_public_text_that_ignores_the_references(backend, method):
-    kwargs = dict(epsilon=0, delta=1e-5, batch_size=2, max_tokens=6, method=method, model=backend, seed=3)
+    kwargs = dict(epsilon=0, delta=1e-5, batch_size=2, max_tokens=6, method=method, model=backend, domain=DOMAIN,
+                  seed=3)
     a = synthesize(REFS[:4], **kwargs)
     b = synthesize(list(reversed(tinylm.CORPUS[:4])), **kwargs)
     assert [o.clip for o in a] == [0.0, 0.0] and [o.epsilon for o in a] == [0.0, 0.0]
@@ -111,16 +134,17 @@ def test_epsilon_zero_gives_public_text_that_ignores_the_references(backend, met
 
 
 def test_module_is_callable_and_validates_parameters(backend):
-    out = tokendp.synthesize(REFS[:2], epsilon=1.0, delta=1e-5, batch_size=2, max_tokens=2, model=backend, seed=0)
+    out = tokendp.synthesize(REFS[:2], epsilon=1.0, delta=1e-5, batch_size=2, max_tokens=2, model=backend,
+                             domain=DOMAIN, seed=0)
     assert len(out) == 1 and out[0].to_dict()["references"] == [0, 1]
     bad = [dict(epsilon=-1), dict(delta=0), dict(batch_size=0), dict(max_tokens=0), dict(temperature=0),
            dict(top_k=0), dict(method="dp-fusion"), dict(method="amin", top_k=5)]
     for change in bad:
-        kwargs = dict(epsilon=1.0, delta=1e-5, batch_size=2, max_tokens=2, model=backend) | change
+        kwargs = dict(epsilon=1.0, delta=1e-5, batch_size=2, max_tokens=2, model=backend, domain=DOMAIN) | change
         with pytest.raises(InvalidParameterError):
             synthesize(REFS[:2], **kwargs)
     with pytest.raises(InvalidInputError):
-        synthesize(["ok", " "], epsilon=1.0, delta=1e-5, batch_size=2, max_tokens=2, model=backend)
+        synthesize(["ok", " "], epsilon=1.0, delta=1e-5, batch_size=2, max_tokens=2, model=backend, domain=DOMAIN)
 
 
 # ---------------------------------------------------------------------------- sampled distribution
@@ -132,9 +156,7 @@ def _intended_first_token(backend, refs, *, clip, tau, top_k):
     exponential mechanism: softmax(phi / tau) on that set.
     """
     tok = backend.tokenizer
-    tpl = prompt_template(tok, options=backend.options,
-                          instruction=tokendp.synthesize.DEFAULT_INSTRUCTION)
-    seq = batch_rows(refs, range(len(refs)), tok, tpl, ())
+    seq = batch_rows(refs, range(len(refs)), tok, synthesis_prompts(tok, options=backend.options, domain=DOMAIN))
     with torch.inference_mode():
         logits = np.stack([backend.model(input_ids=torch.tensor([r.ids])).logits[0, -1].double().numpy()
                            for r in seq.rows])  # (1+B, V)
@@ -168,7 +190,7 @@ def test_first_tokens_follow_the_intended_distribution(backend):
     eps, tau, k = 4.0, 0.7, 8
     first = {}
     out = synthesize(pair * 300, epsilon=eps, delta=1e-5, batch_size=2, max_tokens=1, temperature=tau,
-                     top_k=k, model=backend, seed=11, concurrency=300,
+                     top_k=k, model=backend, domain=DOMAIN, seed=11, concurrency=300,
                      on_token=lambda doc, token: first.setdefault(doc, token))
     assert sorted(first) == list(range(300))
     clip = out[0].clip
@@ -223,7 +245,7 @@ def test_ledger_of_the_job_admits_exactly_max_tokens_tokens():
 def test_switch_clip_epsilon_and_record_come_from_the_accountant(backend):
     eps, delta, b, t, tau, svt = 4.0, 1e-5, 2, 8, 0.9, 0.5
     kwargs = dict(epsilon=eps, delta=delta, batch_size=b, max_tokens=t, temperature=tau, method="amin",
-                  model=backend, seed=1, svt_epsilon=svt)
+                  model=backend, domain=DOMAIN, seed=1, svt_epsilon=svt)
     out = synthesize(REFS[:6], **kwargs)
     c = t // 4  # the default cap
     clip = amin_switch_clip(epsilon=eps, delta=delta, batch_size=b, temperature=tau, max_private_tokens=c, svt_epsilon=svt)
@@ -239,8 +261,8 @@ def test_switch_clip_epsilon_and_record_come_from_the_accountant(backend):
 
 
 def test_switch_that_never_fires_gives_text_that_ignores_the_references(backend):
-    kwargs = dict(epsilon=4.0, delta=1e-5, batch_size=2, max_tokens=6, method="amin", model=backend, seed=3,
-                  svt_epsilon=0.5, max_private_tokens=3, switch_threshold=1e9)
+    kwargs = dict(epsilon=4.0, delta=1e-5, batch_size=2, max_tokens=6, method="amin", model=backend, domain=DOMAIN,
+                  seed=3, svt_epsilon=0.5, max_private_tokens=3, switch_threshold=1e9)
     a = synthesize(REFS[:4], **kwargs)
     b = synthesize(list(reversed(tinylm.CORPUS[:4])), **kwargs)
     assert [o.private_tokens for o in a] == [0, 0]
@@ -276,6 +298,6 @@ def test_switch_job_charges_its_worst_case_before_the_first_token():
     (dict(method="amin", svt_epsilon=0.5, epsilon=0), "epsilon 0"),
 ])
 def test_switch_parameters_are_checked_with_clear_messages(backend, change, message):
-    kwargs = dict(epsilon=1.0, delta=1e-5, batch_size=2, max_tokens=4, model=backend) | change
+    kwargs = dict(epsilon=1.0, delta=1e-5, batch_size=2, max_tokens=4, model=backend, domain=DOMAIN) | change
     with pytest.raises(InvalidParameterError, match=message):
         synthesize(REFS[:2], **kwargs)

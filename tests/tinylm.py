@@ -167,3 +167,11 @@ def ensemble_dir(n: int = 3, seed: int = 0) -> Path:
         shards.append(ShardInfo(src.name, records=2 + j, tokens=40 + j))
     Manifest(str(model_dir()), tuple(shards), seed=seed, hyperparameters={"lora_r": 4}).write(root)
     return root
+
+
+def backend(options: dict, *, copier: bool = False):
+    """An HFBackend on the tiny model (name "tiny") or on :class:`CopyLM` (name "copy")."""
+    from tokendp.backends import HFBackend
+
+    lm = CopyLM(tokenizer()) if copier else model()
+    return HFBackend(lm, tokenizer(), name="copy" if copier else "tiny", options=options)

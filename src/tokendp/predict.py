@@ -36,7 +36,7 @@ from typing import Any
 import torch
 
 from tokendp.accounting import Ledger, pmixed_beta, pmixed_epsilon
-from tokendp.backends import HFBackend, Row, RowSequence
+from tokendp.backends import HFBackend, Row, RowSequence, load_model
 from tokendp.ensemble import Manifest, read_manifest
 from tokendp.errors import BudgetExceededError, InvalidInputError, InvalidParameterError
 from tokendp.generation import generate, make_generator
@@ -193,11 +193,12 @@ class _Job:
 
 def load_ensemble(ensemble: str | Path, *, base: str | Path | None = None, device: str | None = None,
                   dtype: str | None = None) -> tuple[Manifest, HFBackend]:
-    """The manifest and a backend holding the base model (``base`` overrides the manifest's) with
-    every shard's adapter loaded."""
+    """The manifest and a backend holding the base model (``base`` overrides the manifest's; a
+    registered name such as ``smollm2``, a directory or a cached hub id) with every shard's
+    adapter loaded."""
     manifest = read_manifest(ensemble)
     adapters = manifest.adapter_dirs(ensemble)
-    backend = HFBackend.load(base or manifest.base_model, device=device, dtype=dtype, adapters=adapters)
+    backend = load_model(base or manifest.base_model, device=device, dtype=dtype, adapters=adapters)
     return manifest, backend
 
 

@@ -8,8 +8,10 @@ reference by nothing (replace-by-null adjacency).
 
 How one synthetic text is made. The references are split, in order, into *disjoint* batches of
 B; batch j (references jB .. jB+B-1) drives one sequence of 1 + B rows through the decoding
-loop of :mod:`tokendp.generation`: row 0 is the public prompt (the template around an empty or
-placeholder document), row i the same template around reference i. At each of at most T steps
+loop of :mod:`tokendp.generation`: row 0 is the public prompt, which shows no reference (for an
+instruction model: "write an example of <domain>"), row i the private prompt around reference i
+("here is an example of <domain>: <reference i>; write another";
+:mod:`tokendp.text.prompt_pair`). At each of at most T steps
 the mechanism turns the 1 + B next-token logit vectors into one distribution:
 
 * InvisibleInk: DClip, phi = phi_pub + (1/B) sum_i clip(phi_i - phi_pub, -C, C), restricted to
@@ -71,12 +73,11 @@ from tokendp.errors import InvalidInputError, InvalidParameterError
 from tokendp.generation import Generated, generate, make_generator
 from tokendp.mechanisms import AminEtAl, InvisibleInk, SparseVectorSwitch
 from tokendp.mechanisms.base import MechanismStep
-from tokendp.text.contexts import PromptTemplate, prompt_template
+from tokendp.text.prompt_pair import PromptPair, synthesis_prompts
 
 Method = Literal["invisibleink", "amin"]
 METHODS = ("invisibleink", "amin")
-DEFAULT_INSTRUCTION = ("Write a new text of the same kind, style and topic as the following example. "
-                       "Do not copy it.")
+DEFAULT_MODEL = "smollm2"  # an instruction model: the prompt pair asks it for a new text of the kind shown
 
 
 @dataclass(frozen=True)
@@ -255,19 +256,12 @@ def _token_ids(tokenizer: Any, text: str) -> tuple[int, ...]:
     return tuple(tokenizer(text, add_special_tokens=False)["input_ids"]) if text else ()
 
 
-def batch_rows(references: Sequence[str], batch: Sequence[int], tokenizer: Any, template: PromptTemplate,
-               public_ids: Sequence[int]) -> RowSequence:
-    """The 1 + B rows of one batch: the public prompt, then the prompt around each reference."""
-    rows = [template.wrap(public_ids)]
-    rows += [template.wrap(_token_ids(tokenizer, references[i])) for i in batch]
+def batch_rows(references: Sequence[str], batch: Sequence[int], tokenizer: Any, prompts: PromptPair) -> RowSequence:
+    """The 1 + B rows of one batch: the public prompt (no reference), then the private template
+    around each reference of the batch."""
+    rows = [prompts.public]
+    rows += [prompts.private.wrap(_token_ids(tokenizer, references[i])) for i in batch]
     return RowSequence.from_ids(rows)
-
-
-def _public_document(backend: HFBackend, public_document: str | None) -> str:
-    """What the public row shows in place of a reference: given, else the model's placeholder, else ""."""
-    if public_document is not None:
-        return public_document
-    return str(backend.options.get("placeholder", ""))
 
 
 # ---------------------------------------------------------------------------- the job
@@ -342,7 +336,7 @@ class _Job:
 def synthesize(
     references: Sequence[str], *, epsilon: float, delta: float, batch_size: int, max_tokens: int,
     temperature: float = 1.0, top_k: int | None = 100, method: Method = "invisibleink", num: int | None = None,
-    model: str | Path | HFBackend | None = None, prompt: str | None = None, instruction: str | None = None,
+    model: str | Path | HFBackend | None = None, prompt: str | None = None, domain: str | None = None,
     public_document: str | None = None, seed: int | None = None, concurrency: int = 16,
     stop: Sequence[str] = (), device: str | None = None, dtype: str | None = None,
     on_token: Callable[[int, int], None] | None = None, svt_epsilon: float | None = None,
@@ -361,12 +355,15 @@ def synthesize(
             k is an error.
         method: ``"invisibleink"`` or ``"amin"`` (Amin et al. 2024, full-logit clipping).
         num: how many texts (default floor(N / B), the most disjoint batches allow).
-        model: a name (``"rewriter"``, ``"smollm2"``, ``"tiny"``), a local model directory, a hub id in the local cache, an ``HFBackend``, or None
-            for the embedded default model.
-        prompt: a plain template with ``{document}`` (and optionally ``{instruction}``); default:
-            the model's ``tokendp.json`` template, else its chat template, else a plain one.
-        instruction: the instruction of chat and plain templates.
-        public_document: what the public row shows instead of a reference (default: the model's
+        model: a name (``"smollm2"``, ``"rewriter"``, ``"tiny"``), a local model directory, a hub id in the
+            local cache, an ``HFBackend``, or None for :data:`DEFAULT_MODEL` (SmolLM2-135M-Instruct).
+        prompt: a plain template with ``{document}`` for every row (the public row gets it around
+            ``public_document``); default: the model's ``tokendp.json`` template, else the
+            instruction pair for ``domain`` (:func:`tokendp.text.prompt_pair.synthesis_prompts`:
+            the private rows show one reference each, the public row the request alone).
+        domain: what kind of text the references are, a noun phrase with its article (e.g. "a
+            hospital discharge note"); fills the instruction pair, and is required with it.
+        public_document: with a template, what the public row shows instead of a reference (default: the model's
             ``tokendp.json`` placeholder, else nothing).
         seed: reproducible sampling; None seeds from the OS.
         concurrency: synthetic texts generated together (each 1 + B rows) in one batch.
@@ -396,12 +393,11 @@ def synthesize(
     batches = partition(len(refs), batch_size=batch_size, num=num)
     clip = calibrate_clip(method=method, epsilon=epsilon, delta=delta, batch_size=batch_size,
                           temperature=temperature, max_tokens=max_tokens, switch=switch)
-    backend = load_backend(model, device=device, dtype=dtype)
+    backend = load_backend(DEFAULT_MODEL if model is None else model, device=device, dtype=dtype)
     tok = backend.tokenizer
-    template = prompt_template(tok, options=backend.options, template=prompt,
-                               instruction=DEFAULT_INSTRUCTION if instruction is None else instruction)
-    public_ids = _token_ids(tok, _public_document(backend, public_document))
-    sequences = [batch_rows(refs, b, tok, template, public_ids) for b in batches]
+    prompts = synthesis_prompts(tok, options=backend.options, domain=domain, template=prompt,
+                                public_document=public_document)
+    sequences = [batch_rows(refs, b, tok, prompts) for b in batches]
     backend.check_fits(max(s.max_length for s in sequences), max_tokens)
     generator = make_generator(seed, backend.device)
     job = _Job(method, clip, batch_size, temperature, top_k, epsilon, delta, len(batches), switch, generator)

@@ -105,7 +105,7 @@ def test_invalid_parameters_exit_2_with_a_message(args):
     assert "Traceback" not in result.output
 
 
-@pytest.mark.parametrize("command", ["dp-fusion", "invisibleink", "dp-decoding", "dp-prompt", "convert"])
+@pytest.mark.parametrize("command", ["dp-fusion", "invisibleink", "dp-decoding", "dp-prompt", "convert", "dpsgd"])
 def test_help_explains_every_parameter(command):
     result = _run(command, "--help")
     assert result.exit_code == 0
@@ -125,3 +125,15 @@ def test_pmixed_both_directions():
     bad = list(common)
     bad[bad.index("--sample-rate") + 1] = "3"
     assert _run("pmixed", "--beta", "0.1", *bad).exit_code == 2
+
+
+def test_dpsgd_both_directions_agree_with_opacus():
+    forward = _json("dpsgd", "--sample-rate", "0.01", "--noise-multiplier", "1.1", "--steps", "1000", "--delta", "1e-5")
+    opacus_rdp = pytest.importorskip("opacus.accountants.rdp")
+    accountant = opacus_rdp.RDPAccountant()
+    accountant.history = [(1.1, 0.01, 1000)]
+    assert forward["epsilon"] == pytest.approx(accountant.get_epsilon(delta=1e-5, alphas=list(acc.INTEGER_ORDERS)), rel=1e-9)
+    back = _json("dpsgd", "--sample-rate", "0.01", "--epsilon", "3", "--steps", "1000", "--delta", "1e-5")
+    assert back["epsilon"] <= 3.0 and back["noise_multiplier"] < 1.1
+    assert _run("dpsgd", "--sample-rate", "0.01", "--steps", "1000", "--delta", "1e-5").exit_code == 2
+    assert _run("dpsgd", "--sample-rate", "2", "--noise-multiplier", "1", "--steps", "10", "--delta", "1e-5").exit_code == 2

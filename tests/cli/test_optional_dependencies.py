@@ -155,3 +155,17 @@ def test_missing_peft_stops_ensemble_commands_before_any_work(monkeypatch, tmp_p
     assert res.exit_code == 2 and calls == []
     line = _one_line(res.output)
     assert 'needs peft' in line and 'pip install "tokendp[ensemble]"' in line and PRIVATE not in res.output
+
+
+def test_eval_synthesize_without_mauve_exits_2_before_any_work(monkeypatch, tmp_path):
+    import tokendp.backends
+
+    calls: list[str] = []
+    _forbid(monkeypatch, tokendp.backends, "load_backend", calls)
+    _missing(monkeypatch, "mauve")
+    result = CliRunner().invoke(main, ["eval", "synthesize", "--data", str(tmp_path), "--out", str(tmp_path / "out"),
+                                       "--no-plots"])
+    assert result.exit_code == 2, result.output
+    line = _one_line(result.output)
+    assert "tokendp eval synthesize needs mauve-text: pip install" in line and 'pip install "tokendp[eval]"' in line
+    assert calls == [] and not (tmp_path / "out").exists()

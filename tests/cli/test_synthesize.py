@@ -29,7 +29,7 @@ def run(*args):
 def test_json_records_and_clip_equal_to_tokendp_account(refs):
     model = tinylm.model_dir()
     res = run("synthesize", "--references", refs, "--epsilon", 3, "--delta", 1e-5, "--batch-size", 2,
-              "--max-tokens", 4, "--temperature", 0.9, "--top-k", 20, "--seed", 0, "--model", model, "--json")
+              "--max-tokens", 4, "--temperature", 0.9, "--top-k", 20, "--seed", 0, "--model", model, "--domain", "a note", "--json")
     assert res.exit_code == 0, res.output
     records = [json.loads(line) for line in res.stdout.splitlines()]
     assert len(records) == 2  # 5 references in disjoint batches of 2
@@ -46,7 +46,7 @@ def test_json_records_and_clip_equal_to_tokendp_account(refs):
 def test_amin_switch_end_to_end_matches_tokendp_account(refs):
     res = run("synthesize", "--references", refs, "--epsilon", 3, "--delta", 1e-5, "--batch-size", 2,
               "--max-tokens", 6, "--method", "amin", "--svt-epsilon", 0.5, "--max-private-tokens", 2,
-              "--seed", 0, "--model", tinylm.model_dir(), "--json")
+              "--seed", 0, "--model", tinylm.model_dir(), "--domain", "a note", "--json")
     assert res.exit_code == 0, res.output
     records = [json.loads(line) for line in res.stdout.splitlines()]
     assert len(records) == 2 and all(set(r) == KEYS for r in records)
@@ -60,7 +60,7 @@ def test_amin_switch_end_to_end_matches_tokendp_account(refs):
         assert 0 <= r["private_tokens"] <= 2
     readable = run("synthesize", "--references", refs, "--epsilon", 3, "--delta", 1e-5, "--batch-size", 5,
                    "--max-tokens", 4, "--method", "amin", "--svt-epsilon", 0.5, "--switch-threshold", 0.25,
-                   "--seed", 0, "--model", tinylm.model_dir())
+                   "--seed", 0, "--model", tinylm.model_dir(), "--domain", "a note")
     assert readable.exit_code == 0, readable.output
     assert "switch: svt epsilon 0.5, threshold 0.25" in readable.stdout and "of at most 1 tokens private" in readable.stdout
 
@@ -68,7 +68,7 @@ def test_amin_switch_end_to_end_matches_tokendp_account(refs):
 def test_out_file_readable_output_and_epsilon_zero(refs, tmp_path):
     out = tmp_path / "synthetic.txt"
     res = run("synthesize", "--references", refs, "--epsilon", 0, "--delta", 1e-5, "--batch-size", 5,
-              "--max-tokens", 3, "--method", "amin", "--model", tinylm.model_dir(), "--out", out)
+              "--max-tokens", 3, "--method", "amin", "--model", tinylm.model_dir(), "--domain", "a note", "--out", out)
     assert res.exit_code == 0, res.output
     assert res.stdout == ""
     assert out.read_text().startswith("# amin: epsilon 0 per reference")
@@ -86,7 +86,7 @@ def test_out_file_readable_output_and_epsilon_zero(refs, tmp_path):
 def test_errors_exit_2_with_a_message(refs, args, message):
     base = {"--epsilon": 1, "--delta": 1e-5, "--batch-size": 2, "--max-tokens": 2}
     base.update(dict(zip(args[::2], args[1::2])))
-    res = run("synthesize", "--references", refs, "--model", tinylm.model_dir(), *sum(map(list, base.items()), []))
+    res = run("synthesize", "--references", refs, "--model", tinylm.model_dir(), "--domain", "a note", *sum(map(list, base.items()), []))
     assert res.exit_code == 2 and message in res.output
 
 
@@ -94,5 +94,11 @@ def test_malformed_references_exit_2_without_their_text(tmp_path):
     path = tmp_path / "refs.jsonl"
     path.write_text('{"text": "fine"}\n{"note": "SECRET-NAME"}\n')
     res = run("synthesize", "--references", path, "--epsilon", 1, "--delta", 1e-5, "--batch-size", 1,
-              "--max-tokens", 2, "--model", tinylm.model_dir())
+              "--max-tokens", 2, "--model", tinylm.model_dir(), "--domain", "a note")
     assert res.exit_code == 2 and "line 2" in res.output and "SECRET" not in res.output
+
+
+def test_without_a_domain_the_prompt_pair_refuses_with_a_message(refs):
+    res = run("synthesize", "--references", refs, "--epsilon", 1, "--delta", 1e-5, "--batch-size", 2,
+              "--max-tokens", 2, "--model", tinylm.model_dir())
+    assert res.exit_code == 2 and "--domain" in res.output and "hospital discharge note" in res.output

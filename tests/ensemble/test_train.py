@@ -164,3 +164,22 @@ def test_bad_input_exit_2(tmp_path, lines, args, match):
 def test_bad_config():
     with pytest.raises(InvalidParameterError, match="steps"):
         TrainConfig(steps=0).check()
+
+
+def test_text_corpus_and_a_registered_base_name(tmp_path):
+    """A plain-text corpus is one record per non-blank line (WikiText's paragraphs); a registered
+    name (tiny, smollm2) is kept as given in the manifest, and predict loads it by that name."""
+    data = tmp_path / "train.txt"
+    data.write_text("\n".join(f" {line} " for line in tinylm.CORPUS) + "\n \n\n")
+    out = tmp_path / "ens"
+    res = CliRunner().invoke(main, ["ensemble", "train", "--data", str(data), "--shards", "2", "--out", str(out),
+                                    "--base", "tiny", "--steps", "1", "--batch-size", "2", "--max-length", "16"])
+    assert res.exit_code == 0, res.output
+    m = read_manifest(out)
+    assert m.base_model == "tiny" and sum(s.records for s in m.shards) == len(tinylm.CORPUS)
+    res = CliRunner().invoke(main, ["predict", "--ensemble", str(out), "--prompt", "The court", "--epsilon", "8",
+                                    "--delta", "1e-5", "--queries", "2", "--seed", "0", "--json"])
+    assert res.exit_code == 0, res.output
+    res = CliRunner().invoke(main, ["ensemble", "train", "--data", str(data), "--shards", "2", "--out",
+                                    str(tmp_path / "o2"), "--base", "tiny", "--group-by", "user_id"])
+    assert res.exit_code == 2 and "needs a JSONL corpus" in res.output

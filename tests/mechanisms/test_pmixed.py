@@ -121,3 +121,56 @@ def test_accountant_closed_forms_and_calibration() -> None:
         pmixed_beta(epsilon=1.0, alpha=3.0, ensemble_size=80, sample_rate=0.03, max_tokens=1024, delta=1e-5)
     with pytest.raises(InvalidParameterError):
         PMixED(sample_rate=0.1, beta=0.1).event(shards=[])
+
+
+def test_pmixed_alpha_maximises_beta_over_alpha() -> None:
+    """The order choice: public parameters only, the largest beta / alpha on the grid; the paper's
+    setting (N 80, q 0.03, T 1024, delta 1e-5, epsilon 8) picks its alpha = 3, and epsilon 1 (out
+    of reach at alpha 3, whose conversion alone costs 4.8) gets a larger order."""
+    from tokendp.accounting import PMIXED_ORDERS, pmixed_alpha
+
+    paper = dict(ensemble_size=80, sample_rate=0.03, max_tokens=1024, delta=1e-5)
+    assert pmixed_alpha(epsilon=8, **paper) == 3.0
+    with pytest.raises(InvalidParameterError, match="alpha=3"):
+        pmixed_beta(epsilon=1, alpha=3, **paper)
+    for eps in (1.0, 3.0, 8.0):
+        best = pmixed_alpha(epsilon=eps, **paper)
+        ratio = pmixed_beta(epsilon=eps, alpha=best, **paper) / best
+        for a in PMIXED_ORDERS:
+            try:
+                assert pmixed_beta(epsilon=eps, alpha=a, **paper) / a <= ratio
+            except InvalidParameterError:
+                pass
+    assert pmixed_alpha(epsilon=1, **paper) > 3
+    with pytest.raises(InvalidParameterError, match="every order"):
+        pmixed_alpha(epsilon=0.01, **paper)
+
+
+def test_only_sampled_members_are_searched_and_each_gets_its_own_lambda() -> None:
+    """The release compacts the sampled rows before the search; each sampled member's lambda is
+    the one mollify finds for that member alone, the others get 0, and the output is the average
+    of the sampled mixtures, whatever the other sequences of the batch sampled."""
+    from tokendp.divergence import mollify
+    from tokendp.mechanisms.base import log_softmax_at
+    from tokendp.mechanisms.mixture import release_allowance
+
+    torch.manual_seed(5)
+    logits = 3.0 * torch.randn(4, 7, 50)  # (n, 1+N, V)
+    sampled = torch.tensor([[True, False, False, True, False, False], [False] * 6,
+                            [False, False, False, False, False, True], [True] * 6])  # (n, N)
+    mech = PMixED(alpha=3.0, sample_rate=0.5, beta=0.05)
+    out = mech.release(logits, sampled)
+    logp = log_softmax_at(logits, 1.0)  # (n, 1+N, V) float32, as the release computes them
+    for i in range(4):
+        k = int(sampled[i].sum())
+        cap = 0.05 - k * release_allowance(3.0, groups=6, vocab=50)
+        expect = torch.exp(logp[i, 0].double())
+        if k:  # alone, the sequence's sampled rows are searched exactly as mollify searches them
+            lam = mollify(logp[i:i + 1, 1:][:, sampled[i]], logp[i:i + 1, 0], alpha=3.0, cap=cap)[0].double()
+            alone = mech.release(logits[i:i + 1], sampled[i:i + 1]).diagnostics["lam"][0]
+            torch.testing.assert_close(alone[sampled[i]].double(), lam, rtol=0, atol=0)
+            # in a batch, the (public) choice of a float32 search may move lambda by an ulp
+            torch.testing.assert_close(out.diagnostics["lam"][i][sampled[i]].double(), lam, rtol=1e-6, atol=0)
+            expect = (lam[:, None] * torch.exp(logp[i, 1:][sampled[i]].double()) + (1 - lam[:, None]) * expect).mean(0)
+        assert bool((out.diagnostics["lam"][i][~sampled[i]] == 0).all())
+        torch.testing.assert_close(torch.exp(out.logprobs[i]).double(), expect, rtol=1e-6, atol=1e-9)

@@ -58,10 +58,10 @@ def test_model_info_cli_json_and_text():
     from tokendp.cli import main
 
     runner = CliRunner()
-    result = runner.invoke(main, ["model", "info", "--json"])
+    result = runner.invoke(main, ["model", "info", "tiny", "--json"])
     assert result.exit_code == 0, result.output
     data = json.loads(result.output)
     assert data == json.loads(json.dumps(model_info()))
     assert data["architecture"] == "LlamaForCausalLM" and data["parameters"] > 1_000_000
-    text = runner.invoke(main, ["model", "info"])
+    text = runner.invoke(main, ["model", "info", "tiny"])
     assert text.exit_code == 0 and "LlamaForCausalLM" in text.output

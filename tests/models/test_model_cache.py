@@ -154,6 +154,30 @@ def test_lora_merged_equals_lora_applied(tmp_path):
     torch.testing.assert_close(merged, wrapped, rtol=1e-4, atol=1e-5)
 
 
+def test_lora_merges_into_low_precision_weights_with_one_rounding(tmp_path):
+    """W + s B A is formed in float32 and rounded once to the weights' dtype (bf16 on a GPU)."""
+    from tokendp.models.lora import add_lora, merge_adapter, read_adapter, save_adapter
+
+    model, _ = _tiny_llama()
+    add_lora(model, r=4, alpha=8, targets=("q_proj",))
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if "lora_B" in name:
+                p.normal_(0, 0.05)
+    save_adapter(model, tmp_path / "ad", r=4, alpha=8, targets=("q_proj",), base_model="tiny",
+                 dtype=torch.float32)
+    _, tensors = read_adapter(tmp_path / "ad")
+    plain, _ = _tiny_llama()
+    layer = plain.model.layers[0].self_attn.q_proj
+    base = layer.weight.detach().clone()
+    plain.to(torch.bfloat16)
+    merge_adapter(plain, tmp_path / "ad")
+    key = "base_model.model.model.layers.0.self_attn.q_proj"
+    delta = tensors[f"{key}.lora_B.weight"] @ tensors[f"{key}.lora_A.weight"]
+    expected = (base.to(torch.bfloat16).float() + 2.0 * delta).to(torch.bfloat16)
+    assert torch.equal(layer.weight, expected)
+
+
 def test_registry_loads_names_through_load_backend(tmp_path, monkeypatch):
     from tokendp.backends import hf
     from tokendp.models import registry

@@ -5,7 +5,13 @@ the conversions turn RDP and zCDP into (epsilon, delta); the per-mechanism accou
 per-token bounds, totals and calibrations. Math and proofs: docs/privacy.md.
 """
 
-from tokendp.accounting.events import PrivacyEvent, PureDpEvent, RdpEvent, ZcdpEvent
+from tokendp.accounting.dpsgd import (
+    calibrate_noise_multiplier,
+    rise_and_reset,
+    schedule_epsilon,
+    schedule_noise_multipliers,
+)
+from tokendp.accounting.events import PrivacyEvent, PureDpEvent, RdpEvent, SubsampledGaussianEvent, ZcdpEvent
 from tokendp.accounting.ledger import Ledger
 from tokendp.accounting.mechanisms import (
     amin_clip,
@@ -28,6 +34,8 @@ from tokendp.accounting.mechanisms import (
     invisibleink_clip,
     invisibleink_epsilon,
     invisibleink_rho_per_token,
+    PMIXED_ORDERS,
+    pmixed_alpha,
     pmixed_beta,
     pmixed_epsilon,
     pmixed_rdp_per_token,
@@ -64,6 +72,7 @@ __all__ = [
     "PrivacyEvent",
     "PureDpEvent",
     "RdpEvent",
+    "SubsampledGaussianEvent",
     "ZcdpEvent",
     "amin_clip",
     "amin_epsilon",
@@ -74,6 +83,7 @@ __all__ = [
     "amin_switch_noise",
     "amin_switch_sensitivity",
     "bounded_range_to_zcdp",
+    "calibrate_noise_multiplier",
     "compose_rdp",
     "conversion_offset",
     "dp_decoding_epsilon",
@@ -91,6 +101,8 @@ __all__ = [
     "invisibleink_clip",
     "invisibleink_epsilon",
     "invisibleink_rho_per_token",
+    "PMIXED_ORDERS",
+    "pmixed_alpha",
     "pmixed_beta",
     "pmixed_epsilon",
     "pmixed_rdp_per_token",
@@ -100,6 +112,9 @@ __all__ = [
     "pure_dp_to_zcdp",
     "rdp_to_epsilon",
     "rdp_to_epsilon_and_order",
+    "rise_and_reset",
+    "schedule_epsilon",
+    "schedule_noise_multipliers",
     "sparse_vector_discrete_noise",
     "sparse_vector_grid",
     "sparse_vector_noise",

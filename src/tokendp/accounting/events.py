@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from tokendp.accounting._checks import check_nonnegative, check_order
+from tokendp.accounting._checks import check_nonnegative, check_order, check_positive, check_rate
 
 
 @dataclass(frozen=True)
@@ -45,4 +45,19 @@ class ZcdpEvent:
         check_nonnegative("rho", self.rho)
 
 
-PrivacyEvent = PureDpEvent | RdpEvent | ZcdpEvent
+@dataclass(frozen=True)
+class SubsampledGaussianEvent:
+    """One DP-SGD step: the Gaussian mechanism (sensitivity 1, noise std ``noise_multiplier``)
+    on a Poisson subsample of rate ``sampling_rate``, add/remove adjacency (Mironov, Talwar,
+    Zhang 2019). Its RDP is known exactly at integer orders only
+    (:func:`~tokendp.accounting.rdp.subsampled_gaussian_rdp`)."""
+
+    sampling_rate: float
+    noise_multiplier: float
+
+    def __post_init__(self) -> None:
+        check_rate("sampling_rate", self.sampling_rate)
+        check_positive("noise_multiplier", self.noise_multiplier)
+
+
+PrivacyEvent = PureDpEvent | RdpEvent | ZcdpEvent | SubsampledGaussianEvent

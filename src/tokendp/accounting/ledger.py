@@ -13,7 +13,8 @@ epsilon is the smallest of the bounds that apply to its events, all sound:
 * no single-order RDP event: zCDP, rho = sum of rho + sum of eps^2/2 for pure events (Bun and
   Steinke 2016, Prop. 1.4, Lemma 2.3), converted exactly (:func:`~tokendp.accounting.zcdp.zcdp_to_epsilon`);
 * always: the RDP curve on a grid of orders (ZcdpEvent: a rho at every order; PureDpEvent: its tight
-  curve; RdpEvent(a, r): r at order a only, unknown (+inf) elsewhere), converted by
+  curve; RdpEvent(a, r): r at order a only, unknown (+inf) elsewhere; SubsampledGaussianEvent: the
+  exact curve at the grid's integer orders, unknown at the others), converted by
   :func:`~tokendp.accounting.rdp.rdp_to_epsilon`. Orders of RdpEvents join the grid, so
   T charges of ``RdpEvent(alpha, r)`` give exactly T r + the conversion offset at alpha, the
   value of :func:`~tokendp.accounting.mechanisms.dp_fusion_epsilon`.
@@ -32,12 +33,13 @@ from typing import Any
 import numpy as np
 
 from tokendp.accounting._checks import check_delta, check_nonnegative
-from tokendp.accounting.events import PrivacyEvent, PureDpEvent, RdpEvent, ZcdpEvent
-from tokendp.accounting.rdp import DEFAULT_ORDERS, conversion_offset, pure_dp_to_rdp
+from tokendp.accounting.events import PrivacyEvent, PureDpEvent, RdpEvent, SubsampledGaussianEvent, ZcdpEvent
+from tokendp.accounting.rdp import DEFAULT_ORDERS, conversion_offset, pure_dp_to_rdp, subsampled_gaussian_rdp
 from tokendp.accounting.zcdp import epsilon_to_zcdp, zcdp_to_epsilon
 from tokendp.errors import BudgetExceededError, InvalidInputError, InvalidParameterError
 
 _FORMAT = "tokendp.ledger/1"
+_EVENT_TYPES = (PureDpEvent, RdpEvent, ZcdpEvent, SubsampledGaussianEvent)
 
 
 class Ledger:
@@ -74,9 +76,10 @@ class Ledger:
         for unit, event in charges.items():
             if unit not in self._budgets:
                 raise InvalidInputError(f"unit {unit!r} has no budget in this ledger; give it one when building the Ledger")
-            if not isinstance(event, (PureDpEvent, RdpEvent, ZcdpEvent)):
+            if not isinstance(event, _EVENT_TYPES):
                 raise InvalidInputError(
-                    f"unknown privacy event type {type(event).__name__} for unit {unit!r}; charge a PureDpEvent, RdpEvent or ZcdpEvent"
+                    f"unknown privacy event type {type(event).__name__} for unit {unit!r}; "
+                    "charge a PureDpEvent, RdpEvent, ZcdpEvent or SubsampledGaussianEvent"
                 )
         previous_orders = self._orders
         new_orders = {float(e.alpha) for e in charges.values() if isinstance(e, RdpEvent)} - set(previous_orders.tolist())
@@ -161,6 +164,8 @@ class Ledger:
                 curve = self._orders * event.rho
             elif isinstance(event, PureDpEvent):
                 curve = pure_dp_to_rdp(epsilon=event.epsilon, orders=self._orders)
+            elif isinstance(event, SubsampledGaussianEvent):
+                curve = _subsampled_gaussian_curve(event, self._orders)
             elif event.rdp == 0:  # D_a = 0 means the output ignores the unit: no loss at any order
                 curve = np.zeros_like(self._orders)
             else:
@@ -183,7 +188,7 @@ class Ledger:
                 rho += count * event.rho
             elif isinstance(event, PureDpEvent):
                 rho += count * event.epsilon**2 / 2.0
-            elif event.rdp != 0:
+            elif isinstance(event, SubsampledGaussianEvent) or event.rdp != 0:
                 return None
         return rho
 
@@ -216,9 +221,21 @@ class Ledger:
         return min(bounds)
 
 
+def _subsampled_gaussian_curve(event: SubsampledGaussianEvent, orders: np.ndarray) -> np.ndarray:
+    """The exact curve at the integer orders of the grid, +inf (unknown) at the others."""
+    integer = orders == np.round(orders)  # (K,)
+    curve = np.full(orders.shape, math.inf)  # (K,)
+    if np.any(integer):
+        curve[integer] = subsampled_gaussian_rdp(sampling_rate=event.sampling_rate, noise_multiplier=event.noise_multiplier,
+                                                 orders=orders[integer].astype(np.int64).tolist())
+    return curve
+
+
 def _event_to_dict(event: PrivacyEvent) -> dict[str, Any]:
     if isinstance(event, PureDpEvent):
         return {"type": "pure", "epsilon": event.epsilon}
+    if isinstance(event, SubsampledGaussianEvent):
+        return {"type": "subsampled-gaussian", "sampling_rate": event.sampling_rate, "noise_multiplier": event.noise_multiplier}
     if isinstance(event, ZcdpEvent):
         return {"type": "zcdp", "rho": event.rho}
     return {"type": "rdp", "alpha": event.alpha, "rdp": event.rdp}
@@ -232,4 +249,6 @@ def _event_from_dict(record: Mapping[str, Any]) -> PrivacyEvent:
         return ZcdpEvent(rho=record["rho"])
     if kind == "rdp":
         return RdpEvent(alpha=record["alpha"], rdp=record["rdp"])
-    raise InvalidInputError(f"unknown event type {kind!r} in ledger state; expected 'pure', 'zcdp' or 'rdp'")
+    if kind == "subsampled-gaussian":
+        return SubsampledGaussianEvent(sampling_rate=record["sampling_rate"], noise_multiplier=record["noise_multiplier"])
+    raise InvalidInputError(f"unknown event type {kind!r} in ledger state; expected 'pure', 'zcdp', 'rdp' or 'subsampled-gaussian'")

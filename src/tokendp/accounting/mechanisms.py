@@ -183,6 +183,37 @@ def pmixed_beta(*, epsilon: float, alpha: float, ensemble_size: int, sample_rate
     )
 
 
+PMIXED_ORDERS = (1.5, 2.0, 2.5, 3.0, 4.0, 5.0, 6.0, 8.0, 10.0, 12.0, 16.0, 20.0, 24.0, 32.0, 48.0, 64.0)
+"""The Renyi orders :func:`pmixed_alpha` chooses from."""
+
+
+def pmixed_alpha(*, epsilon: float, ensemble_size: int, sample_rate: float, max_tokens: int, delta: float,
+                 orders: tuple[float, ...] = PMIXED_ORDERS) -> float:
+    """The Renyi order among ``orders`` that lets each member move farthest from the public
+    model at ``epsilon``: the one maximising beta(alpha) / alpha, beta(alpha) = :func:`pmixed_beta`.
+
+    Why that ratio: for a small mixing weight lam both directions of the cap expand as
+    D_alpha(P_lam || Q) ~ D_alpha(Q || P_lam) ~ (alpha/2) lam^2 chi2(P || Q) (the second-order
+    term of the Renyi divergence of a mixture), so the largest feasible lam is about
+    sqrt(2 beta / (alpha chi2)), larger when beta / alpha is. The choice depends on public
+    parameters only. Orders whose conversion cost exceeds ``epsilon`` are skipped (at delta 1e-5,
+    epsilon 1 needs alpha of about 10 or more); none left is an error.
+    """
+    best, best_ratio = None, -1.0
+    for alpha in orders:
+        try:
+            beta = pmixed_beta(epsilon=epsilon, alpha=alpha, ensemble_size=ensemble_size, sample_rate=sample_rate,
+                               max_tokens=max_tokens, delta=delta)
+        except InvalidParameterError:
+            continue  # epsilon below this order's conversion cost
+        if beta / alpha > best_ratio:
+            best, best_ratio = float(alpha), beta / alpha
+    if best is None:
+        raise InvalidParameterError(f"epsilon {epsilon:g} is below the conversion cost at every order up to "
+                                    f"{max(orders):g} at delta={delta:g}: raise epsilon or delta")
+    return best
+
+
 # --- InvisibleInk ----------------------------------------------------------------------------
 
 

@@ -87,6 +87,7 @@ class HFBackend:
         self.name = name or str(getattr(model.config, "_name_or_path", "") or type(model).__name__)
         self.options = dict(options or {})
         self.device = next(model.parameters()).device
+        self._zero: tuple[tuple[str, ...], tuple[str, ...]] | None = None  # (adapters, zero_adapters())
 
     @property
     def adapters(self) -> tuple[str, ...]:
@@ -96,7 +97,10 @@ class HFBackend:
 
     def zero_adapters(self) -> tuple[str, ...]:
         """Loaded adapters whose every LoRA B matrix is exactly 0: they compute the base model
-        (an adapter trained on nothing), so their rows can be read as the public row's twins."""
+        (an adapter trained on nothing), so their rows can be read as the public row's twins.
+        Found once per set of loaded adapters (they load frozen), not on every call."""
+        if self._zero is not None and self._zero[0] == self.adapters:
+            return self._zero[1]
         zero = []
         for adapter in self.adapters:
             found, nonzero = False, False
@@ -110,7 +114,8 @@ class HFBackend:
                     nonzero = nonzero or bool(torch.count_nonzero(weight).item())
             if found and not nonzero:
                 zero.append(adapter)
-        return tuple(zero)
+        self._zero = (self.adapters, tuple(zero))
+        return self._zero[1]
 
     def add_adapters(self, adapters: Mapping[str, str | Path]) -> None:
         """Load LoRA adapters saved in PEFT's layout (``adapter_config.json`` and
@@ -371,23 +376,37 @@ def load_named_model(name: str, *, device: Any = None, dtype: Any = None, adapte
 
     if name == "tiny":
         return HFBackend.load(DEFAULT_MODEL_DIR, device=device, dtype=dtype, name="tiny")
-    if name == "smollm2":
-        backend = HFBackend.load(base_model_dir(), device=device, dtype=dtype, name="smollm2")
-        # A sampled rewrite may skip <|im_end|> and open a new chat turn; that ends it too.
-        backend.options.setdefault("stop", ["<|im_start|>"])
-        return backend
-    if name == "rewriter":
+    if name not in ("smollm2", "rewriter"):
+        raise unknown_name_error(name)
+    path = adapter_dir(adapter) if name == "rewriter" else None
+    label = name if adapter is None else f"rewriter:{path}"
+    backend = HFBackend.load(base_model_dir(), device=device, dtype=dtype, name=label)
+    if path is not None:
         from tokendp.models.lora import merge_adapter
 
-        path = adapter_dir(adapter)
-        backend = HFBackend.load(base_model_dir(), device=device, dtype=dtype,
-                                 name="rewriter" if adapter is None else f"rewriter:{path}")
         merge_adapter(backend.model, path)
         options = path / "tokendp.json"
         if options.is_file():
             backend.options = json.loads(options.read_text(encoding="utf-8"))
-        return backend
-    raise unknown_name_error(name)
+    # A sampled answer may skip <|im_end|> and open a new chat turn; that ends it too.
+    backend.options.setdefault("stop", ["<|im_start|>"])
+    return backend
+
+
+def load_model(model: str | Path, *, device: Any = None, dtype: Any = None,
+               adapters: Mapping[str, str | Path] | None = None) -> HFBackend:
+    """A fresh (uncached) HFBackend for a registered name (``smollm2``, ``tiny``, ...) or a model
+    directory / cached hub id, with the LoRA ``adapters`` ``{name: directory}`` loaded when given.
+    For callers that change the model (training wraps it in LoRA layers) or add adapters to it."""
+    from tokendp.models.registry import is_model_name
+
+    if is_model_name(model):
+        backend = load_named_model(str(model), device=device, dtype=dtype)
+    else:
+        backend = HFBackend.load(model, device=device, dtype=dtype)
+    if adapters:
+        backend.add_adapters(adapters)
+    return backend
 
 
 @functools.lru_cache(maxsize=2)

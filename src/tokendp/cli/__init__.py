@@ -17,9 +17,11 @@ from tokendp.malloc import keep_freed_memory
 def main() -> None:
     """Token-level differential privacy for large language models.
 
-    Rewrite documents (sanitize), generate synthetic text (synthesize), answer prompts from
-    an ensemble fine-tuned on private shards (ensemble train, predict), tag PII (tag), and
-    compute privacy budgets (account), each with a formal (epsilon, delta) guarantee.
+    Rewrite documents (sanitize), answer a prompt from private and untrusted context
+    (generate), generate synthetic text (synthesize), answer prompts from an ensemble
+    fine-tuned on private shards (ensemble train, predict), fine-tune with DP-SGD or ATDP
+    (finetune), tag PII (tag), and compute privacy budgets (account), each with a formal
+    (epsilon, delta) guarantee.
     """
     keep_freed_memory()  # per-step buffers are reused instead of re-faulted (tokendp.malloc)
 
@@ -27,11 +29,13 @@ def main() -> None:
 from tokendp.cli.account import account  # noqa: E402
 from tokendp.cli.ensemble import ensemble  # noqa: E402
 from tokendp.cli.eval import eval_group  # noqa: E402
+from tokendp.cli.finetune import finetune  # noqa: E402
+from tokendp.cli.generate import generate  # noqa: E402
 from tokendp.cli.model import model  # noqa: E402
 from tokendp.cli.predict import predict  # noqa: E402
 from tokendp.cli.sanitize import sanitize  # noqa: E402
 from tokendp.cli.synthesize import synthesize  # noqa: E402
 from tokendp.cli.tag import tag  # noqa: E402
 
-for _command in (sanitize, synthesize, ensemble, predict, tag, account, model, eval_group):
+for _command in (sanitize, generate, synthesize, ensemble, predict, finetune, tag, account, model, eval_group):
     main.add_command(_command)

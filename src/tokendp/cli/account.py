@@ -97,6 +97,31 @@ def pmixed(alpha, beta, epsilon, ensemble_size, sample_rate, max_tokens, delta, 
     }, as_json)
 
 
+@account.command("dpsgd")
+@click.option("--sample-rate", type=float, required=True, help="q: each record joins a step's batch with this probability (Poisson; batch / N).")
+@click.option("--noise-multiplier", type=float, help="sigma: the noise std as a multiple of the clip norm (> 0).")
+@click.option("--epsilon", type=float, help="Target epsilon per record; prints the smallest noise multiplier that meets it.")
+@click.option("--steps", type=int, required=True, help="Number of noisy steps (epochs * steps per epoch).")
+@_DELTA
+@_JSON
+@library_errors
+def dpsgd(sample_rate, noise_multiplier, epsilon, steps, delta, as_json) -> None:
+    """DP-SGD: epsilon per record for a noise multiplier (or the multiplier for a target epsilon).
+
+    Add/remove adjacency; RDP of the Poisson-subsampled Gaussian, exact at integer orders 2..1024,
+    composed over the steps (it equals Opacus's RDPAccountant at those orders; docs/privacy.md).
+    """
+    _exactly_one(noise_multiplier=noise_multiplier, epsilon=epsilon)
+    if noise_multiplier is None:
+        noise_multiplier = accounting.calibrate_noise_multiplier(epsilon=epsilon, delta=delta, sampling_rate=sample_rate,
+                                                                 steps_per_epoch=steps, multipliers=[1.0])
+    _emit({
+        "mechanism": "dpsgd", "sample_rate": sample_rate, "noise_multiplier": noise_multiplier, "steps": steps, "delta": delta,
+        "epsilon": accounting.schedule_epsilon(noise_multiplier=noise_multiplier, multipliers=[1.0], steps_per_epoch=steps,
+                                               sampling_rate=sample_rate, delta=delta),
+    }, as_json)
+
+
 @account.command("invisibleink")
 @click.option("--clip", type=float, help="Clip C (>= 0) on each reference's logit difference from the public logits.")
 @click.option("--epsilon", type=float, help="Target epsilon per reference; prints the largest clip C that meets it.")

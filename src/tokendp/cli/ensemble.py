@@ -5,11 +5,13 @@ A thin shell over :func:`tokendp.ensemble.train.train_ensemble`.
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 import click
 
 from tokendp.cli._common import library_errors
+from tokendp.errors import InvalidParameterError
 
 
 @click.group("ensemble")
@@ -19,11 +21,14 @@ def ensemble() -> None:
 
 @ensemble.command("train")
 @click.option("--data", type=click.Path(exists=True, dir_okay=False, path_type=Path), required=True,
-              help="Private corpus: JSONL, one record per line with a text field.")
+              help="Private corpus: JSONL (.jsonl), one record per line with a text field; or a text file, "
+                   "one record per non-blank line.")
 @click.option("--shards", type=int, required=True, help="N: disjoint shards, one adapter (ensemble member) each.")
 @click.option("--out", type=click.Path(file_okay=False, path_type=Path), required=True,
               help="Ensemble directory (manifest.json + shard-000/ ...); rerun the same command to resume.")
-@click.option("--base", default=None, help="Base model directory or cached hub id [default: the embedded model].")
+@click.option("--base", default=None,
+              help="Base model: smollm2, tiny (see `tokendp model list`), a directory or a cached hub id "
+                   "[default: tiny, the embedded model].")
 @click.option("--group-by", default=None,
               help="Keep all records with the same value of this field in one shard (e.g. user_id); what the guarantee then covers: docs/predict.md.")
 @click.option("--text-field", default="text", show_default=True, help="Field of each record that holds its text.")
@@ -35,30 +40,40 @@ def ensemble() -> None:
 @click.option("--lr", type=float, default=2e-4, show_default=True, help="AdamW learning rate (weight decay 0.01).")
 @click.option("--seed", type=int, default=0, show_default=True, help="Seed of the shard split and of training.")
 @click.option("--device", default=None, help="torch device [default: cuda if available, else cpu].")
+@click.option("--dtype", type=click.Choice(["float32", "bfloat16", "float16"]), default=None,
+              help="dtype of the frozen base model; the LoRA weights train in float32 "
+                   "[default: float32 on cpu, bfloat16 on cuda].")
+@click.option("--threads", type=int, default=None,
+              help="Torch CPU threads [default: torch's]; 1 is fastest on a shared, busy CPU.")
 @library_errors
 def train(data, shards, out, base, group_by, text_field, steps, batch_size, max_length, lora_r, lora_alpha, lr,
-          seed, device) -> None:
+          seed, device, dtype, threads) -> None:
     """Split the corpus into N disjoint shards and train one LoRA adapter per shard (resumable)."""
     from tokendp._optional import require
 
     require("peft", "ensemble", "tokendp ensemble train", why="to train LoRA adapters")
+    import torch
     from tqdm import tqdm
+
+    if threads is not None:
+        if threads < 1:
+            raise InvalidParameterError(f"--threads must be >= 1, got {threads}")
+        torch.set_num_threads(threads)
 
     from tokendp.ensemble.train import TrainConfig, train_ensemble
 
     if base is None:
-        from tokendp.models import DEFAULT_MODEL_DIR
-
-        base = str(DEFAULT_MODEL_DIR)
+        base = "tiny"
     config = TrainConfig(steps=steps, lora_r=lora_r, lora_alpha=lora_alpha, lr=lr, batch_size=batch_size,
                          max_length=max_length)
+    # Shown in a log file too (an unattended run): updates every 30 s there, not on every step.
     with tqdm(total=shards * steps if shards and shards > 0 and steps and steps > 0 else None, unit="step",
-              desc="ensemble", disable=None) as bar:
+              desc="ensemble", mininterval=0.1 if sys.stderr.isatty() else 30.0) as bar:
         def on_shard(j: int, skipped: bool) -> None:
             bar.set_description(f"shard {j + 1}/{shards}{' (done)' if skipped else ''}")
 
         manifest = train_ensemble(data, shards=shards, out=out, base=base, seed=seed, group_by=group_by,
-                                  text_field=text_field, config=config, device=device, on_step=bar.update,
+                                  text_field=text_field, config=config, device=device, dtype=dtype, on_step=bar.update,
                                   on_shard=on_shard)
     click.echo(f"{manifest.ensemble_size} adapters in {out} (records per shard: "
                f"{', '.join(str(s.records) for s in manifest.shards)}); answer prompts with "

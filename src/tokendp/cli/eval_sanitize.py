@@ -2,15 +2,12 @@
 
 from __future__ import annotations
 
-import json
-import shlex
-import sys
 from pathlib import Path
 
 import click
 
 from tokendp._optional import require
-from tokendp.cli._common import library_errors
+from tokendp.cli._common import finish_eval, library_errors
 from tokendp.errors import InvalidParameterError
 
 
@@ -51,7 +48,7 @@ def _floats(value: str) -> tuple[float, ...]:
 @click.option("--threads", type=int, default=1, show_default=True,
               help="Torch CPU threads. 1 is fastest on a shared, busy CPU (threads spin waiting for each "
                    "other); raise it on an idle machine.")
-@click.option("--model", default=None, help="rewriter, smollm2, tiny or a model directory (default: tiny, the embedded model).")
+@click.option("--model", default="rewriter", show_default=True, help="rewriter, smollm2, tiny or a model directory.")
 @click.option("--out", "out_dir", required=True, type=click.Path(file_okay=False, path_type=Path),
               help="Output folder (results, plots and the resume cache).")
 @click.option("--no-plots", is_flag=True,
@@ -72,9 +69,7 @@ def eval_sanitize(data_dir: Path, candidates: Path, split: str, methods: str, ep
 
     from tokendp.eval.report import markdown_table, write_results
     from tokendp.eval.sanitization import EvalConfig, evaluate_sanitization
-    from tokendp.models import DEFAULT_MODEL_DIR
-
-    config = EvalConfig(data_dir=str(data_dir), candidates=str(candidates), model=str(model or DEFAULT_MODEL_DIR),
+    config = EvalConfig(data_dir=str(data_dir), candidates=str(candidates), model=model,
                         methods=tuple(m.strip() for m in methods.split(",") if m.strip()),
                         epsilons=_floats(epsilons), paper_settings=paper_settings, split=split, limit=limit,
                         max_chars=max_chars, max_new_tokens=max_new_tokens, delta=delta, min_k=min_k, seed=seed,
@@ -83,11 +78,4 @@ def eval_sanitize(data_dir: Path, candidates: Path, split: str, methods: str, ep
         raise InvalidParameterError(f"--threads must be >= 1, got {threads}")
     torch.set_num_threads(threads)
     rows = evaluate_sanitization(config, out_dir, progress=not as_json)
-    command = "tokendp eval " + " ".join(shlex.quote(a) for a in sys.argv[sys.argv.index("sanitize"):]) \
-        if "sanitize" in sys.argv else ""
-    paths = write_results(rows, out_dir, command=command, plots=not no_plots)
-    if as_json:
-        click.echo(json.dumps(rows, indent=2))
-    else:
-        click.echo(markdown_table(rows))
-        click.echo("wrote " + ", ".join(str(p) for p in paths))
+    finish_eval("sanitize", rows, write_results, markdown_table, out_dir=out_dir, plots=not no_plots, as_json=as_json)

@@ -9,7 +9,7 @@ from tokendp.cli._common import echo_json, library_errors
 
 @click.group("model")
 def model() -> None:
-    """Models by name: rewriter, smollm2, tiny (the default when --model is not given).
+    """Models by name: rewriter (sanitize's default), smollm2, tiny (the embedded 4.5M model).
 
     Any --model option also takes a model directory or a hub id.
     """
@@ -47,11 +47,11 @@ def build(name: str, force: bool) -> None:
 
 
 @model.command("info")
-@click.argument("name", required=False, default="tiny")
+@click.argument("name", required=False, default="rewriter")
 @click.option("--json", "as_json", is_flag=True, help="Print machine-readable JSON.")
 @library_errors
 def info(name: str, as_json: bool) -> None:
-    """Describe a model by name (default: tiny, the embedded default model)."""
+    """Describe a model by name (default: rewriter, the model sanitize uses by default)."""
     from tokendp.models.registry import named_info
 
     data = named_info(name)

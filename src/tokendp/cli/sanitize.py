@@ -9,7 +9,7 @@ from typing import Any
 
 import click
 
-from tokendp.cli._common import CLIError, library_errors
+from tokendp.cli._common import CLIError, decoding_options, library_errors
 
 
 def _read_jsonl(path: str) -> list[dict[str, Any]]:
@@ -71,7 +71,8 @@ def format_report(report: dict[str, Any]) -> str:
 @click.option("--spans", "spans_path", type=click.Path(exists=True, dir_okay=False),
               help="SPANS.json: a list of {start, end, label} character offsets into INPUT.")
 @click.option("--tagger", default="auto", show_default=True, help="Tagger used when no spans are given.")
-@click.option("--model", default=None, help="rewriter, smollm2, tiny (see `tokendp model list`), a model directory or a hub id [default: tiny, the embedded model].")
+@click.option("--model", default="rewriter", show_default=True,
+              help="rewriter, smollm2, tiny (see `tokendp model list`), a model directory or a hub id.")
 @click.option("--alpha", type=float, default=None,
               help="Renyi order of the bound (default: the best order for --epsilon; 2 with --beta).")
 @click.option("--beta", type=float, default=None, help="Divergence cap per group (or give --epsilon).")
@@ -81,16 +82,7 @@ def format_report(report: dict[str, Any]) -> str:
 @click.option("--max-new-tokens", type=int, default=None, help="T (default: 1.2x the document + 16).")
 @click.option("--temperature", type=float, default=1.0, show_default=True)
 @click.option("--seed", type=int, default=None, help="Seed for reproducible sampling (default: from the OS).")
-@click.option("--no-repeat-ngram-size", type=click.IntRange(min=0), default=0, show_default=True,
-              help="Never release a token that repeats an n-gram already released (0: off). Public: the same for every row.")
-@click.option("--repetition-penalty", type=float, default=1.0, show_default=True,
-              help="Penalise tokens already released (CTRL; 1: off). Public: the same for every row.")
-@click.option("--speculative/--no-speculative", default=None,
-              help="Verify tokens guessed from the public context several per forward pass: the same output "
-                   "distribution and guarantee, fewer passes (docs/privacy.md, \"Speculative decoding\") "
-                   "[default: on for one document, off for a batch of several].")
-@click.option("--draft-tokens", type=click.IntRange(min=1), default=4, show_default=True,
-              help="Tokens guessed per pass with --speculative.")
+@decoding_options
 @click.option("--method", type=click.Choice(["dp-fusion", "original", "public"]), default="dp-fusion",
               show_default=True)
 @click.option("--batch-size", type=click.IntRange(min=1), default=8, show_default=True,

@@ -48,15 +48,23 @@ def read_references(path: Path) -> list[str]:
 @click.option("--num", type=int, default=None,
               help="Number of synthetic texts [default: floor(references / batch size), each reference used once].")
 @click.option("--seed", type=int, default=None, help="Seed for reproducible sampling [default: seeded from the OS].")
-@click.option("--model", default=None, help="rewriter, smollm2, tiny (see `tokendp model list`), a model directory or a cached hub id [default: tiny, the embedded model].")
-@click.option("--prompt", default=None, help="Plain prompt template with {document} (and optionally {instruction}).")
+@click.option("--model", default=None,
+              help="smollm2, rewriter, tiny (see `tokendp model list`), a model directory or a cached hub id "
+                   "[default: smollm2, SmolLM2-135M-Instruct].")
+@click.option("--domain", default=None,
+              help="What kind of text the references are, with its article, e.g. \"a hospital discharge note\" "
+                   "(required unless --prompt or the model has its own template). The private rows read \"Here is an example of DOMAIN: <reference> Write another "
+                   "example of DOMAIN ...\", the public row \"Write an example of DOMAIN ...\" (no reference).")
+@click.option("--prompt", default=None,
+              help="Instead of that pair: a plain template with {document} for every row (the public row gets it "
+                   "around an empty document, or the model's placeholder).")
 @click.option("--device", default=None, help="torch device [default: cuda if available, else cpu].")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON record per synthetic text.")
 @click.option("--out", "out_path", type=click.Path(dir_okay=False, path_type=Path), default=None,
               help="Write the output to this file instead of stdout.")
 @library_errors
 def synthesize(references_path, epsilon, delta, batch_size, max_tokens, temperature, top_k, method, svt_epsilon,
-               max_private_tokens, switch_threshold, num, seed, model, prompt, device, as_json, out_path) -> None:
+               max_private_tokens, switch_threshold, num, seed, model, domain, prompt, device, as_json, out_path) -> None:
     """Generate synthetic texts, each (epsilon, delta)-DP per reference (InvisibleInk or Amin et al.)."""
     from tqdm import tqdm
 
@@ -67,7 +75,7 @@ def synthesize(references_path, epsilon, delta, batch_size, max_tokens, temperat
     with tqdm(total=texts * max_tokens, unit="tok", desc="synthesize", disable=None, leave=False) as bar:
         results = run(refs, epsilon=epsilon, delta=delta, batch_size=batch_size, max_tokens=max_tokens,
                       temperature=temperature, top_k=100 if top_k is None else top_k, method=method, num=num, seed=seed, model=model,
-                      prompt=prompt, device=device, on_token=lambda doc, tok: bar.update(1), svt_epsilon=svt_epsilon,
+                      domain=domain, prompt=prompt, device=device, on_token=lambda doc, tok: bar.update(1), svt_epsilon=svt_epsilon,
                       max_private_tokens=max_private_tokens, switch_threshold=switch_threshold)
     if as_json:
         body = "".join(json.dumps(r.to_dict()) + "\n" for r in results)

@@ -36,7 +36,7 @@ from typing import Any
 from tokendp.ensemble.manifest import (MANIFEST_FILE, Manifest, ShardInfo, adapter_complete, read_manifest,
                                        shard_name)
 from tokendp.errors import InvalidInputError, InvalidParameterError
-from tokendp.text.documents import jsonl_records
+from tokendp.text.documents import is_jsonl, jsonl_records, text_lines
 
 CHECKPOINT = "checkpoint.pt"
 
@@ -76,8 +76,15 @@ class TrainConfig:
 # ---------------------------------------------------------------------------- corpus and shards
 def read_corpus(path: str | Path, *, text_field: str = "text", group_by: str | None = None
                 ) -> tuple[list[str], list[str] | None]:
-    """Texts and, with ``group_by``, each record's group key (its value as JSON). Messages carry
-    line numbers and field names only."""
+    """Texts and, with ``group_by``, each record's group key (its value as JSON). A JSONL file
+    (``.jsonl``, ``.ndjson``) holds one object per line; any other file is UTF-8 text with one
+    record per non-blank line (e.g. WikiText's paragraphs), which has no fields to group by.
+    Messages carry line numbers and field names only."""
+    if not is_jsonl(path):
+        if group_by:
+            raise InvalidInputError(f"--group-by {group_by} needs a JSONL corpus (records with fields); "
+                                    f"{path} is read as plain text, one record per line")
+        return text_lines(path), None
     texts: list[str] = []
     groups: list[str] | None = [] if group_by else None
     for where, record in jsonl_records(path):
@@ -203,10 +210,15 @@ def train_adapter(backend: Any, seqs: Sequence[Sequence[int]], out: Path, *, con
 
 def train_ensemble(data: str | Path, *, shards: int, out: str | Path, base: str | Path, seed: int = 0,
                    group_by: str | None = None, text_field: str = "text", config: TrainConfig | None = None,
-                   device: str | None = None, on_step: Callable[[int], None] | None = None,
+                   device: str | None = None, dtype: str | None = None, on_step: Callable[[int], None] | None = None,
                    on_shard: Callable[[int, bool], None] | None = None) -> Manifest:
     """Split ``data`` into ``shards`` disjoint shards, train one adapter per shard into ``out``
     (skipping finished ones), and write the manifest (see the module docstring).
+
+    ``base`` is a registered model name (``smollm2``, ``tiny``), a directory or a cached hub id;
+    the manifest records it as given. ``device`` defaults to CUDA when available; ``dtype`` is the
+    frozen base model's (default float32 on the CPU, bfloat16 on a GPU); the LoRA weights and
+    their optimiser state stay float32 either way (peft keeps adapters in float32).
 
     ``on_step(n)`` is called with the number of optimiser steps just done (for a progress bar, of
     ``shards * config.steps`` in all); ``on_shard(index, skipped)`` as each shard starts.
@@ -221,9 +233,9 @@ def train_ensemble(data: str | Path, *, shards: int, out: str | Path, base: str 
     if not texts:
         raise InvalidInputError(f"{data}: the corpus holds no records")
     parts = split_shards(texts, shards, seed=seed, groups=groups)
-    from tokendp.backends import HFBackend
+    from tokendp.backends import load_model
 
-    backend = HFBackend.load(base, device=device, dtype="float32")
+    backend = load_model(base, device=device, dtype=dtype)
     tokenized = [_tokenize(backend.tokenizer, [texts[i] for i in part], config.max_length) for part in parts]
     infos = tuple(ShardInfo(shard_name(j), len(part), sum(len(s) for s in tokenized[j]))
                   for j, part in enumerate(parts))

@@ -36,7 +36,7 @@ from tokendp.accounting import (dp_decoding_epsilon, dp_decoding_lam, dp_fusion_
                                 dp_prompt_epsilon, dp_prompt_temperature)
 from tokendp.errors import InvalidParameterError
 from tokendp.mechanisms import DPDecoding, DPFusion, DPPrompt, MechanismStep, Original, Public
-from tokendp.sanitize import choose_alpha
+from tokendp.fusion import choose_alpha
 from tokendp.text.contexts import PromptTemplate, build_contexts
 from tokendp.text.spans import Span
 
@@ -104,7 +104,7 @@ def make_settings(methods: Sequence[str], *, epsilons: Sequence[float], paper: b
                   max_new_tokens: int, delta: float, group_counts: Sequence[int] = (1,)) -> list[Setting]:
     """Every setting to evaluate, in ``methods`` order.
 
-    DP-Fusion's Renyi order at a target epsilon is :func:`tokendp.sanitize.choose_alpha` for the
+    DP-Fusion's Renyi order at a target epsilon is :func:`tokendp.fusion.choose_alpha` for the
     numbers of groups ``group_counts`` of the evaluated documents (public parameters).
     """
     unknown = sorted(set(methods) - set(METHODS))
@@ -201,7 +201,7 @@ class BoundMethod:
         self.fusion = DPFusion(alpha=s.alpha)
         counts = [len(d.groups) for d in self.docs]
         width = max([1, *counts])
-        self.betas = torch.zeros((len(self.docs), width), dtype=torch.float32)  # (N, m_max)
+        self.betas = torch.zeros((len(self.docs), width), dtype=torch.float64)  # (N, m_max); float32 could round beta up
         self.group_mask = torch.zeros((len(self.docs), width), dtype=torch.bool)  # (N, m_max)
         for i, m in enumerate(counts):
             if m:

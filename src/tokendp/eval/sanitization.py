@@ -36,6 +36,7 @@ from tqdm.auto import tqdm
 
 from tokendp.backends import HFBackend, RowSequence, load_backend
 from tokendp.errors import InvalidInputError
+from tokendp.eval.cache import ResultCache
 from tokendp.eval.candidates import ATTACK_LABELS, attack_candidates, truncate_document
 from tokendp.eval.methods import BoundMethod, DocumentRows, Setting, document_rows, make_settings
 from tokendp.mechanisms import MechanismStep
@@ -154,29 +155,6 @@ def _attack(backend: HFBackend, doc: EvalDocument, released: Sequence[int], k: f
     return out
 
 
-class _Cache:
-    """Per-(setting, document) JSON records under ``out/cache/<run-hash>/<setting>/``."""
-
-    def __init__(self, out: Path, config: EvalConfig) -> None:
-        self.root = out / "cache" / config.run_hash()
-        self.root.mkdir(parents=True, exist_ok=True)
-        (self.root / "config.json").write_text(json.dumps(asdict(config), indent=2))
-
-    def path(self, setting: Setting, doc_id: str) -> Path:
-        return self.root / setting.key / f"{doc_id}.json"
-
-    def get(self, setting: Setting, doc_id: str) -> dict | None:
-        p = self.path(setting, doc_id)
-        return json.loads(p.read_text()) if p.is_file() else None
-
-    def put(self, setting: Setting, doc_id: str, record: dict) -> None:
-        p = self.path(setting, doc_id)
-        p.parent.mkdir(parents=True, exist_ok=True)
-        tmp = p.with_suffix(".tmp")
-        tmp.write_text(json.dumps(record))
-        tmp.replace(p)
-
-
 def evaluate_sanitization(config: EvalConfig, out_dir: str | Path, *, backend: HFBackend | None = None,
                           progress: bool = True) -> list[dict[str, Any]]:
     """Run the evaluation (resuming from ``out_dir``'s cache); one result row per setting."""
@@ -188,7 +166,7 @@ def evaluate_sanitization(config: EvalConfig, out_dir: str | Path, *, backend: H
     settings = make_settings(config.methods, epsilons=config.epsilons, paper=config.paper_settings,
                              vocab_size=backend.vocab_size, max_new_tokens=config.max_new_tokens, delta=config.delta,
                              group_counts=[len(d.rows.groups) for d in docs])
-    cache = _Cache(Path(out_dir), config)
+    cache = ResultCache(Path(out_dir), config)
     bar = tqdm(total=len(settings) * len(docs), desc="eval sanitize", unit="run", disable=not progress)
     records: dict[tuple[Setting, str], dict] = {}
     for c in range(0, len(docs), config.batch_docs):
@@ -224,12 +202,12 @@ class _AllSettingsStep:
 
 
 def _run_chunk(config: EvalConfig, backend: HFBackend, chunk: list[EvalDocument], first: int,
-               settings: Sequence[Setting], cache: _Cache, records: dict, bar: tqdm) -> None:
+               settings: Sequence[Setting], cache: ResultCache, records: dict, bar: tqdm) -> None:
     """Release every pending setting's rewrite of the chunk's documents in one batched generation,
     then score each (document, setting) and cache it."""
     for s in settings:
         for d in chunk:
-            found = cache.get(s, d.doc_id)
+            found = cache.get(s.key, d.doc_id)
             if found is not None:
                 records[s, d.doc_id] = found
                 bar.update(1)
@@ -252,7 +230,7 @@ def _run_chunk(config: EvalConfig, backend: HFBackend, chunk: list[EvalDocument]
             record = {"doc": d.doc_id, "nll": nll, "tokens": n, "epsilon": bounds[k].epsilon(d.rows),
                       "groups": len(d.rows.groups), "released_tokens": len(out.token_ids),
                       "attacks": _attack(backend, d, out.token_ids, config.min_k)}
-            cache.put(pending[k], d.doc_id, record)
+            cache.put(pending[k].key, d.doc_id, record)
             records[pending[k], d.doc_id] = record
             bar.update(1)
 

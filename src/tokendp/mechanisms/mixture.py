@@ -65,6 +65,12 @@ def mollified_average(
     p_pub and p_i are softmaxes at ``temperature``; lam_i = mollify(p_i, p_pub, cap_i - k A).
     Formed as p_pub (sum_i (1 - lam_i)/k + sum_i (lam_i c_i / k) e_i) from mollify's own q and
     e (a sum of non-negative terms, so no support is lost) and renormalised in log space.
+
+    Only masked rows are searched: the rows are compacted to the largest k over the batch
+    (masked rows first, in order), so the search costs k, not m, rows per sequence (PMixED
+    samples q N of N members on average). Each row's lam depends on its own row, the public row
+    and its cap only (:func:`~tokendp.divergence.mollify_detailed`), so compacting changes
+    nothing but the work; the allowance still counts m rows.
     """
     m = logits.shape[-2] - 1
     logp = log_softmax_at(logits, temperature)  # (..., 1+m, V)
@@ -76,11 +82,18 @@ def mollified_average(
     count = mask.sum(-1, keepdim=True)  # (..., 1): k
     allowance = count * release_allowance(alpha, groups=m, vocab=logits.shape[-1])  # (..., 1)
     cap = torch.where(mask, caps - allowance, 0.0).clamp_min(0.0)  # (..., m)
-    found = mollify_detailed(priv, pub, alpha=alpha, cap=cap)
-    lam = torch.where(mask, found.lam, 0.0).to(torch.float64)  # (..., m)
-    weight = lam * found.norm / count.clamp_min(1)  # (..., m): lam_i c_i / k
-    public_weight = (torch.where(mask, 1.0 - lam, 0.0) / count.clamp_min(1)).sum(-1, keepdim=True)  # (..., 1)
+    # One host read per step, before the search (the decoding loop reads the sampled token anyway).
+    width = max(int(count.max()), 1) if count.numel() else 1
+    rows = torch.argsort((~mask).to(torch.int8), dim=-1, stable=True)[..., :width]  # (..., k): masked first
+    sub_mask = mask.gather(-1, rows)  # (..., k)
+    sub_priv = priv.gather(-2, rows.unsqueeze(-1).expand(*rows.shape, priv.shape[-1]))  # (..., k, V)
+    found = mollify_detailed(sub_priv, pub, alpha=alpha, cap=cap.gather(-1, rows))
+    sub_lam = torch.where(sub_mask, found.lam, 0.0).to(torch.float64)  # (..., k)
+    weight = sub_lam * found.norm / count.clamp_min(1)  # (..., k): lam_i c_i / k
+    public_weight = (torch.where(sub_mask, 1.0 - sub_lam, 0.0) / count.clamp_min(1)).sum(-1, keepdim=True)  # (..., 1)
     mixed = torch.matmul(weight.unsqueeze(-2), found.ratios).squeeze(-2).add_(public_weight)  # (..., V): P_mix / Q
     out = torch.log_softmax(found.log_q + mixed.log_(), dim=-1)  # (..., V) float64
     out = torch.where(count > 0, out, torch.log_softmax(found.log_q, dim=-1))
-    return MixedRelease(out, lam.to(torch.float32), torch.where(mask, found.divergence, 0.0))
+    lam = torch.zeros(mask.shape, dtype=torch.float64, device=mask.device).scatter_(-1, rows, sub_lam)  # (..., m)
+    divergence = torch.zeros_like(lam).scatter_(-1, rows, torch.where(sub_mask, found.divergence, 0.0))
+    return MixedRelease(out, lam.to(torch.float32), divergence)

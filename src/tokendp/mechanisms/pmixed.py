@@ -51,9 +51,12 @@ class PMixED:
         row is computed every step, so that its cache stays current whether or not it is sampled).
         """
         check_logits(logits, min_rows=2)
-        shape = (*logits.shape[:-2], logits.shape[-2] - 1)
-        sampled = torch.rand(shape, generator=generator, device=generator.device, dtype=torch.float64) < self.sample_rate
+        sampled = self.sample((*logits.shape[:-2], logits.shape[-2] - 1), generator=generator)
         return self.release(logits, sampled.to(logits.device), temperature=temperature)
+
+    def sample(self, shape: Sequence[int], *, generator: torch.Generator) -> Tensor:
+        """S for each sequence: ``shape`` (..., N) bool, each member in with probability q, independently."""
+        return torch.rand(tuple(shape), generator=generator, device=generator.device, dtype=torch.float64) < self.sample_rate
 
     def release(self, logits: Tensor, sampled: Tensor, *, temperature: float = 1.0) -> MechanismStep:
         """The output for a given sample ``sampled`` (..., N) bool: the average over the sampled

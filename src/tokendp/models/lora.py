@@ -77,7 +77,7 @@ def lora_state_dict(model: nn.Module, dtype: torch.dtype | None = None) -> dict[
         if isinstance(module, LoRALinear):
             for part in ("lora_A", "lora_B"):
                 w = getattr(module, part).weight.detach()
-                out[f"{_PREFIX}{name}.{part}.weight"] = (w.to(dtype) if dtype else w).contiguous()
+                out[f"{_PREFIX}{name}.{part}.weight"] = (w.to(dtype) if dtype else w).cpu().contiguous()
     return out
 
 
@@ -137,6 +137,7 @@ def merge_adapter(model: nn.Module, path: str | Path) -> int:
         if not isinstance(layer, nn.Linear):
             raise InvalidInputError(f"the adapter at {path} does not fit this model (no layer {name})")
         w = layer.weight
-        w += (b.float() @ a.float()).to(w.dtype) * scale  # (out, r) @ (r, in)
+        delta = b.to(w.device, torch.float32) @ a.to(w.device, torch.float32)  # (out, r) @ (r, in)
+        w.copy_((w.float() + scale * delta).to(w.dtype))
         merged += 1
     return merged

