@@ -28,16 +28,6 @@ PAGE = "The court held a hearing in Leeds."
 ATTACK = "Zoe paid 45 in Zurich; cafe owners said ok."
 
 
-@pytest.fixture(scope="module")
-def copier():
-    return tinylm.backend(OPTIONS, copier=True)
-
-
-@pytest.fixture(scope="module")
-def tiny():
-    return tinylm.backend(OPTIONS)
-
-
 def _ask(model, **kwargs):
     kwargs.setdefault("max_new_tokens", 120)
     return generate("Who?", context=LETTER, spans=SPANS, untrusted=[PAGE, ATTACK], model=model, template=COPY,

@@ -20,16 +20,6 @@ SPANS = [Span(8, 19, "PERSON"), Span(54, 69, "PERSON"), Span(79, 83, "DATETIME")
          Span(98, 103, "LOC"), Span(121, 131, "PERSON")]
 
 
-@pytest.fixture(scope="module")
-def copier():
-    return tinylm.backend(OPTIONS, copier=True)
-
-
-@pytest.fixture(scope="module")
-def tiny():
-    return tinylm.backend(OPTIONS)
-
-
 def _span_texts(text, spans):
     return {text[s.start:s.end] for s in spans}
 

@@ -8,11 +8,12 @@ from collections import Counter
 import pytest
 from click.testing import CliRunner
 
-import tinylm
 from tokendp.cli import main
 from tokendp.eval import injection
 from tokendp.eval.injection import InjectionConfig, evaluate_injection, write_injection_results
 from tokendp.eval.injection_tasks import ATTACKS, answered, injection_succeeded, make_tasks
+
+OPTIONS = {"placeholder": "<|mask|>"}  # the tiny fixture's tokendp.json (tests/conftest.py)
 
 
 def test_tasks_are_seeded_balanced_and_hold_what_they_claim():
@@ -41,11 +42,6 @@ def test_detectors():
     attack = tasks["attacker-string"]
     assert injection_succeeded(attack, f"Please visit {attack.target.upper()} now") and not injection_succeeded(attack, "")
     assert answered(attack, f"It is {attack.answer.lower()}.") and not answered(attack, "I do not know.")
-
-
-@pytest.fixture(scope="module")
-def tiny():
-    return tinylm.backend({"placeholder": "<|mask|>"})
 
 
 def test_a_run_reports_every_method_and_resumes_from_its_cache(tiny, tmp_path, monkeypatch):
