@@ -12,26 +12,6 @@ import click
 from tokendp.cli._common import CLIError, decoding_options, library_errors
 
 
-def _read_jsonl(path: str) -> list[dict[str, Any]]:
-    records = []
-    with open(path, encoding="utf-8") as fh:
-        for n, line in enumerate(fh, 1):
-            if not line.strip():
-                continue
-            try:
-                rec = json.loads(line)
-            except json.JSONDecodeError:
-                raise CLIError(f"{path}, line {n}: not valid JSON") from None
-            if not isinstance(rec, dict) or not isinstance(rec.get("text"), str):
-                raise CLIError(f"{path}, line {n}: expected an object with a \"text\" string "
-                               "(and optionally \"id\" and \"spans\")")
-            rec.setdefault("id", n)
-            records.append(rec)
-    if not records:
-        raise CLIError(f"{path} holds no documents")
-    return records
-
-
 def _read_text(path: str) -> str:
     if path == "-":
         return sys.stdin.read()
@@ -86,20 +66,34 @@ def format_report(report: dict[str, Any]) -> str:
 @click.option("--method", type=click.Choice(["dp-fusion", "original", "public"]), default="dp-fusion",
               show_default=True)
 @click.option("--batch-size", type=click.IntRange(min=1), default=8, show_default=True,
-              help="Documents per batch (JSONL input).")
+              help="Documents per batch (corpus input).")
+@click.option("--engine", type=click.Choice(["local", "ray"]), default="local", show_default=True,
+              help="Where a corpus runs: this process, or a Ray actor pool (the ray extra; docs/engines.md).")
+@click.option("--address", default=None,
+              help="Ray cluster to join (auto, HOST:6379, ray://HOST:10001); default: a local Ray instance.")
+@click.option("--workers", type=click.IntRange(min=1), default=None,
+              help="Ray actors, one model each [default: 2].")
+@click.option("--gpus-per-worker", type=click.FloatRange(min=0), default=None, help="GPUs per Ray actor [default: 0].")
+@click.option("--threads-per-worker", type=click.IntRange(min=1), default=None,
+              help="CPUs (torch threads) per Ray actor [default: 1].")
 @click.option("--json", "as_json", is_flag=True, help="Print {\"text\", \"report\"} as JSON.")
-@click.option("--out", "out_path", type=click.Path(dir_okay=False, writable=True), default=None,
-              help="Write the output here instead of stdout.")
+@click.option("--out", "out_path", type=click.Path(writable=True), default=None,
+              help="Write the output here instead of stdout. For a corpus: OUT.jsonl, OUT.parquet or a directory; "
+                   "rerunning the same command resumes an interrupted run.")
 @library_errors
 def sanitize(input_path: str, spans_path: str | None, tagger: str, model: str | None, alpha: float | None,
              beta: float | None, epsilon: float | None, delta: float, groups: str,
              max_new_tokens: int | None, temperature: float, seed: int | None,
              no_repeat_ngram_size: int, repetition_penalty: float, speculative: bool | None, draft_tokens: int, method: str,
-             batch_size: int, as_json: bool, out_path: str | None) -> None:
-    """Rewrite INPUT (.txt, .jsonl or - for stdin) with a per-group (epsilon, delta) guarantee.
+             batch_size: int, engine: str, address: str | None, workers: int | None,
+             gpus_per_worker: float | None, threads_per_worker: int | None, as_json: bool,
+             out_path: str | None) -> None:
+    """Rewrite INPUT (.txt, - for stdin, or a corpus: .jsonl or .parquet) with a per-group
+    (epsilon, delta) guarantee.
 
-    JSONL input holds one {"id", "text", "spans"?} per line; results go to --out (or stdout)
-    as one {"id", "text", "report"} per line.
+    A corpus holds one {"id", "text", "spans"?} per line or row; results go to --out (or
+    stdout) as one {"id", "text", "report"} per document, in input order. With --seed, each
+    document's rewrite depends only on the seed and its id, whatever the engine or workers.
     """
     from transformers.utils import logging as hf_logging
 
@@ -111,11 +105,15 @@ def sanitize(input_path: str, spans_path: str | None, tagger: str, model: str | 
                   delta=delta, groups=groups, max_new_tokens=max_new_tokens, temperature=temperature,
                   seed=seed, no_repeat_ngram_size=no_repeat_ngram_size, repetition_penalty=repetition_penalty,
                   speculative=speculative, draft_tokens=draft_tokens)
-    if input_path.endswith(".jsonl"):
+    ray_options = {k: v for k, v in (("address", address), ("workers", workers), ("gpus_per_worker", gpus_per_worker),
+                                      ("threads_per_worker", threads_per_worker)) if v is not None}
+    if input_path.endswith((".jsonl", ".parquet")):
         if spans_path:
-            raise CLIError("--spans applies to a single document; put \"spans\" in each JSONL line instead")
-        _run_jsonl(_read_jsonl(input_path), params, batch_size, out_path)
+            raise CLIError("--spans applies to a single document; put \"spans\" in each record instead")
+        _run_corpus(input_path, params, engine, batch_size, ray_options, out_path)
         return
+    if engine != "local" or ray_options:
+        raise CLIError("--engine ray and its options apply to a corpus (.jsonl or .parquet)")
     text = _read_text(input_path)
     spans = None
     if spans_path:
@@ -130,24 +128,18 @@ def sanitize(input_path: str, spans_path: str | None, tagger: str, model: str | 
     _emit(output, out_path)
 
 
-def _run_jsonl(records: list[dict[str, Any]], params: dict[str, Any], batch_size: int,
-               out_path: str | None) -> None:
-    from tqdm import tqdm
+def _run_corpus(input_path: str, params: dict[str, Any], engine: str, batch_size: int,
+                ray_options: dict[str, Any], out_path: str | None) -> None:
+    from tokendp.engines.runner import sanitize_corpus
 
-    from tokendp.sanitize import sanitize_batch
-    from tokendp.text.taggers import spans_from_json
-
-    lines = []
-    with tqdm(total=len(records), file=sys.stderr, unit="doc", desc="sanitize") as bar:
-        for start in range(0, len(records), batch_size):
-            batch = records[start:start + batch_size]
-            spans = [spans_from_json(r["spans"], r["text"]) if r.get("spans") is not None else None
-                     for r in batch]
-            results = sanitize_batch([r["text"] for r in batch], spans=spans, **params)
-            lines += [json.dumps({"id": r["id"], **res.to_dict()}, ensure_ascii=False)
-                      for r, res in zip(batch, results)]
-            bar.update(len(batch))
-    _emit("\n".join(lines), out_path)
+    if engine == "local" and ray_options:
+        raise CLIError(f"--{next(iter(ray_options)).replace('_', '-')} applies to --engine ray")
+    run = sanitize_corpus(input_path, params, out=out_path, engine=engine, batch_size=batch_size, **ray_options)
+    if run.lines is not None:
+        _emit("\n".join(run.lines), None)
+    click.echo(run.summary.format(), err=True)
+    if out_path is not None:
+        click.echo(f"wrote {run.output}" if run.output else f"not finished: rerun to resume into {out_path}", err=True)
 
 
 def _emit(output: str, out_path: str | None) -> None:

@@ -1,0 +1,135 @@
+"""The Ray engine: Ray Data reads the corpus, an actor pool rewrites it, the driver writes.
+
+Ray Data reads the file (``read_text`` for JSONL, parsed into records; ``read_parquet``),
+drops the documents already written, cuts the rest into blocks of ``batch_size`` documents and
+hands them to ``workers`` actors (``map_batches`` with an :class:`ActorPoolStrategy`). Each
+actor is a :class:`~tokendp.engines.worker.SanitizeWorker`: it loads the model once and rewrites
+each block in one batch, exactly as the local engine does. Results stream back to the driver,
+which writes them through the same resumable store, shows progress and counts per worker, so a
+cluster run needs a shared filesystem only for reading the corpus, not for writing.
+
+The driver has already checked the whole corpus (:func:`~tokendp.engines.corpus.scan_corpus`),
+with ids required: Ray's readers do not see line numbers.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import defaultdict
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+from tokendp._optional import require
+from tokendp.engines.arrow import COLUMNS, parse_lines, parse_rows, record_schema, to_records
+from tokendp.engines.corpus import Corpus
+from tokendp.engines.store import OutputRecord
+from tokendp.engines.summary import Summary, consume
+from tokendp.engines.worker import BatchResult, SanitizeWorker
+from tokendp.errors import TokenDPError
+
+_LIGHT = 0.1  # CPUs reserved by the read and parse tasks, which must not wait for the actors' CPUs
+
+
+def run_ray(corpus: Corpus, sink: Any, params: Mapping[str, Any], *, workers: int = 2, batch_size: int = 8,
+            gpus_per_worker: float = 0.0, threads_per_worker: int = 1, address: str | None = None,
+            progress: bool = True) -> Summary:
+    """Rewrite the documents of ``corpus`` not yet in ``sink.done`` on a Ray actor pool.
+
+    ``address``: a running cluster (``"auto"``, ``"HOST:6379"``, ``"ray://HOST:10001"``); None
+    starts a private local instance (loopback only, ``workers * threads_per_worker + 1`` CPUs)
+    unless Ray is already initialised in this process. Each actor reserves
+    ``threads_per_worker`` CPUs (its torch threads) and ``gpus_per_worker`` GPUs.
+    """
+    ray = require("ray", "ray", "--engine ray", why="(with Ray Data)")
+    skipped = len(sink.done)
+    if skipped == len(corpus.ids):
+        return consume([], sink, total=skipped, skipped=skipped, progress=progress)
+    started = _init(ray, address, workers * threads_per_worker + 1, gpus_per_worker * workers)
+    try:
+        ds = _dataset(ray, corpus, frozenset(sink.done), batch_size)
+        ds = ds.map_batches(
+            _SanitizeActor, fn_constructor_kwargs={"params": dict(params), "threads": threads_per_worker},
+            batch_size=batch_size, batch_format="pyarrow", num_cpus=threads_per_worker,
+            num_gpus=gpus_per_worker or None, compute=ray.data.ActorPoolStrategy(size=workers))
+        return consume(_unwrap_errors(_driver_batches(ds)), sink, total=len(corpus.ids), skipped=skipped,
+                       progress=progress)
+    finally:
+        if started:
+            ray.shutdown()
+
+
+def _init(ray: Any, address: str | None, cpus: int, gpus: float) -> bool:
+    """Connect to ``address`` or start a local instance; True if this call started Ray."""
+    if ray.is_initialized():
+        return False
+    quiet = dict(include_dashboard=False, log_to_driver=False, configure_logging=True, logging_level="warning")
+    if address is None:
+        ray.init(address="local", num_cpus=cpus, num_gpus=int(gpus) if gpus else None,
+                 _node_ip_address="127.0.0.1", **quiet)
+    else:
+        ray.init(address=address, **quiet)
+    ctx = ray.data.DataContext.get_current()
+    ctx.enable_progress_bars = False  # the driver's bar counts documents written
+    ctx.issue_detectors_config.detectors = []  # memory hints about the parse tasks: noise here
+    logging.getLogger("ray.data").setLevel(logging.WARNING)
+    return True
+
+
+def _dataset(ray: Any, corpus: Corpus, done: frozenset, batch_size: int) -> Any:
+    """The records left to do, as a Ray dataset of blocks of ``batch_size`` rows."""
+    kwargs = {"done": done, "schema": record_schema(corpus)}
+    path = str(corpus.path.resolve())
+    if corpus.format == "jsonl":
+        ds = ray.data.read_text(path).map_batches(parse_lines, fn_kwargs=kwargs, batch_format="pyarrow",
+                                                  num_cpus=_LIGHT)
+    else:
+        import pyarrow.parquet as pq
+
+        names = set(pq.ParquetFile(corpus.path).schema_arrow.names)
+        ds = ray.data.read_parquet(path, columns=[c for c in COLUMNS if c in names])
+        ds = ds.map_batches(parse_rows, fn_kwargs=kwargs, batch_format="pyarrow", num_cpus=_LIGHT)
+    return ds.repartition(target_num_rows_per_block=batch_size)
+
+
+class _SanitizeActor:
+    """A Ray Data actor: one :class:`SanitizeWorker` (one model) for its whole life."""
+
+    def __init__(self, params: dict[str, Any], threads: int) -> None:
+        import torch
+
+        torch.set_num_threads(threads)
+        self.worker = SanitizeWorker(params)
+
+    def __call__(self, batch: Any) -> dict[str, list]:
+        records = to_records(batch)
+        if not records:
+            return {"id": [], "line": [], "tokens": [], "seconds": [], "worker": []}
+        res = self.worker(records)
+        n = len(res.records)
+        return {"id": [r.id for r in res.records], "line": [r.line for r in res.records],
+                "tokens": [res.tokens] + [0] * (n - 1), "seconds": [res.seconds] + [0.0] * (n - 1),
+                "worker": [res.worker] * n}
+
+
+def _driver_batches(ds: Any) -> Iterator[BatchResult]:
+    """The actors' output blocks as they arrive, one :class:`BatchResult` per worker in a block."""
+    for block in ds.iter_batches(batch_size=None, batch_format="pyarrow"):
+        by_worker: dict[str, list[dict[str, Any]]] = defaultdict(list)
+        for row in block.to_pylist():
+            by_worker[row["worker"]].append(row)
+        for worker, rows in by_worker.items():
+            yield BatchResult([OutputRecord(r["id"], r["line"]) for r in rows], sum(r["tokens"] for r in rows),
+                              sum(r["seconds"] for r in rows), worker)
+
+
+def _unwrap_errors(batches: Iterator[BatchResult]) -> Iterator[BatchResult]:
+    """Re-raise a worker's :class:`TokenDPError` as itself, not wrapped in Ray's exceptions."""
+    try:
+        yield from batches
+    except Exception as err:
+        cause: BaseException | None = err
+        while cause is not None and not isinstance(cause, TokenDPError):
+            cause = cause.__cause__
+        if cause is None:
+            raise
+        raise cause from None

@@ -1,0 +1,284 @@
+"""The resumable output of a corpus run: every document written exactly once, none lost.
+
+Layout. ``--out FILE.jsonl`` or ``FILE.parquet``: the run works in ``FILE.jsonl.parts/`` and,
+when every document is done, assembles FILE in input order and removes the directory.
+``--out DIR`` (any other name): DIR is the output, its part files stay (records in completion
+order) and ``DIR/_SUCCESS`` marks a finished run. The work directory holds:
+
+- ``run.json``: the job and its parameters; a resume with other parameters is refused, so
+  one output never mixes rewrites made under different settings (or guarantees);
+- ``part-NNNNN.jsonl``: one append-only log per session of the run, one ``{id, text, report}``
+  record per line, flushed and fsynced after every batch;
+- ``.lock``: an exclusive lock held while a run writes, so two runs never share a directory.
+
+Crashes. A record counts as written once its whole line (newline included) is on disk. On
+start, each part is read back and cut at its first incomplete or unreadable line (the only
+place a crash can leave one: the tail of the last write); the ids in the parts are the
+documents done, which the run skips; the writer drops any id already written, so a document is
+never written twice, even if an engine delivers it twice. The final file is written to a
+temporary name, fsynced and renamed, so it is either absent or complete; a crash after the
+rename and before the cleanup leaves the parts, and the next run assembles the same file again.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import logging
+import os
+import shutil
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, BinaryIO
+
+from tokendp.engines.corpus import FORMATS, Corpus
+from tokendp.errors import InvalidInputError
+
+RUN_FILE, LOCK_FILE, SUCCESS_FILE = "run.json", ".lock", "_SUCCESS"
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class OutputRecord:
+    """A finished document: its id and its output line (``{id, text, report}`` as JSON)."""
+
+    id: str | int
+    line: str
+
+
+class MemorySink:
+    """Output without a file (stdout): records kept in memory, nothing to resume."""
+
+    def __init__(self) -> None:
+        self.done: set[str | int] = set()
+        self._lines: dict[str | int, str] = {}
+
+    def write(self, records: Sequence[OutputRecord]) -> int:
+        new = [r for r in records if r.id not in self.done]
+        self._lines.update((r.id, r.line) for r in new)
+        self.done.update(r.id for r in new)
+        return len(new)
+
+    def lines(self, corpus: Corpus) -> list[str]:
+        """The output lines in input order."""
+        return [self._lines[i] for i in corpus.ids]
+
+
+class RunStore:
+    """The work directory of one run (see the module docstring). Use as a context manager."""
+
+    def __init__(self, out: str | Path, corpus: Corpus, run: dict[str, Any]) -> None:
+        self.out = Path(out)
+        self.final_format = FORMATS.get(self.out.suffix.lower())
+        self.work = Path(f"{self.out}.parts") if self.final_format else self.out
+        self.corpus, self.run = corpus, run
+        self._expected = set(corpus.ids)
+        self.done: set[str | int] = set()
+        self._lock: BinaryIO | None = None
+        self._part: BinaryIO | None = None
+
+    # ------------------------------------------------------------------ opening
+    def __enter__(self) -> RunStore:
+        if self.final_format and self.out.exists() and not self.work.exists():
+            raise InvalidInputError(f"{self.out} already exists; delete it or choose another --out")
+        if self.work.exists() and not self.work.is_dir():
+            raise InvalidInputError(f"{self.work} exists and is not a directory; choose another --out")
+        if self.work.is_dir() and not (self.work / RUN_FILE).exists() and any(
+                p.name != LOCK_FILE for p in self.work.iterdir()):
+            raise InvalidInputError(f"{self.work} is not empty and holds no tokendp run; choose another --out")
+        self.work.mkdir(parents=True, exist_ok=True)
+        try:
+            self._take_lock()
+            self._check_run_file()
+            for part in self._parts():
+                self.done.update(_recover(part, self._expected))
+        except BaseException:
+            self.__exit__()
+            raise
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        for fh in (self._part, self._lock):
+            if fh is not None:
+                fh.close()
+        self._part = self._lock = None
+
+    def _take_lock(self) -> None:
+        self._lock = open(self.work / LOCK_FILE, "ab")
+        try:
+            fcntl.flock(self._lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            self._lock.close()
+            self._lock = None
+            raise InvalidInputError(f"another run is writing to {self.work}; wait for it or choose another --out") from None
+
+    def _check_run_file(self) -> None:
+        path = self.work / RUN_FILE
+        if not path.exists():
+            _write_atomic(path, json.dumps(self.run, indent=2, sort_keys=True).encode())
+            return
+        before = json.loads(path.read_text(encoding="utf-8"))
+        if before != self.run:
+            keys = sorted(k for k in {*before.get("parameters", {}), *self.run.get("parameters", {})}
+                          if before.get("parameters", {}).get(k) != self.run.get("parameters", {}).get(k))
+            what = ", ".join(keys) or "the job"
+            raise InvalidInputError(f"{self.work} holds a run with other settings ({what} differ); resume with "
+                                    "the same options, or choose another --out")
+
+    def _parts(self) -> list[Path]:
+        return sorted(self.work.glob("part-*.jsonl"))
+
+    # ------------------------------------------------------------------ writing
+    def write(self, records: Sequence[OutputRecord]) -> int:
+        """Append the records not yet written, flush and fsync; return how many were new."""
+        new, seen = [], set()
+        for rec in records:
+            if rec.id not in self._expected:
+                raise InvalidInputError(f"the engine returned id {json.dumps(rec.id)}, which is not in "
+                                        f"{self.corpus.path} (was the corpus changed during the run?)")
+            if rec.id not in self.done and rec.id not in seen:
+                new.append(rec)
+                seen.add(rec.id)
+        if new:
+            part = self._open_part()
+            part.write(b"".join(rec.line.encode("utf-8") + b"\n" for rec in new))
+            part.flush()
+            os.fsync(part.fileno())
+            self.done.update(seen)
+        return len(new)
+
+    def _open_part(self) -> BinaryIO:
+        if self._part is None:
+            numbers = [int(p.stem.split("-")[1]) for p in self._parts()]
+            path = self.work / f"part-{max(numbers, default=-1) + 1:05d}.jsonl"
+            self._part = open(path, "ab")
+            _fsync_dir(self.work)
+        return self._part
+
+    # ------------------------------------------------------------------ finishing
+    def finish(self) -> Path | None:
+        """If every document is done: write the final output and return its path, else None."""
+        if self.done != self._expected:
+            return None
+        if self._part is not None:
+            self._part.close()
+            self._part = None
+        if self.final_format is None:
+            _write_atomic(self.work / SUCCESS_FILE, b"")
+            return self.work
+        tmp = self.out.with_name(f".{self.out.name}.tmp")
+        _assemble(self._parts(), self.corpus.ids, tmp, self.final_format)
+        os.replace(tmp, self.out)
+        _fsync_dir(self.out.parent)
+        shutil.rmtree(self.work)
+        return self.out
+
+
+# ---------------------------------------------------------------------- part files
+def _recover(part: Path, expected: set) -> set[str | int]:
+    """The ids of ``part``'s complete records; cut the file at its first incomplete line."""
+    ids, good = set(), 0
+    with open(part, "rb") as fh:
+        for line in fh:
+            doc_id = _line_id(line)
+            if doc_id is None:
+                break
+            if doc_id not in expected:
+                raise InvalidInputError(f"{part} holds id {json.dumps(doc_id)}, which is not in the corpus; "
+                                        "resume with the same corpus, or choose another --out")
+            ids.add(doc_id)
+            good += len(line)
+    if good < part.stat().st_size:
+        with open(part, "r+b") as fh:
+            fh.truncate(good)
+            os.fsync(fh.fileno())
+        log.warning("%s: dropped an incomplete record at the end (it will be redone)", part.name)
+    return ids
+
+
+def _line_id(line: bytes) -> str | int | None:
+    """The id of a complete record line, or None if the line is incomplete or unreadable."""
+    if not line.endswith(b"\n"):
+        return None
+    try:
+        rec = json.loads(line)
+    except (json.JSONDecodeError, UnicodeDecodeError):
+        return None
+    return rec.get("id") if isinstance(rec, dict) and {"id", "text", "report"} <= rec.keys() else None
+
+
+def _index(parts: Sequence[Path]) -> dict[str | int, tuple[int, int, int]]:
+    """id -> (part number, offset, length) of its first record."""
+    index: dict[str | int, tuple[int, int, int]] = {}
+    for p, part in enumerate(parts):
+        offset = 0
+        with open(part, "rb") as fh:
+            for line in fh:
+                index.setdefault(_line_id(line), (p, offset, len(line)))
+                offset += len(line)
+    return index
+
+
+def _ordered_lines(parts: Sequence[Path], ids: Iterable[str | int]) -> Iterator[bytes]:
+    """Every record line, in the order of ``ids``."""
+    index = _index(parts)
+    handles = [open(part, "rb") for part in parts]
+    try:
+        for doc_id in ids:
+            p, offset, length = index[doc_id]
+            handles[p].seek(offset)
+            yield handles[p].read(length)
+    finally:
+        for fh in handles:
+            fh.close()
+
+
+def _assemble(parts: Sequence[Path], ids: Sequence[str | int], tmp: Path, fmt: str) -> None:
+    """Write the final output (JSONL or Parquet) in input order to ``tmp``, fsynced."""
+    lines = _ordered_lines(parts, ids)
+    if fmt == "jsonl":
+        with open(tmp, "wb") as fh:
+            for line in lines:
+                fh.write(line)
+            fh.flush()
+            os.fsync(fh.fileno())
+    else:
+        _write_parquet(lines, tmp)
+
+
+def _write_parquet(lines: Iterator[bytes], path: Path, rows_per_group: int = 1024) -> None:
+    """Columns id, text and report (the report as JSON text, as in the JSONL records)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    writer = None
+    try:
+        while chunk := [json.loads(line) for _, line in zip(range(rows_per_group), lines)]:
+            table = pa.table({"id": [r["id"] for r in chunk], "text": [r["text"] for r in chunk],
+                              "report": [json.dumps(r["report"], ensure_ascii=False) for r in chunk]})
+            writer = writer or pq.ParquetWriter(path, table.schema)
+            writer.write_table(table)
+    finally:
+        if writer is not None:
+            writer.close()
+    with open(path, "rb+") as fh:
+        os.fsync(fh.fileno())
+
+
+def _write_atomic(path: Path, data: bytes) -> None:
+    tmp = path.with_name(f".{path.name}.tmp")
+    with open(tmp, "wb") as fh:
+        fh.write(data)
+        fh.flush()
+        os.fsync(fh.fileno())
+    os.replace(tmp, path)
+    _fsync_dir(path.parent)
+
+
+def _fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)

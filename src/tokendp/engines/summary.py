@@ -1,0 +1,85 @@
+"""Progress and the end-of-run summary, the same for every engine: the driver consumes the
+workers' batch results, writes them and counts documents, tokens and seconds per worker."""
+
+from __future__ import annotations
+
+import sys
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from tokendp.engines.store import OutputRecord
+
+
+class BatchLike(Protocol):
+    records: list[OutputRecord]
+    tokens: int
+    seconds: float
+    worker: str
+
+
+class Sink(Protocol):
+    def write(self, records: list[OutputRecord]) -> int: ...
+
+
+@dataclass
+class WorkerStats:
+    """One worker's share: documents, generated tokens and seconds spent in its batches."""
+
+    documents: int = 0
+    tokens: int = 0
+    seconds: float = 0.0
+
+    @property
+    def tokens_per_second(self) -> float:
+        return self.tokens / self.seconds if self.seconds > 0 else 0.0
+
+
+@dataclass
+class Summary:
+    """A run: documents written now and skipped as already done, tokens, wall seconds, workers."""
+
+    documents: int = 0
+    skipped: int = 0
+    tokens: int = 0
+    seconds: float = 0.0
+    workers: dict[str, WorkerStats] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"documents": self.documents, "skipped": self.skipped, "tokens": self.tokens,
+                "seconds": round(self.seconds, 3),
+                "tokens_per_second": round(self.tokens / self.seconds, 2) if self.seconds > 0 else 0.0,
+                "workers": {k: {"documents": w.documents, "tokens": w.tokens, "seconds": round(w.seconds, 3),
+                                "tokens_per_second": round(w.tokens_per_second, 2)}
+                            for k, w in sorted(self.workers.items())}}
+
+    def format(self) -> str:
+        rate = self.tokens / self.seconds if self.seconds > 0 else 0.0
+        lines = [f"{self.documents} documents written ({self.skipped} already done), {self.tokens} tokens "
+                 f"in {self.seconds:.1f} s: {rate:.1f} tokens/s"]
+        lines += [f"  worker {name}: {w.documents} documents, {w.tokens} tokens, {w.tokens_per_second:.1f} tokens/s"
+                  for name, w in sorted(self.workers.items())]
+        return "\n".join(lines)
+
+
+def consume(batches: Iterable[BatchLike], sink: Sink, *, total: int, skipped: int,
+            progress: bool = True) -> Summary:
+    """Write every batch to ``sink`` as it arrives, with a progress bar on stderr; the summary."""
+    from tqdm import tqdm
+
+    summary = Summary(skipped=skipped)
+    start = time.perf_counter()
+    with tqdm(total=total, initial=skipped, unit="doc", desc="sanitize", file=sys.stderr,
+              disable=not progress) as bar:
+        for batch in batches:
+            written = sink.write(batch.records)
+            stats = summary.workers.setdefault(batch.worker, WorkerStats())
+            stats.documents += written
+            stats.tokens += batch.tokens
+            stats.seconds += batch.seconds
+            summary.documents += written
+            summary.tokens += batch.tokens
+            bar.update(written)
+    summary.seconds = time.perf_counter() - start
+    return summary
