@@ -1,0 +1,53 @@
+"""Corpora for the engine tests: documents built from tinylm's sentences, with and without spans."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import tinylm
+
+OPTIONS = '{"prompt_template": "<|doc|>{document}<|rewrite|>", "placeholder": "<|mask|>"}'
+LABELS = ("PERSON", "DATETIME", "LOC")
+
+
+def documents(n: int) -> list[dict]:
+    """``n`` records {id, text, spans?}: 1 to 3 spans in 1 to 3 groups; every fifth left to the tagger."""
+    docs = []
+    for i in range(n):
+        text = " ".join(tinylm.CORPUS[(i + k) % len(tinylm.CORPUS)] for k in range(1 + i % 2))
+        rec = {"id": f"doc-{i:03d}", "text": text}
+        if i % 5 != 4:
+            words = [(j, j + 4) for j in range(0, min(len(text), 48) - 4, 12)]
+            rec["spans"] = [{"start": s, "end": e, "label": LABELS[k % (1 + i % 3)]}
+                            for k, (s, e) in enumerate(words[: 1 + i % 3])]
+        docs.append(rec)
+    return docs
+
+
+def write_jsonl(path: Path, records: list[dict]) -> Path:
+    path.write_text("".join(json.dumps(r) + "\n" for r in records), encoding="utf-8")
+    return path
+
+
+def write_parquet(path: Path, records: list[dict]) -> Path:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    rows = [{"id": r["id"], "text": r["text"], "spans": json.dumps(r["spans"]) if "spans" in r else None}
+            for r in records]
+    pq.write_table(pa.Table.from_pylist(rows), path)
+    return path
+
+
+def read_output(path: Path) -> list[dict]:
+    """The records of a finished --out file (JSONL or Parquet; a Parquet report is JSON text)."""
+    if path.suffix == ".parquet":
+        import pyarrow.parquet as pq
+
+        return [{**r, "report": json.loads(r["report"])} for r in pq.read_table(path).to_pylist()]
+    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines()]
+
+
+def model_dir() -> str:
+    return str(tinylm.model_dir(OPTIONS))
