@@ -74,8 +74,9 @@ def format_report(report: dict[str, Any]) -> str:
 @click.option("--workers", type=click.IntRange(min=1), default=None,
               help="Ray actors, one model each [default: 2].")
 @click.option("--gpus-per-worker", type=click.FloatRange(min=0), default=None, help="GPUs per Ray actor [default: 0].")
-@click.option("--threads-per-worker", type=click.IntRange(min=1), default=None,
-              help="CPUs (torch threads) per Ray actor [default: 1].")
+@click.option("--threads", type=click.IntRange(min=1), default=None,
+              help="Torch threads per worker; a Ray actor reserves as many CPUs [default: torch's for "
+                   "--engine local, 1 for ray].")
 @click.option("--json", "as_json", is_flag=True, help="Print {\"text\", \"report\"} as JSON.")
 @click.option("--out", "out_path", type=click.Path(writable=True), default=None,
               help="Write the output here instead of stdout. For a corpus: OUT.jsonl, OUT.parquet or a directory; "
@@ -86,7 +87,7 @@ def sanitize(input_path: str, spans_path: str | None, tagger: str, model: str | 
              max_new_tokens: int | None, temperature: float, seed: int | None,
              no_repeat_ngram_size: int, repetition_penalty: float, speculative: bool | None, draft_tokens: int, method: str,
              batch_size: int, engine: str, address: str | None, workers: int | None,
-             gpus_per_worker: float | None, threads_per_worker: int | None, as_json: bool,
+             gpus_per_worker: float | None, threads: int | None, as_json: bool,
              out_path: str | None) -> None:
     """Rewrite INPUT (.txt, - for stdin, or a corpus: .jsonl or .parquet) with a per-group
     (epsilon, delta) guarantee.
@@ -105,15 +106,15 @@ def sanitize(input_path: str, spans_path: str | None, tagger: str, model: str | 
                   delta=delta, groups=groups, max_new_tokens=max_new_tokens, temperature=temperature,
                   seed=seed, no_repeat_ngram_size=no_repeat_ngram_size, repetition_penalty=repetition_penalty,
                   speculative=speculative, draft_tokens=draft_tokens)
-    ray_options = {k: v for k, v in (("address", address), ("workers", workers), ("gpus_per_worker", gpus_per_worker),
-                                      ("threads_per_worker", threads_per_worker)) if v is not None}
+    ray_options = {k: v for k, v in (("address", address), ("workers", workers), ("gpus_per_worker", gpus_per_worker))
+                   if v is not None}
     if input_path.endswith((".jsonl", ".parquet")):
         if spans_path:
             raise CLIError("--spans applies to a single document; put \"spans\" in each record instead")
-        _run_corpus(input_path, params, engine, batch_size, ray_options, out_path)
+        _run_corpus(input_path, params, engine, batch_size, threads, ray_options, out_path)
         return
-    if engine != "local" or ray_options:
-        raise CLIError("--engine ray and its options apply to a corpus (.jsonl or .parquet)")
+    if engine != "local" or ray_options or threads:
+        raise CLIError("--engine, --threads and the ray options apply to a corpus (.jsonl or .parquet)")
     text = _read_text(input_path)
     spans = None
     if spans_path:
@@ -128,13 +129,14 @@ def sanitize(input_path: str, spans_path: str | None, tagger: str, model: str | 
     _emit(output, out_path)
 
 
-def _run_corpus(input_path: str, params: dict[str, Any], engine: str, batch_size: int,
+def _run_corpus(input_path: str, params: dict[str, Any], engine: str, batch_size: int, threads: int | None,
                 ray_options: dict[str, Any], out_path: str | None) -> None:
     from tokendp.engines.runner import sanitize_corpus
 
     if engine == "local" and ray_options:
         raise CLIError(f"--{next(iter(ray_options)).replace('_', '-')} applies to --engine ray")
-    run = sanitize_corpus(input_path, params, out=out_path, engine=engine, batch_size=batch_size, **ray_options)
+    run = sanitize_corpus(input_path, params, out=out_path, engine=engine, batch_size=batch_size, threads=threads,
+                          **ray_options)
     if run.lines is not None:
         _emit("\n".join(run.lines), None)
     click.echo(run.summary.format(), err=True)

@@ -13,23 +13,24 @@ from tokendp.engines.worker import BatchResult, SanitizeWorker
 
 
 def run_local(corpus: Corpus, sink: Any, params: Mapping[str, Any], *, batch_size: int = 8,
-              progress: bool = True) -> Summary:
+              threads: int | None = None, progress: bool = True) -> Summary:
     """Rewrite the documents of ``corpus`` not yet in ``sink.done`` and write them to ``sink``.
 
     ``params`` are :class:`~tokendp.engines.worker.SanitizeWorker`'s (``sanitize_batch``'s
-    keyword arguments); the model is loaded only if something is left to do.
+    keyword arguments, ``threads`` its torch threads); the model is loaded only if something
+    is left to do.
     """
     skipped = len(sink.done)
     todo = (r for r in corpus.records() if r.id not in sink.done)
-    return consume(_results(todo, params, batch_size, skipped < len(corpus.ids)), sink,
+    return consume(_results(todo, params, batch_size, threads, skipped < len(corpus.ids)), sink,
                    total=len(corpus.ids), skipped=skipped, progress=progress)
 
 
-def _results(todo: Iterable[CorpusRecord], params: Mapping[str, Any], batch_size: int,
+def _results(todo: Iterable[CorpusRecord], params: Mapping[str, Any], batch_size: int, threads: int | None,
              work_left: bool) -> Iterator[BatchResult]:
     if not work_left:
         return
-    worker = SanitizeWorker(params)
+    worker = SanitizeWorker(params, threads=threads)
     it = iter(todo)
     while batch := list(islice(it, batch_size)):
         yield worker(batch)

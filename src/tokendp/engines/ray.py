@@ -31,25 +31,26 @@ _LIGHT = 0.1  # CPUs reserved by the read and parse tasks, which must not wait f
 
 
 def run_ray(corpus: Corpus, sink: Any, params: Mapping[str, Any], *, workers: int = 2, batch_size: int = 8,
-            gpus_per_worker: float = 0.0, threads_per_worker: int = 1, address: str | None = None,
+            gpus_per_worker: float = 0.0, threads: int | None = None, address: str | None = None,
             progress: bool = True) -> Summary:
     """Rewrite the documents of ``corpus`` not yet in ``sink.done`` on a Ray actor pool.
 
     ``address``: a running cluster (``"auto"``, ``"HOST:6379"``, ``"ray://HOST:10001"``); None
-    starts a private local instance (loopback only, ``workers * threads_per_worker + 1`` CPUs)
-    unless Ray is already initialised in this process. Each actor reserves
-    ``threads_per_worker`` CPUs (its torch threads) and ``gpus_per_worker`` GPUs.
+    starts a private local instance (loopback only, ``workers * threads + 1`` CPUs)
+    unless Ray is already initialised in this process. Each actor reserves ``threads`` CPUs
+    (its torch threads; default 1) and ``gpus_per_worker`` GPUs.
     """
     ray = require("ray", "ray", "--engine ray", why="(with Ray Data)")
+    threads = threads or 1
     skipped = len(sink.done)
     if skipped == len(corpus.ids):
         return consume([], sink, total=skipped, skipped=skipped, progress=progress)
-    started = _init(ray, address, workers * threads_per_worker + 1, gpus_per_worker * workers)
+    started = _init(ray, address, workers * threads + 1, gpus_per_worker * workers)
     try:
         ds = _dataset(ray, corpus, frozenset(sink.done), batch_size)
         ds = ds.map_batches(
-            _SanitizeActor, fn_constructor_kwargs={"params": dict(params), "threads": threads_per_worker},
-            batch_size=batch_size, batch_format="pyarrow", num_cpus=threads_per_worker,
+            _SanitizeActor, fn_constructor_kwargs={"params": dict(params), "threads": threads},
+            batch_size=batch_size, batch_format="pyarrow", num_cpus=threads,
             num_gpus=gpus_per_worker or None, compute=ray.data.ActorPoolStrategy(size=workers))
         return consume(_unwrap_errors(_driver_batches(ds)), sink, total=len(corpus.ids), skipped=skipped,
                        progress=progress)
@@ -95,10 +96,7 @@ class _SanitizeActor:
     """A Ray Data actor: one :class:`SanitizeWorker` (one model) for its whole life."""
 
     def __init__(self, params: dict[str, Any], threads: int) -> None:
-        import torch
-
-        torch.set_num_threads(threads)
-        self.worker = SanitizeWorker(params)
+        self.worker = SanitizeWorker(params, threads=threads)
 
     def __call__(self, batch: Any) -> dict[str, list]:
         records = to_records(batch)

@@ -35,13 +35,14 @@ class CorpusRun:
 
 
 def sanitize_corpus(corpus_path: str | Path, params: Mapping[str, Any], *, out: str | Path | None = None,
-                    engine: Engine = "local", batch_size: int = 8, progress: bool = True,
-                    **ray_options: Any) -> CorpusRun:
+                    engine: Engine = "local", batch_size: int = 8, threads: int | None = None,
+                    progress: bool = True, **ray_options: Any) -> CorpusRun:
     """Rewrite every document of a JSONL or Parquet corpus with ``sanitize_batch(**params)``.
 
     ``out``: ``FILE.jsonl``, ``FILE.parquet`` or a directory (see :mod:`tokendp.engines.store`);
     a run with the same ``out`` and parameters resumes where the last one stopped. None keeps
-    the records in memory and returns them as ``lines``. ``ray_options`` go to
+    the records in memory and returns them as ``lines``. ``threads``: torch threads per worker
+    (local default: torch's; Ray default: 1). ``ray_options`` go to
     :func:`tokendp.engines.ray.run_ray` (``workers``, ``gpus_per_worker``, ``address``, ...).
     """
     if engine not in ("local", "ray"):
@@ -54,8 +55,9 @@ def sanitize_corpus(corpus_path: str | Path, params: Mapping[str, Any], *, out: 
 
     def run(sink: Any) -> Summary:
         if engine == "local":
-            return run_local(corpus, sink, params, batch_size=batch_size, progress=progress)
-        return run_ray(corpus, sink, params, batch_size=batch_size, progress=progress, **ray_options)
+            return run_local(corpus, sink, params, batch_size=batch_size, threads=threads, progress=progress)
+        return run_ray(corpus, sink, params, batch_size=batch_size, threads=threads, progress=progress,
+                       **ray_options)
 
     if out is None:
         sink = MemorySink()

@@ -18,6 +18,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import torch
+
 from tokendp.backends import load_backend
 from tokendp.engines.corpus import CorpusRecord
 from tokendp.engines.seeds import document_seed
@@ -39,9 +41,12 @@ class BatchResult:
 
 class SanitizeWorker:
     """Rewrites batches of corpus records with ``sanitize_batch``'s keyword arguments ``params``
-    (``model``, ``device`` and ``dtype`` load the backend once; ``seed`` is the run seed)."""
+    (``model``, ``device`` and ``dtype`` load the backend once; ``seed`` is the run seed).
+    ``threads``: torch's intra-op threads in this process (None: leave torch's setting)."""
 
-    def __init__(self, params: Mapping[str, Any]) -> None:
+    def __init__(self, params: Mapping[str, Any], *, threads: int | None = None) -> None:
+        if threads is not None:
+            torch.set_num_threads(threads)
         params = dict(params)
         self.seed = params.pop("seed", None)
         self._tagger_spec = params.pop("tagger", "auto")
