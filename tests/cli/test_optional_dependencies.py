@@ -115,6 +115,24 @@ def test_sanitize_with_a_missing_tagger_exits_2_before_loading_the_model(monkeyp
     assert calls == [] and not out.exists()
 
 
+def test_sanitize_corpus_without_ray_or_a_tagger_exits_2_before_reading_or_loading(monkeypatch, tmp_path):
+    import tokendp.engines.runner as runner_module
+    import tokendp.engines.worker as worker_module
+
+    calls: list[str] = []
+    corpus, out = tmp_path / "docs.jsonl", tmp_path / "out.jsonl"
+    corpus.write_text(json.dumps({"id": "a", "text": PRIVATE}) + "\n")
+    _forbid(monkeypatch, worker_module, "load_backend", calls)
+    _missing(monkeypatch, "presidio_analyzer", "presidio_analyzer.nlp_engine")
+    result = CliRunner().invoke(main, ["sanitize", str(corpus), "--tagger", "presidio", "--beta", "0.1", "--out", str(out)])
+    assert result.exit_code == 2 and 'pip install "tokendp[presidio]"' in _one_line(result.output)
+    _forbid(monkeypatch, runner_module, "scan_corpus", calls)
+    _missing(monkeypatch, "ray")
+    result = CliRunner().invoke(main, ["sanitize", str(corpus), "--engine", "ray", "--beta", "0.1", "--out", str(out)])
+    assert result.exit_code == 2 and 'needs ray (with Ray Data): pip install "tokendp[ray]"' in _one_line(result.output)
+    assert calls == [] and not out.exists() and "Helen" not in result.output
+
+
 @pytest.mark.parametrize("command", [["tag", "{doc}", "--tagger", "presidio", "--html", "{html}"],
                                      ["eval", "tagger", "--data", "{data}", "--tagger", "presidio"]])
 def test_tag_and_eval_tagger_without_presidio_exit_2(monkeypatch, tmp_path, command):

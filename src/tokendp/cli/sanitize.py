@@ -70,7 +70,7 @@ def format_report(report: dict[str, Any]) -> str:
 @click.option("--engine", type=click.Choice(["local", "ray"]), default="local", show_default=True,
               help="Where a corpus runs: this process, or a Ray actor pool (the ray extra; docs/engines.md).")
 @click.option("--address", default=None,
-              help="Ray cluster to join (auto, HOST:6379, ray://HOST:10001); default: a local Ray instance.")
+              help="Ray cluster to join (auto or HOST:6379); default: a local Ray instance.")
 @click.option("--workers", type=click.IntRange(min=1), default=None,
               help="Ray actors, one model each [default: 2].")
 @click.option("--gpus-per-worker", type=click.FloatRange(min=0), default=None, help="GPUs per Ray actor [default: 0].")

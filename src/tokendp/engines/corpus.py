@@ -41,11 +41,13 @@ class CorpusRecord:
 
 @dataclass(frozen=True)
 class Corpus:
-    """A checked corpus file: its format and its ids in input order."""
+    """A checked corpus file: its format, its ids in input order, and whether a record has no
+    spans (so the run needs a tagger)."""
 
     path: Path
     format: Format
     ids: tuple[str | int, ...]
+    needs_tagger: bool = False
 
     def records(self) -> Iterator[CorpusRecord]:
         """The records in input order (read again from the file)."""
@@ -73,6 +75,7 @@ def scan_corpus(path: str | Path, *, require_ids: bool = False) -> Corpus:
         raise InvalidInputError(f"{path}: no such file")
     first_seen: dict[str | int, str] = {}
     id_type: type | None = None
+    needs_tagger = False
     for where, number, raw in _raw_records(path, fmt):
         if require_ids and raw.get("id") is None:
             raise InvalidInputError(f"{path}, {where}: no \"id\"; the ray engine needs an id on every record "
@@ -86,9 +89,10 @@ def scan_corpus(path: str | Path, *, require_ids: bool = False) -> Corpus:
             raise InvalidInputError(f"{path}, {where}: duplicate id {json.dumps(rec.id)} "
                                     f"(first at {first_seen[rec.id]}); ids must be unique")
         first_seen[rec.id] = where
+        needs_tagger = needs_tagger or rec.spans is None
     if not first_seen:
         raise InvalidInputError(f"{path} holds no documents")
-    return Corpus(path, fmt, tuple(first_seen))
+    return Corpus(path, fmt, tuple(first_seen), needs_tagger)
 
 
 def parse_record(raw: Any, *, where: str, default_id: int | None) -> CorpusRecord:

@@ -35,7 +35,7 @@ def run_ray(corpus: Corpus, sink: Any, params: Mapping[str, Any], *, workers: in
             progress: bool = True) -> Summary:
     """Rewrite the documents of ``corpus`` not yet in ``sink.done`` on a Ray actor pool.
 
-    ``address``: a running cluster (``"auto"``, ``"HOST:6379"``, ``"ray://HOST:10001"``); None
+    ``address``: a running cluster (``"auto"``, ``"HOST:6379"``); None
     starts a private local instance (loopback only, ``workers * threads + 1`` CPUs)
     unless Ray is already initialised in this process. Each actor reserves ``threads`` CPUs
     (its torch threads; default 1) and ``gpus_per_worker`` GPUs.
@@ -46,6 +46,7 @@ def run_ray(corpus: Corpus, sink: Any, params: Mapping[str, Any], *, workers: in
     if skipped == len(corpus.ids):
         return consume([], sink, total=skipped, skipped=skipped, progress=progress)
     started = _init(ray, address, workers * threads + 1, gpus_per_worker * workers)
+    _quiet(ray)
     try:
         ds = _dataset(ray, corpus, frozenset(sink.done), batch_size)
         ds = ds.map_batches(
@@ -69,11 +70,15 @@ def _init(ray: Any, address: str | None, cpus: int, gpus: float) -> bool:
                  _node_ip_address="127.0.0.1", **quiet)
     else:
         ray.init(address=address, **quiet)
-    ctx = ray.data.DataContext.get_current()
-    ctx.enable_progress_bars = False  # the driver's bar counts documents written
-    ctx.issue_detectors_config.detectors = []  # memory hints about the parse tasks: noise here
-    logging.getLogger("ray.data").setLevel(logging.WARNING)
     return True
+
+
+def _quiet(ray: Any) -> None:
+    """Ray Data's own progress bars and hints off: the driver's bar counts documents written."""
+    ctx = ray.data.DataContext.get_current()
+    ctx.enable_progress_bars = False
+    ctx.issue_detectors_config.detectors = []  # memory hints about the light parse tasks
+    logging.getLogger("ray.data").setLevel(logging.WARNING)
 
 
 def _dataset(ray: Any, corpus: Corpus, done: frozenset, batch_size: int) -> Any:
@@ -87,7 +92,7 @@ def _dataset(ray: Any, corpus: Corpus, done: frozenset, batch_size: int) -> Any:
         import pyarrow.parquet as pq
 
         names = set(pq.ParquetFile(corpus.path).schema_arrow.names)
-        ds = ray.data.read_parquet(path, columns=[c for c in COLUMNS if c in names])
+        ds = ray.data.read_parquet(path).select_columns([c for c in COLUMNS if c in names])
         ds = ds.map_batches(parse_rows, fn_kwargs=kwargs, batch_format="pyarrow", num_cpus=_LIGHT)
     return ds.repartition(target_num_rows_per_block=batch_size)
 

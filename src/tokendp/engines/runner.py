@@ -18,6 +18,7 @@ from tokendp.engines.ray import run_ray
 from tokendp.engines.store import MemorySink, RunStore
 from tokendp.engines.summary import Summary
 from tokendp.errors import InvalidParameterError
+from tokendp.text.taggers import get_tagger
 
 Engine = Literal["local", "ray"]
 # What may differ between the sessions of one resumable run: where and how fast it runs.
@@ -52,6 +53,8 @@ def sanitize_corpus(corpus_path: str | Path, params: Mapping[str, Any], *, out: 
     if engine == "ray":  # before any text is read
         require("ray", "ray", "--engine ray", why="(with Ray Data)")
     corpus = scan_corpus(corpus_path, require_ids=engine == "ray")
+    if corpus.needs_tagger and isinstance(params.get("tagger", "auto"), str):
+        get_tagger(params.get("tagger", "auto"))  # a missing tagger package fails here, before any model loads
 
     def run(sink: Any) -> Summary:
         if engine == "local":

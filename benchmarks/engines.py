@@ -1,0 +1,95 @@
+"""Benchmark: the local engine against Ray with 1 and 2 workers, in the same run (issue 18).
+
+Setting: the first ``--docs`` TAB documents (all splits), cut to ``--chars`` characters with the
+gold spans inside them, DP-Fusion at ``--epsilon`` with ``--seed``, ``--max-new-tokens`` T, in
+batches of ``--batch-size``; every worker one torch thread (a Ray actor reserves one CPU). Ray
+runs on a private local instance (loopback) started once, before the timings.
+
+For each engine it prints the wall time of the whole run (for Ray including the actors'
+start-up: a fresh process, imports, a model load), the tokens per second over that wall time,
+the tokens per second of each worker over the time it spent in its batches, and the speed-up
+over the local engine and over 1 Ray worker; then whether the records (texts and reports) are
+identical across the runs, and across local batch sizes 1, ``--batch-size`` and 2x that.
+
+Run: ``PYTHONPATH=src python benchmarks/engines.py`` (minutes on 2 CPU cores with the default
+``--model tiny``; ``--model rewriter`` for SmolLM2-135M).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import tempfile
+import time
+from pathlib import Path
+
+from tokendp.engines import sanitize_corpus
+
+TAB = Path("../shared/data/tab")
+
+
+def corpus(path: Path, docs: int, chars: int) -> Path:
+    """JSONL records {id, text, spans} from TAB: texts cut at a space before ``chars``."""
+    texts = json.loads((TAB / "texts.json").read_text(encoding="utf-8"))
+    gold = json.loads((TAB / "gold_spans.json").read_text(encoding="utf-8"))
+    with open(path, "w", encoding="utf-8") as fh:
+        for doc_id in sorted(texts)[:docs]:
+            text = texts[doc_id][:chars].rsplit(" ", 1)[0]
+            spans = [{"start": s, "end": e, "label": lab} for s, e, lab in gold[doc_id] if e <= len(text)]
+            fh.write(json.dumps({"id": doc_id, "text": text, "spans": spans}) + "\n")
+    return path
+
+
+def run(path: Path, out: Path, params: dict, **engine) -> tuple[float, dict, list[str]]:
+    """(wall seconds, summary, output lines) of one run into a fresh ``out``."""
+    start = time.perf_counter()
+    result = sanitize_corpus(path, params, out=out, progress=False, **engine)
+    wall = time.perf_counter() - start
+    return wall, result.summary.to_dict(), out.read_text(encoding="utf-8").splitlines()
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--docs", type=int, default=32)
+    ap.add_argument("--chars", type=int, default=600)
+    ap.add_argument("--model", default="tiny")
+    ap.add_argument("--max-new-tokens", type=int, default=64)
+    ap.add_argument("--batch-size", type=int, default=4)
+    ap.add_argument("--epsilon", type=float, default=8.0)
+    ap.add_argument("--seed", type=int, default=0)
+    args = ap.parse_args()
+
+    import ray
+
+    ray.init(address="local", num_cpus=3, include_dashboard=False, log_to_driver=False, _node_ip_address="127.0.0.1")
+    tmp = Path(tempfile.mkdtemp(prefix="tokendp-engines-"))
+    path = corpus(tmp / "corpus.jsonl", args.docs, args.chars)
+    params = {"model": args.model, "epsilon": args.epsilon, "max_new_tokens": args.max_new_tokens, "seed": args.seed}
+    b = args.batch_size
+    runs = {"local": run(path, tmp / "local.jsonl", params, batch_size=b, threads=1)}
+    for workers in (1, 2):
+        runs[f"ray x{workers}"] = run(path, tmp / f"ray{workers}.jsonl", params, engine="ray", workers=workers,
+                                     batch_size=b, threads=1)
+    batches = {size: run(path, tmp / f"local-b{size}.jsonl", params, batch_size=size, threads=1)[2]
+               for size in (1, 2 * b)}
+    ray.shutdown()
+
+    print(f"{args.docs} TAB documents (<= {args.chars} chars), model {args.model}, T = {args.max_new_tokens}, "
+          f"epsilon {args.epsilon:g}, batches of {b}, 1 thread per worker\n")
+    print("| engine | wall s | tokens | tokens/s (wall) | tokens/s per worker (busy) | vs local | vs ray x1 |")
+    print("|---|---|---|---|---|---|---|")
+    for name, (wall, summary, _) in runs.items():
+        per = ", ".join(f"{w['tokens_per_second']:.0f}" for w in summary["workers"].values())
+        print(f"| {name} | {wall:.1f} | {summary['tokens']} | {summary['tokens'] / wall:.1f} | {per} | "
+              f"{runs['local'][0] / wall:.2f}x | {runs['ray x1'][0] / wall:.2f}x |")
+    reference = runs["local"][2]
+    same = {name: sum(a == r for a, r in zip(lines, reference)) for name, (_, _, lines) in runs.items()}
+    same |= {f"local, batches of {size}": sum(a == r for a, r in zip(lines, reference))
+             for size, lines in batches.items()}
+    print("\nrecords identical to the local engine's (batches of %d):" % b)
+    for name, n in same.items():
+        print(f"- {name}: {n} / {len(reference)}")
+
+
+if __name__ == "__main__":
+    main()

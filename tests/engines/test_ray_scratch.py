@@ -1,0 +1,102 @@
+"""The Ray engine on a local Ray instance (CPU, loopback): the same records as the local engine,
+and an interrupted run resumed with every document exactly once.
+
+One Ray instance serves the module; each run still starts its own actor pool (a model load per
+actor), which is most of these tests' time.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from click.testing import CliRunner
+
+from tokendp.cli import main
+from tokendp.engines import sanitize_corpus
+from tokendp.engines.ray import _unwrap_errors
+from tokendp.engines.store import RunStore
+from tokendp.errors import InvalidInputError
+
+from .corpora import documents, model_dir, read_output, write_jsonl, write_parquet
+
+ray = pytest.importorskip("ray")
+
+N = 40
+ARGS = ["--epsilon", "8", "--max-new-tokens", "6"]
+PARAMS = {"epsilon": 8.0, "max_new_tokens": 6, "seed": None}
+
+
+@pytest.fixture(scope="module")
+def local_ray():
+    ray.init(address="local", num_cpus=3, include_dashboard=False, log_to_driver=False,
+             _node_ip_address="127.0.0.1")
+    yield
+    ray.shutdown()
+
+
+@pytest.fixture(scope="module")
+def corpora(tmp_path_factory):
+    d = tmp_path_factory.mktemp("ray")
+    return write_jsonl(d / "docs.jsonl", documents(N)), write_parquet(d / "docs.parquet", documents(N))
+
+
+@pytest.fixture(scope="module")
+def reference(corpora, tmp_path_factory):
+    """The local engine's records, in batches of 8."""
+    out = tmp_path_factory.mktemp("local") / "local.jsonl"
+    res = CliRunner().invoke(main, ["sanitize", str(corpora[0]), "--model", model_dir(), *ARGS,
+                                    "--engine", "local", "--batch-size", "8", "--out", str(out)])
+    assert res.exit_code == 0, res.output
+    return read_output(out)
+
+
+def test_ray_gives_the_local_records(local_ray, corpora, reference, tmp_path):
+    out = tmp_path / "ray.jsonl"
+    res = CliRunner().invoke(main, ["sanitize", str(corpora[0]), "--model", model_dir(), *ARGS,
+                                    "--engine", "ray", "--workers", "2", "--batch-size", "4", "--out", str(out)])
+    assert res.exit_code == 0, res.output
+    assert f"{N} documents written (0 already done)" in res.stderr and "worker " in res.stderr
+    rows = read_output(out)
+    assert [r["id"] for r in rows] == [d["id"] for d in documents(N)]
+    assert len(rows) == N
+
+
+def test_interrupted_ray_run_resumes(local_ray, corpora, reference, tmp_path, monkeypatch):
+    out = tmp_path / "ray.parquet"
+    params = {**PARAMS, "model": model_dir()}
+    inner, calls = RunStore.write, []
+
+    def write(self, records):  # the driver dies after its third batch
+        if len(calls) == 3:
+            raise KeyboardInterrupt
+        calls.append(len(records))
+        return inner(self, records)
+
+    monkeypatch.setattr(RunStore, "write", write)
+    with pytest.raises(KeyboardInterrupt):
+        sanitize_corpus(corpora[1], params, out=out, engine="ray", workers=2, batch_size=4, progress=False)
+    monkeypatch.undo()
+    assert not out.exists() and sum(calls) >= 3
+    run = sanitize_corpus(corpora[1], params, out=out, engine="ray", workers=2, batch_size=4, progress=False)
+    assert (run.summary.skipped, run.summary.documents) == (sum(calls), N - sum(calls))
+    assert [r["id"] for r in read_output(out)] == [d["id"] for d in documents(N)]
+
+
+def test_worker_errors_arrive_as_themselves():
+    def failing():
+        yield 1
+        try:
+            raise InvalidInputError("documents \"a\": too long")
+        except InvalidInputError as err:
+            raise RuntimeError("wrapped by Ray") from err
+
+    with pytest.raises(InvalidInputError, match="too long"):
+        list(_unwrap_errors(failing()))
+
+
+def test_ids_are_required(local_ray, tmp_path):
+    path = tmp_path / "c.jsonl"
+    path.write_text(json.dumps({"text": "Helen Marsh"}) + "\n")
+    res = CliRunner().invoke(main, ["sanitize", str(path), "--engine", "ray", "--beta", "0.1"])
+    assert res.exit_code == 2 and "line 1: no \"id\"" in res.output and "Helen" not in res.output
