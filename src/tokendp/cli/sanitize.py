@@ -99,7 +99,8 @@ def sanitize(input_path: str, spans_path: str | None, tagger: str, model: str | 
     """Rewrite INPUT (.txt, .jsonl or - for stdin) with a per-group (epsilon, delta) guarantee.
 
     JSONL input holds one {"id", "text", "spans"?} per line; results go to --out (or stdout)
-    as one {"id", "text", "report"} per line.
+    as one {"id", "text", "report"} per line. With --seed, each document's rewrite depends only
+    on the seed and its id, not on --batch-size or its neighbours.
     """
     from transformers.utils import logging as hf_logging
 
@@ -134,6 +135,7 @@ def _run_jsonl(records: list[dict[str, Any]], params: dict[str, Any], batch_size
                out_path: str | None) -> None:
     from tqdm import tqdm
 
+    from tokendp.generation import document_seed
     from tokendp.sanitize import sanitize_batch
     from tokendp.text.taggers import spans_from_json
 
@@ -143,7 +145,8 @@ def _run_jsonl(records: list[dict[str, Any]], params: dict[str, Any], batch_size
             batch = records[start:start + batch_size]
             spans = [spans_from_json(r["spans"], r["text"]) if r.get("spans") is not None else None
                      for r in batch]
-            results = sanitize_batch([r["text"] for r in batch], spans=spans, **params)
+            seeds = None if params["seed"] is None else [document_seed(params["seed"], r["id"]) for r in batch]
+            results = sanitize_batch([r["text"] for r in batch], spans=spans, **{**params, "seed": seeds})
             lines += [json.dumps({"id": r["id"], **res.to_dict()}, ensure_ascii=False)
                       for r, res in zip(batch, results)]
             bar.update(len(batch))
