@@ -109,7 +109,9 @@ def check_params(method: str, alpha: float | None, delta: float, temperature: fl
 
 
 def per_group(value: Budget, names: Sequence[str], what: str) -> list[float]:
-    """A scalar for every group, or a mapping that names each group of the document."""
+    """A scalar for every group, or a mapping that names each group of the document (names of
+    groups the document lacks are ignored: a corpus-wide mapping is checked per document, so a
+    document's result never depends on its batch)."""
     if isinstance(value, Mapping):
         missing = sorted(set(names) - set(value))
         if missing:
@@ -123,15 +125,6 @@ def per_group(value: Budget, names: Sequence[str], what: str) -> list[float]:
     return [float(v) for v in values]
 
 
-def check_known_groups(value: Budget, all_names: set[str], what: str) -> None:
-    """A mapping budget may name only groups that some document has."""
-    if isinstance(value, Mapping):
-        unknown = sorted(set(value) - all_names)
-        if unknown:
-            raise InvalidInputError(f"{what} names group(s) {unknown} that no document has; "
-                                    f"the groups are {sorted(all_names)}")
-
-
 def group_betas(ctx: DocumentContexts, *, alpha: float, delta: float, max_tokens: int,
                 beta: Budget, epsilon: Budget) -> list[float]:
     """beta_i per group: given, or the largest beta whose certified epsilon meets epsilon_i."""
@@ -140,6 +133,16 @@ def group_betas(ctx: DocumentContexts, *, alpha: float, delta: float, max_tokens
         return per_group(beta, names, "beta")
     return [0.0 if e == 0 else dp_fusion_beta(epsilon=e, alpha=alpha, groups=m, max_tokens=max_tokens, delta=delta)
             for e in per_group(epsilon, names, "epsilon")]
+
+
+def check_known_groups(value: Budget, all_names: set[str], what: str) -> None:
+    """A mapping budget may name only groups that some document has (for jobs whose groups the
+    caller sets, such as ``generate``'s untrusted chunks, where another name is a mistake)."""
+    if isinstance(value, Mapping):
+        unknown = sorted(set(value) - all_names)
+        if unknown:
+            raise InvalidInputError(f"{what} names group(s) {unknown} that no document has; "
+                                    f"the groups are {sorted(all_names)}")
 
 
 def choose_alpha(targets: Sequence[tuple[float, int, int]], *, delta: float) -> float:
@@ -167,15 +170,18 @@ def choose_alpha(targets: Sequence[tuple[float, int, int]], *, delta: float) -> 
     return best_alpha
 
 
-def resolve_alpha(method: str, alpha: float | None, contexts: Sequence[DocumentContexts], limits: Sequence[int],
-                  epsilon: Budget, *, delta: float) -> float:
-    """``alpha`` if given; else, for DP-Fusion with epsilon targets, :func:`choose_alpha`; else 2."""
+def resolve_alphas(method: str, alpha: float | None, contexts: Sequence[DocumentContexts], limits: Sequence[int],
+                   epsilon: Budget, *, delta: float) -> list[float]:
+    """The Renyi order of each document: ``alpha`` if given; else, for DP-Fusion with epsilon
+    targets, :func:`choose_alpha` over the document's own targets (never its batchmates', so a
+    document's guarantee and output do not depend on the batch); else 2."""
     if alpha is not None:
-        return float(alpha)
-    targets = [] if method != "dp-fusion" or epsilon is None else [
-        (e, len(c.groups), t) for c, t in zip(contexts, limits)
-        for e in per_group(epsilon, [g.name for g in c.groups], "epsilon") if e > 0]
-    return choose_alpha(targets, delta=delta) if targets else DEFAULT_ALPHA
+        return [float(alpha)] * len(contexts)
+    if method != "dp-fusion" or epsilon is None:
+        return [DEFAULT_ALPHA] * len(contexts)
+    targets = [[(e, len(c.groups), t) for e in per_group(epsilon, [g.name for g in c.groups], "epsilon") if e > 0]
+               for c, t in zip(contexts, limits)]
+    return [choose_alpha(tg, delta=delta) if tg else DEFAULT_ALPHA for tg in targets]
 
 
 def spans_of(text: str, spans: Sequence[Span | Mapping] | None, tagger: Any) -> list[Span]:
@@ -191,20 +197,24 @@ def spans_of(text: str, spans: Sequence[Span | Mapping] | None, tagger: Any) -> 
 
 # ---------------------------------------------------------------------------- the job
 class FusionJob:
-    """One batch of documents under one method: rows, the bound mechanism, ledgers, epsilons."""
+    """One batch of documents under one method: rows, the bound mechanisms, ledgers, epsilons.
 
-    def __init__(self, method: str, alpha: float, delta: float, contexts: list[DocumentContexts],
+    Document i has its own Renyi order ``alphas[i]``; the documents of one order share one
+    :class:`~tokendp.mechanisms.DPFusion`, and a step runs each order's mechanism on its documents.
+    """
+
+    def __init__(self, method: str, alphas: Sequence[float], delta: float, contexts: list[DocumentContexts],
                  limits: list[int], beta: Budget, epsilon: Budget) -> None:
-        check_known_groups(beta, {g.name for c in contexts for g in c.groups}, "beta")
-        check_known_groups(epsilon, {g.name for c in contexts for g in c.groups}, "epsilon")
-        self.method, self.alpha, self.delta = method, float(alpha), float(delta)
+        self.method, self.alphas, self.delta = method, [float(a) for a in alphas], float(delta)
         self.contexts, self.limits = contexts, limits
-        self.betas = [group_betas(c, alpha=alpha, delta=delta, max_tokens=t, beta=beta, epsilon=epsilon)
-                      if method == "dp-fusion" else None for c, t in zip(contexts, limits)]
-        self.ledgers = [self._ledger(c, b, t) for c, b, t in zip(contexts, self.betas, limits)]
-        self.mechanism = DPFusion(alpha=alpha) if method == "dp-fusion" else None
-        self.events = [self.mechanism.event(betas={g.name: x for g, x in zip(c.groups, b)}) if b else {}
-                       for c, b in zip(contexts, self.betas)]
+        self.betas = [group_betas(c, alpha=a, delta=delta, max_tokens=t, beta=beta, epsilon=epsilon)
+                      if method == "dp-fusion" else None for c, a, t in zip(contexts, self.alphas, limits)]
+        self.ledgers = [self._ledger(i) for i in range(len(contexts))]
+        orders = sorted(set(self.alphas))
+        self.mechanisms = [DPFusion(alpha=a) for a in orders] if method == "dp-fusion" else []
+        self.order_of = torch.tensor([orders.index(a) for a in self.alphas])  # (N,): index into mechanisms
+        self.events = [self.mechanisms[int(k)].event(betas={g.name: x for g, x in zip(c.groups, b)}) if b else {}
+                       for c, b, k in zip(contexts, self.betas, self.order_of)]
         width = max(max(len(c.groups) for c in contexts), 1)
         # float64, the accountant's beta exactly: a float32 beta can round up, above the charged cap
         self.beta_t = torch.zeros((len(contexts), width), dtype=torch.float64)  # (N, m_max)
@@ -222,7 +232,7 @@ class FusionJob:
             return [None] * len(c.groups)
         if self.method == "public":
             return [0.0] * len(c.groups)
-        return [dp_fusion_epsilon(alpha=self.alpha, beta=x, groups=len(c.groups), max_tokens=self.limits[i],
+        return [dp_fusion_epsilon(alpha=self.alphas[i], beta=x, groups=len(c.groups), max_tokens=self.limits[i],
                                   delta=self.delta) for x in b]
 
     def group_reports(self, i: int) -> tuple[GroupReport, ...]:
@@ -231,12 +241,12 @@ class FusionJob:
         return tuple(GroupReport(g.name, g.n_spans, g.n_tokens, b, e)
                      for g, b, e in zip(c.groups, betas, self.epsilons(i)))
 
-    def _ledger(self, c: DocumentContexts, betas: list[float] | None, limit: int) -> Ledger | None:
+    def _ledger(self, i: int) -> Ledger | None:
+        """Document i's ledger, holding its certified epsilon per group."""
+        c, betas = self.contexts[i], self.betas[i]
         if betas is None or not c.groups:
             return None
-        budgets = {g.name: dp_fusion_epsilon(alpha=self.alpha, beta=b, groups=len(c.groups), max_tokens=limit,
-                                             delta=self.delta) for g, b in zip(c.groups, betas)}
-        return Ledger(budgets, delta=self.delta)
+        return Ledger({g.name: e for g, e in zip(c.groups, self.epsilons(i))}, delta=self.delta)
 
     def sequences(self) -> list[RowSequence]:
         if self.method == "original":
@@ -247,12 +257,21 @@ class FusionJob:
 
     def step(self, logits: torch.Tensor, docs: torch.Tensor, temperature: float) -> Any:
         """logits ``# (Na, R, V)`` -> the mechanism's step for the active documents ``docs``."""
-        if self.mechanism is None:  # original / public: the one row's own distribution
+        if not self.mechanisms:  # original / public: the one row's own distribution
             return MechanismStep(torch.log_softmax(logits[:, 0].float() / temperature, -1), {})  # (Na, V)
-        d = docs.to(self.beta_t.device)
+        if logits.shape[1] == 1:  # only documents without groups: one masked stand-in row, so p_pub
+            logits = logits.expand(-1, 2, -1)  # comes out of the mechanism exactly as in a wider batch
+        d = docs.cpu()
         betas = self.beta_t[d][:, :logits.shape[1] - 1].to(logits.device)  # (Na, m)
         mask = self.mask_t[d][:, :logits.shape[1] - 1].to(logits.device)  # (Na, m)
-        return self.mechanism.step(logits, betas=betas, group_mask=mask if self.padded else None, temperature=temperature)
+        order = self.order_of[d]  # (Na,)
+        if len(self.mechanisms) == 1:
+            return self.mechanisms[0].step(logits, betas=betas, group_mask=mask if self.padded else None,
+                                           temperature=temperature)
+        parts = [(rows, self.mechanisms[k].step(logits[rows], betas=betas[rows], group_mask=mask[rows],
+                                                temperature=temperature))
+                 for k in order.unique().tolist() for rows in [(order == k).nonzero().flatten().to(logits.device)]]
+        return _gather_steps(parts, len(d))
 
     def charge(self, docs: list[int]) -> None:
         """Charge each active document's ledger for one token, before it is sampled."""
@@ -270,6 +289,18 @@ class FusionJob:
             if key in sums:
                 diag[name] = {g.name: float(sums[key][j]) for j, g in enumerate(c.groups)}
         return diag
+
+
+def _gather_steps(parts: Sequence[tuple[torch.Tensor, MechanismStep]], n: int) -> MechanismStep:
+    """One step for ``n`` documents from steps on disjoint subsets ``rows # (n_k,)`` of them."""
+    first = parts[0][1]
+    logprobs = first.logprobs.new_empty((n, first.logprobs.shape[-1]))  # (Na, V)
+    diagnostics = {key: value.new_zeros((n, *value.shape[1:])) for key, value in first.diagnostics.items()}
+    for rows, part in parts:
+        logprobs[rows] = part.logprobs
+        for key, value in part.diagnostics.items():
+            diagnostics[key][rows] = value
+    return MechanismStep(logprobs, diagnostics)
 
 
 def drafter(speculative: bool | None, draft_tokens: int, documents: int, placeholder: int) -> PromptLookup | None:

@@ -31,10 +31,10 @@ from typing import Any, Literal
 
 from tokendp.backends import HFBackend, load_backend
 from tokendp.errors import InvalidInputError, InvalidParameterError
-from tokendp.fusion import (Budget, FusionJob, FusionReport, Method, TextResult, check_params, drafter,
-                            resolve_alpha, spans_of)
+from tokendp.fusion import (Budget, FusionJob, FusionReport, Method, TextResult, check_known_groups, check_params,
+                            drafter, resolve_alphas, spans_of)
 from tokendp.generation import generate as run_engine
-from tokendp.generation import make_generator
+from tokendp.generation import make_generators
 from tokendp.logits_processors import PublicLogitsProcessor
 from tokendp.text.contexts import GroupSpec, placeholder_id, prompt_template
 from tokendp.text.prompts import (DEFAULT_GENERATE_INSTRUCTION, STAND_IN, QuestionPlace, build_prompt_contexts,
@@ -187,10 +187,12 @@ def generate_batch(
     for c in contexts:
         _check_fits(backend, c.rows, max_new_tokens)
     limits = [max_new_tokens] * n
-    alpha = resolve_alpha(method, alpha, contexts, limits, epsilon, delta=delta)
-    job = FusionJob(method, alpha, delta, contexts, limits, beta, epsilon)
+    for budget, what in ((beta, "beta"), (epsilon, "epsilon")):
+        check_known_groups(budget, {g.name for c in contexts for g in c.groups}, what)
+    alphas = resolve_alphas(method, alpha, contexts, limits, epsilon, delta=delta)
+    job = FusionJob(method, alphas, delta, contexts, limits, beta, epsilon)
     outputs = run_engine(backend, job.sequences(), job.step, max_new_tokens=limits, temperature=temperature,
-                         generator=make_generator(seed, backend.device), eos_ids=backend.eos_token_ids,
+                         generator=make_generators(seed, len(contexts)), eos_ids=backend.eos_token_ids,
                          stop_strings=[*opts.get("stop", []), *stop], charge=job.charge, on_token=on_token,
                          logits_processor=processor, drafter=drafter(speculative, draft_tokens, n, ph))
     decoding = {"no_repeat_ngram_size": no_repeat_ngram_size, "repetition_penalty": repetition_penalty}
@@ -198,7 +200,7 @@ def generate_batch(
     for i, out in enumerate(outputs):
         reports = job.group_reports(i)
         report = GenerateReport(
-            method, backend.name, job.alpha, job.delta, max_new_tokens, len(out.token_ids), out.stop_reason,
+            method, backend.name, job.alphas[i], job.delta, max_new_tokens, len(out.token_ids), out.stop_reason,
             _guarantee(method, max_new_tokens), tuple(g for g in reports if not is_untrusted(g.label)),
             job.diagnostics(i, out.diagnostics), decoding,
             tuple(UntrustedReport(g.label, g.beta, g.epsilon) for g in reports if is_untrusted(g.label)), stand_in)

@@ -6,7 +6,11 @@ they are laid out as ``(N, R, V)`` (R = the largest R_n; a shorter document's pa
 repeat its public row and its mechanism masks them out), the mechanism turns them into one
 next-token distribution per document, the ledger is charged **before** anything is sampled
 (check then commit: a refused charge raises and nothing is released), then one token per
-document is sampled from a ``torch.Generator`` and appended to all of its rows.
+document is sampled and appended to all of its rows. Each document may have its own random
+stream (a ``torch.Generator`` per sequence, :func:`make_generators`): its k-th released token
+then uses the k-th draw of its own stream, so its output does not depend on the other
+documents of the batch, on the batch's order, or on speculative decoding (up to the
+float32 rounding of batched logits, docs/design.md "Determinism").
 
 The number of steps T = ``max_new_tokens`` is fixed before generation; a privacy
 certificate must count all T tokens even when a document stops early (on EOS or a stop
@@ -30,7 +34,9 @@ sampler are called once per released token, as without drafts; only the passes a
 
 from __future__ import annotations
 
+import hashlib
 import itertools
+import json
 import secrets
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -42,7 +48,7 @@ from tokendp.backends import DecodeState, HFBackend, RowSequence
 from tokendp.drafts import Drafter
 from tokendp.errors import InvalidParameterError
 from tokendp.logits_processors import PublicLogitsProcessor, apply_to_rows
-from tokendp.sampling import sample, sample_to_host  # noqa: F401 (sample: re-exported, tokendp.generation.sample)
+from tokendp.sampling import Generators, sample, sample_to_host  # noqa: F401 (sample: re-exported)
 
 StopReason = Literal["eos", "stop_string", "max_new_tokens"]
 
@@ -76,6 +82,27 @@ def make_generator(seed: int | None = None, device: str | torch.device = "cpu") 
     return gen
 
 
+def document_seed(seed: int, key: str | int) -> int:
+    """The seed of one document's stream: a hash of (``seed``, the document's key), 63 bits.
+
+    A stable function (SHA-256 of the JSON of both, not Python's salted ``hash``), so that any
+    process, machine or worker derives the same stream for the same document."""
+    blob = json.dumps([int(seed), key], ensure_ascii=False).encode()
+    return int.from_bytes(hashlib.sha256(blob).digest()[:8], "big") >> 1
+
+
+def make_generators(seed: int | Sequence[int] | None, n: int) -> list[torch.Generator]:
+    """One CPU ``torch.Generator`` per document: ``seed`` an int (document i gets
+    ``document_seed(seed, i)``), one seed per document (used as they are), or None (each from the
+    OS). CPU streams: a draw is one 53-bit integer per document per token."""
+    if seed is None or isinstance(seed, int):
+        return [make_generator(None if seed is None else document_seed(seed, i)) for i in range(n)]
+    seeds = list(seed)
+    if len(seeds) != n or not all(isinstance(s, int) for s in seeds):
+        raise InvalidParameterError(f"seed must be an int or one int per document ({n}), got {seed!r}")
+    return [make_generator(s) for s in seeds]
+
+
 class _StopChecker:
     """Host-side stop checks on one document's growing list of token ids."""
 
@@ -107,7 +134,7 @@ class _StopChecker:
 
 
 def generate(backend: HFBackend, sequences: Sequence[RowSequence], step: StepFn, *,
-             max_new_tokens: int | Sequence[int], generator: torch.Generator, temperature: float = 1.0,
+             max_new_tokens: int | Sequence[int], generator: Generators, temperature: float = 1.0,
              eos_ids: Sequence[int] | None = None, stop_strings: Sequence[str] = (),
              charge: Callable[[list[int]], None] | None = None,
              on_token: Callable[[int, int], None] | None = None,
@@ -116,6 +143,7 @@ def generate(backend: HFBackend, sequences: Sequence[RowSequence], step: StepFn,
     """Generate up to ``max_new_tokens`` tokens (one int, or one per sequence) for every
     sequence; see the module docstring.
 
+    ``generator``: one stream for every document, or one per sequence (:func:`make_generators`).
     ``temperature`` is passed to ``step``; 0 means greedy (the argmax of the mechanism's
     distribution, computed at temperature 1): only for comparisons without privacy.
     ``charge(docs)`` is called once per released token of the documents ``docs``, before it is
@@ -134,6 +162,8 @@ def generate(backend: HFBackend, sequences: Sequence[RowSequence], step: StepFn,
             f"max_new_tokens must be an integer >= 1 (or one per sequence), got {max_new_tokens!r}")
     if not (temperature >= 0):
         raise InvalidParameterError(f"temperature must be >= 0, got {temperature!r}")
+    if not isinstance(generator, torch.Generator) and len(generator) != len(sequences):
+        raise InvalidParameterError(f"got {len(generator)} generators for {len(sequences)} sequences; give one per sequence")
     eos = set(eos_ids if eos_ids is not None else [backend.tokenizer.eos_token_id]) - {None}
     checker = _StopChecker(backend.tokenizer, eos, stop_strings, limits)
     loop = _Loop(sequences, step, generator, temperature, checker, charge, on_token, logits_processor)
@@ -164,7 +194,7 @@ class _Loop:
     """The state of one :func:`generate` call: the released tokens, the documents still running,
     the per-document diagnostics sums, and one verification round."""
 
-    def __init__(self, sequences: Sequence[RowSequence], step: StepFn, generator: torch.Generator,
+    def __init__(self, sequences: Sequence[RowSequence], step: StepFn, generator: Generators,
                  temperature: float, checker: _StopChecker, charge: Callable[[list[int]], None] | None,
                  on_token: Callable[[int, int], None] | None, processor: PublicLogitsProcessor | None) -> None:
         self.step, self.generator, self.temperature = step, generator, temperature
@@ -223,7 +253,8 @@ class _Loop:
         _accumulate(self.sums, out.diagnostics, index, len(self.outputs))
         if self.charge is not None:
             self.charge(list(docs))
-        return sample_to_host(out.logprobs, self.generator, greedy=self.temperature == 0).tolist()  # (Nv,)
+        streams = self.generator if isinstance(self.generator, torch.Generator) else [self.generator[d] for d in docs]
+        return sample_to_host(out.logprobs, streams, greedy=self.temperature == 0).tolist()  # (Nv,)
 
     def _append(self, docs: list[int], tokens: list[int]) -> None:
         """Append each document's token, stream it, and retire the documents that stopped."""

@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import math
 from bisect import bisect_right
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from fractions import Fraction
 from functools import lru_cache
 from itertools import accumulate
@@ -38,6 +38,8 @@ from torch import Tensor
 from tokendp.errors import InvalidInputError
 
 __all__ = ["sample", "sample_to_host"]
+
+Generators = torch.Generator | Sequence[torch.Generator]  # one stream for all rows, or one per row
 
 _UNIT = 2.0**-53  # u, the unit roundoff of float64
 _GRID = 53  # bits of the fast path's uniform
@@ -62,13 +64,14 @@ _SAFE = 2.0**1000  # |l|, |M| below this: TwoSum cannot overflow
 Weights = list[tuple[int, int]]  # (mantissa, exponent): W = mantissa * 2^exponent; (0, 0) for W = 0
 
 
-def sample(logprobs: Tensor, generator: torch.Generator, *, greedy: bool = False) -> Tensor:
+def sample(logprobs: Tensor, generator: Generators, *, greedy: bool = False) -> Tensor:
     """One token per row of ``logprobs # (N, V)``, on their device: an exact draw from
-    W / sum W (module docstring), or the argmax when ``greedy``."""
+    W / sum W (module docstring), or the argmax when ``greedy``. ``generator``: one stream for
+    every row, or one per row (then row n's draw depends on its own stream only)."""
     return sample_to_host(logprobs, generator, greedy=greedy).to(logprobs.device)
 
 
-def sample_to_host(logprobs: Tensor, generator: torch.Generator, *, greedy: bool = False,
+def sample_to_host(logprobs: Tensor, generator: Generators, *, greedy: bool = False,
                    _force_exact: bool = False) -> Tensor:
     """As :func:`sample`, returning the tokens ``# (N,)`` int64 on the CPU after one host
     transfer (tokens and row status together). A row with no finite entry, a NaN or +inf raises
@@ -78,16 +81,26 @@ def sample_to_host(logprobs: Tensor, generator: torch.Generator, *, greedy: bool
         raise InvalidInputError(f"logprobs must be a floating (N, V) tensor, got {tuple(logprobs.shape)}")
     if greedy:
         return logprobs.argmax(-1).cpu()  # (N,)
-    u = torch.randint(0, 2**_GRID, (logprobs.shape[0],), generator=generator, device=generator.device,
-                      dtype=torch.int64).to(logprobs.device)  # (N,): exactly uniform (a power of two)
+    u = _uniforms(generator, logprobs.shape[0]).to(logprobs.device)  # (N,): exactly uniform (a power of two)
     tokens, status = fast_inversion(logprobs, u)  # (N,), (N,)
     packed = torch.stack((tokens, status, u)).cpu()  # (3, N): the one host transfer
     tokens, status, u = packed[0].clone(), packed[1], packed[2]
     undecided = (status == 1) | _force_exact  # (N,)
     for row in undecided.nonzero().flatten().tolist():  # rare: at most about 3e-12 per cell boundary near U
         weights = dyadic_weights(logprobs[row].detach().to("cpu", torch.float64), row_index=row)
-        tokens[row] = invert_exactly(weights, int(u[row]), _GRID, lambda: _more_bits(generator))
+        stream = generator if isinstance(generator, torch.Generator) else generator[row]
+        tokens[row] = invert_exactly(weights, int(u[row]), _GRID, lambda: _more_bits(stream))
     return tokens
+
+
+def _uniforms(generator: Generators, n: int) -> Tensor:
+    """``n`` integers uniform on [0, 2^53): from one stream, or one from each row's stream."""
+    if isinstance(generator, torch.Generator):
+        return torch.randint(0, 2**_GRID, (n,), generator=generator, device=generator.device, dtype=torch.int64)
+    if len(generator) != n:
+        raise InvalidInputError(f"got {len(generator)} generators for {n} rows; give one per row")
+    return torch.cat([torch.randint(0, 2**_GRID, (1,), generator=g, device=g.device, dtype=torch.int64).cpu()
+                      for g in generator])  # (N,)
 
 
 def fast_inversion(logprobs: Tensor, u: Tensor) -> tuple[Tensor, Tensor]:

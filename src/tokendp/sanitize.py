@@ -29,9 +29,9 @@ from typing import Any, Literal
 from tokendp.backends import HFBackend, load_backend
 from tokendp.errors import InvalidInputError, InvalidParameterError
 from tokendp.fusion import (Budget, FusionJob, FusionReport, Method, TextResult, check_params, drafter,
-                            resolve_alpha, spans_of)
+                            resolve_alphas, spans_of)
 from tokendp.fusion import choose_alpha  # noqa: F401 (re-exported: tokendp.sanitize.choose_alpha)
-from tokendp.generation import generate, make_generator
+from tokendp.generation import generate, make_generators
 from tokendp.logits_processors import PublicLogitsProcessor
 from tokendp.text.contexts import DocumentContexts, GroupSpec, build_contexts, placeholder_id, prompt_template
 from tokendp.text.spans import Span
@@ -74,7 +74,7 @@ def sanitize_batch(
     tagger: str | Any = "auto", model: str | Path | HFBackend | None = "rewriter", method: Method = "dp-fusion",
     alpha: float | None = None, beta: Budget = None, epsilon: Budget = None, delta: float = 1e-5,
     groups: GroupSpec = "by-label", max_new_tokens: int | None = None, temperature: float = 1.0,
-    seed: int | None = None, instruction: str | None = None, template: str | None = None,
+    seed: int | Sequence[int] | None = None, instruction: str | None = None, template: str | None = None,
     placeholder: str | None = None, stop: Sequence[str] = (), on_overlap: Literal["merge", "error"] = "merge",
     device: str | None = None, dtype: str | None = None,
     on_token: Callable[[int, int], None] | None = None,
@@ -102,7 +102,11 @@ def sanitize_batch(
         max_new_tokens: T, fixed before generation (default: 1.2x the document's tokens + 16,
             within the model's context); the certificate counts all T tokens.
         temperature: sampling temperature (> 0; 0 = greedy, only for original/public).
-        seed: seed for reproducible sampling; None seeds from the OS (``secrets``).
+        seed: seed for reproducible sampling: an int (document i's random stream is seeded with
+            ``tokendp.generation.document_seed(seed, i)``), one seed per document (the corpus
+            engines pass ``document_seed(seed, document id)``), or None (from the OS, ``secrets``).
+            Each document has its own stream and its own alpha, so its rewrite does not depend
+            on the other documents of the batch (docs/design.md, "Determinism").
         instruction, template, placeholder: the paraphrase instruction, a plain template with
             ``{document}``, and the placeholder string (defaults: the model's tokendp.json).
         stop: extra stop strings (the model's tokendp.json "stop" always apply).
@@ -139,16 +143,16 @@ def sanitize_batch(
                                template=tpl, placeholder=ph, groups=groups, on_overlap=on_overlap)
                 for i, t in enumerate(texts)]
     limits = [_default_tokens(backend, c, max_new_tokens) for c in contexts]
-    alpha = resolve_alpha(method, alpha, contexts, limits, epsilon, delta=delta)
-    job = FusionJob(method, alpha, delta, contexts, limits, beta, epsilon)
+    alphas = resolve_alphas(method, alpha, contexts, limits, epsilon, delta=delta)
+    job = FusionJob(method, alphas, delta, contexts, limits, beta, epsilon)
     outputs = generate(backend, job.sequences(), job.step, max_new_tokens=limits,
-                       temperature=temperature, generator=make_generator(seed, backend.device),
+                       temperature=temperature, generator=make_generators(seed, len(contexts)),
                        eos_ids=backend.eos_token_ids, stop_strings=[*opts.get("stop", []), *stop],
                        charge=job.charge, on_token=on_token, logits_processor=processor,
                        drafter=drafter(speculative, draft_tokens, len(texts), ph))
     decoding = {"no_repeat_ngram_size": no_repeat_ngram_size, "repetition_penalty": repetition_penalty}
     return [SanitizeResult(out.text, SanitizeReport(
-                method, backend.name, job.alpha, job.delta, limits[i], len(out.token_ids), out.stop_reason,
+                method, backend.name, job.alphas[i], job.delta, limits[i], len(out.token_ids), out.stop_reason,
                 _guarantee(method, limits[i]), job.group_reports(i), job.diagnostics(i, out.diagnostics), decoding))
             for i, out in enumerate(outputs)]
 

@@ -51,3 +51,19 @@ def read_output(path: Path) -> list[dict]:
 
 def model_dir() -> str:
     return str(tinylm.model_dir(OPTIONS))
+
+
+def assert_same_records(rows: list[dict], reference: list[dict]) -> None:
+    """The same ids, texts and reports; the reports' diagnostics (realised lambdas and
+    divergences, not the guarantee) up to float32 rounding, which the batch's padding moves."""
+    import pytest
+
+    assert [r["id"] for r in rows] == [r["id"] for r in reference]
+    assert [r["text"] for r in rows] == [r["text"] for r in reference]
+    strip = [{k: v for k, v in r["report"].items() if k != "diagnostics"} for r in rows]
+    assert strip == [{k: v for k, v in r["report"].items() if k != "diagnostics"} for r in reference]
+    for r, q in zip(rows, reference):
+        d, e = r["report"]["diagnostics"], q["report"]["diagnostics"]
+        assert d.keys() == e.keys()
+        for key in d.keys() - {"note"}:
+            assert d[key] == pytest.approx(e[key], rel=1e-5, abs=1e-7), (r["id"], key)

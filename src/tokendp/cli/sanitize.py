@@ -94,7 +94,8 @@ def sanitize(input_path: str, spans_path: str | None, tagger: str, model: str | 
 
     A corpus holds one {"id", "text", "spans"?} per line or row; results go to --out (or
     stdout) as one {"id", "text", "report"} per document, in input order. With --seed, each
-    document's rewrite depends only on the seed and its id, whatever the engine or workers.
+    document's rewrite depends only on the seed and its id, not on --batch-size, its neighbours,
+    the engine or the workers.
     """
     from transformers.utils import logging as hf_logging
 

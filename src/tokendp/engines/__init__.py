@@ -4,7 +4,7 @@ Ray, the ``ray`` extra, is imported only when that engine runs).
 Both engines read a corpus of records ``{id, text, spans?}`` (:mod:`~tokendp.engines.corpus`),
 rewrite it in batches with the same worker (:mod:`~tokendp.engines.worker`), and write
 ``{id, text, report}`` records through the same resumable store (:mod:`~tokendp.engines.store`).
-With a seed, a document's rewrite depends only on (seed, id) (:mod:`~tokendp.engines.seeds`),
+With a seed, a document's rewrite depends only on (seed, id) (``tokendp.generation.document_seed``),
 so the engines, and any number of workers, give the same records.
 """
 
@@ -12,7 +12,7 @@ import importlib
 from typing import Any
 
 _LAZY = {"Corpus": "corpus", "CorpusRecord": "corpus", "scan_corpus": "corpus", "CorpusRun": "runner",
-         "sanitize_corpus": "runner", "document_seed": "seeds", "RunStore": "store", "Summary": "summary"}
+         "sanitize_corpus": "runner", "RunStore": "store", "Summary": "summary"}
 
 
 def __getattr__(name: str) -> Any:

@@ -53,8 +53,11 @@ def run_ray(corpus: Corpus, sink: Any, params: Mapping[str, Any], *, workers: in
             _SanitizeActor, fn_constructor_kwargs={"params": dict(params), "threads": threads},
             batch_size=batch_size, batch_format="pyarrow", num_cpus=threads,
             num_gpus=gpus_per_worker or None, compute=ray.data.ActorPoolStrategy(size=workers))
-        return consume(_unwrap_errors(_driver_batches(ds)), sink, total=len(corpus.ids), skipped=skipped,
-                       progress=progress)
+        batches = _driver_batches(ds)
+        try:
+            return consume(_unwrap_errors(batches), sink, total=len(corpus.ids), skipped=skipped, progress=progress)
+        finally:
+            batches.close()  # an interrupted driver stops the pipeline and its actors now, not at garbage collection
     finally:
         if started:
             ray.shutdown()

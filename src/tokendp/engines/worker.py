@@ -4,7 +4,8 @@
 Determinism: with a run seed, document ``id`` samples from its own generator seeded with
 ``document_seed(seed, id)``; speculative decoding, which is on by default for a batch of one,
 is fixed off unless asked for, so a batch that happens to hold one document runs the same
-decoding as any other. Without a seed, every document is seeded from the OS.
+forward passes (and float32 rounding) as any other. Without a seed, every document is seeded
+from the OS.
 """
 
 from __future__ import annotations
@@ -22,9 +23,9 @@ import torch
 
 from tokendp.backends import load_backend
 from tokendp.engines.corpus import CorpusRecord
-from tokendp.engines.seeds import document_seed
 from tokendp.engines.store import OutputRecord
 from tokendp.errors import TokenDPError
+from tokendp.generation import document_seed
 from tokendp.sanitize import sanitize_batch
 from tokendp.text.taggers import get_tagger, spans_from_json
 

@@ -72,7 +72,7 @@ def min_k_score(token_lp: torch.Tensor, mask: torch.Tensor | None = None, *, k: 
     n = mask.sum(-1)  # (...)
     count = torch.ceil(k * n.double()).long().clamp(min=1)  # (...)
     lowest = torch.where(mask, token_lp.double(), math.inf).sort(-1).values  # (..., T) ascending
-    keep = torch.arange(token_lp.shape[-1]) < count.unsqueeze(-1)  # (..., T)
+    keep = torch.arange(token_lp.shape[-1], device=token_lp.device) < count.unsqueeze(-1)  # (..., T)
     return torch.where(keep, lowest, 0.0).sum(-1) / count
 
 

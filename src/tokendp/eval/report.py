@@ -135,13 +135,17 @@ def _panel(ax, rows: Sequence[dict[str, Any]], key: str, ylabel: str) -> None:
             suffix = " (eps 0)" if r["epsilon"] == 0.0 else " (no DP)"
             ax.axhline(r[key], linestyle="--", linewidth=1, label=method + suffix, color=color)
     ax.set_xscale("log")
-    for axis in (ax.xaxis.set_major_formatter, ax.xaxis.set_minor_formatter):
-        axis(FuncFormatter(lambda x, _: f"{x:g}"))
+    ax.xaxis.set_major_formatter(FuncFormatter(lambda x, _: f"{x:g}"))
+    ax.xaxis.set_minor_formatter(FuncFormatter(_minor_label))  # 2 and 5 of each decade: readable over many decades
     ax.set_xlabel("certified epsilon (log)")
     ax.set_ylabel(ylabel)
     ax.grid(alpha=0.3)
     if key == "ppl":
         ax.legend(fontsize=7, loc="best")
+
+
+def _minor_label(x: float, _: int) -> str:
+    return f"{x:g}" if x > 0 and round(x / 10 ** math.floor(math.log10(x))) in (2, 5) else ""
 
 
 def pyplot():
