@@ -90,3 +90,24 @@ def test_parquet_rows(tmp_path):
     pq.write_table(pa.table({"id": ["a", "b"], "text": [SECRET, None]}), tmp_path / "null.parquet")
     with pytest.raises(InvalidInputError, match="row 2: \"text\" is missing"):
         scan_corpus(tmp_path / "null.parquet")
+
+
+def test_ray_parsers_read_what_the_scan_read(tmp_path):
+    """The Ray engine's parsers give the records the scan checked: lines end at "\\n" only, so a
+    raw U+2028 or U+0085 inside a text stays inside it (str.splitlines would cut there)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from tokendp.engines.arrow import parse_jsonl_files, parse_rows, record_schema
+
+    docs = [{"id": "a", "text": "one\u2028two\x85three", "spans": [{"start": 0, "end": 3, "label": "PERSON"}]},
+            {"id": "b", "text": "four"}]
+    path = tmp_path / "c.jsonl"
+    path.write_bytes(b"".join(json.dumps(d, ensure_ascii=False).encode() + b"\r\n" for d in docs) + b"  \n")
+    corpus = scan_corpus(path, require_ids=True)
+    expected = [r.to_row() for r in corpus.records()]
+    assert [r["text"] for r in expected] == [d["text"] for d in docs]
+    kwargs = {"done": frozenset({"b"}), "schema": record_schema(corpus)}
+    assert parse_jsonl_files(pa.table({"bytes": [path.read_bytes()]}), **kwargs).to_pylist() == expected[:1]
+    table = pq.read_table(write_parquet(tmp_path / "c.parquet", docs))
+    assert parse_rows(table, done=frozenset(), schema=record_schema(corpus)).to_pylist() == expected

@@ -14,9 +14,7 @@ from click.testing import CliRunner
 
 from tokendp.cli import main
 from tokendp.engines import sanitize_corpus
-from tokendp.engines.ray import _unwrap_errors
 from tokendp.engines.store import RunStore
-from tokendp.errors import InvalidInputError
 
 from .corpora import assert_same_records, documents, model_dir, read_output, write_jsonl, write_parquet
 
@@ -83,16 +81,16 @@ def test_interrupted_ray_run_resumes(local_ray, corpora, reference, tmp_path, mo
     assert_same_records(read_output(out), reference)
 
 
-def test_worker_errors_arrive_as_themselves():
-    def failing():
-        yield 1
-        try:
-            raise InvalidInputError("documents \"a\": too long")
-        except InvalidInputError as err:
-            raise RuntimeError("wrapped by Ray") from err
-
-    with pytest.raises(InvalidInputError, match="too long"):
-        list(_unwrap_errors(failing()))
+def test_a_worker_error_ends_the_run_with_its_message(local_ray, corpora, tmp_path):
+    """A document too long for the model's context fails in an actor: exit 2, the batch's ids,
+    no text and no remote traceback; nothing is written for that batch."""
+    out = tmp_path / "out.jsonl"
+    res = CliRunner().invoke(main, ["sanitize", str(corpora[0]), "--model", model_dir(), "--beta", "0.1",
+                                    "--max-new-tokens", "600", "--engine", "ray", "--workers", "1", "--out", str(out)])
+    assert res.exit_code == 2, res.output
+    line = res.output.strip().splitlines()[-1]
+    assert line.startswith("Error: documents \"doc-") and "context" in line
+    assert "Traceback" not in res.output and "Dear" not in res.output and "Helen" not in res.output
 
 
 def test_ids_are_required(local_ray, tmp_path):

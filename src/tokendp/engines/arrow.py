@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from tokendp.engines.corpus import Corpus, CorpusRecord, parse_record
+from tokendp.engines.corpus import Corpus, CorpusRecord, jsonl_lines, parse_record
 
 COLUMNS = ("id", "text", "spans")
 
@@ -20,10 +20,12 @@ def record_schema(corpus: Corpus) -> Any:
     return pa.schema([("id", id_type), ("text", pa.string()), ("spans", pa.string())])
 
 
-def parse_lines(batch: Any, *, done: frozenset, schema: Any) -> Any:
-    """JSONL lines (a ``text`` column, as Ray's ``read_text`` gives) -> records not in ``done``."""
+def parse_jsonl_files(batch: Any, *, done: frozenset, schema: Any) -> Any:
+    """Whole JSONL files (a ``bytes`` column, as Ray's ``read_binary_files`` gives) -> records
+    not in ``done``. (Ray's ``read_text`` splits lines with ``str.splitlines``, which also
+    breaks at U+2028 and U+0085, characters a JSON string may hold raw.)"""
     return _table([parse_record(json.loads(line), where="a corpus line", default_id=None)
-                   for line in batch.column("text").to_pylist()], done, schema)
+                   for data in batch.column("bytes").to_pylist() for line in jsonl_lines(data)], done, schema)
 
 
 def parse_rows(batch: Any, *, done: frozenset, schema: Any) -> Any:

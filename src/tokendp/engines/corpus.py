@@ -133,17 +133,25 @@ def _raw_records(path: Path, fmt: Format) -> Iterator[tuple[str, int, Any]]:
 
 
 def _jsonl_records(path: Path) -> Iterator[tuple[str, int, Any]]:
-    try:
-        with open(path, encoding="utf-8") as fh:
-            for n, line in enumerate(fh, 1):
-                if not line.strip():
-                    continue
-                try:
-                    yield f"line {n}", n, json.loads(line)
-                except json.JSONDecodeError:
-                    raise InvalidInputError(f"{path}, line {n}: not valid JSON") from None
-    except UnicodeDecodeError:
-        raise InvalidInputError(f"{path}: not UTF-8 text") from None
+    """Lines end at "\\n" only (as in :func:`jsonl_lines`), not at the other characters Python's
+    text mode or ``str.splitlines`` also break at (U+2028 may stand raw inside a JSON string)."""
+    with open(path, "rb") as fh:
+        for n, raw in enumerate(fh, 1):
+            try:
+                line = raw.decode("utf-8")
+            except UnicodeDecodeError:
+                raise InvalidInputError(f"{path}, line {n}: not UTF-8 text") from None
+            if not line.strip():
+                continue
+            try:
+                yield f"line {n}", n, json.loads(line)
+            except json.JSONDecodeError:
+                raise InvalidInputError(f"{path}, line {n}: not valid JSON") from None
+
+
+def jsonl_lines(data: bytes) -> Iterator[str]:
+    """The non-blank lines of a JSONL file's bytes, split as :func:`scan_corpus` splits them."""
+    return (line for line in data.decode("utf-8").split("\n") if line.strip())
 
 
 def _parquet_records(path: Path, batch_rows: int = 1024) -> Iterator[tuple[str, int, Any]]:

@@ -1,6 +1,6 @@
 """The Ray engine: Ray Data reads the corpus, an actor pool rewrites it, the driver writes.
 
-Ray Data reads the file (``read_text`` for JSONL, parsed into records; ``read_parquet``),
+Ray Data reads the file (``read_binary_files`` for JSONL, split into records; ``read_parquet``),
 drops the documents already written, cuts the rest into blocks of ``batch_size`` documents and
 hands them to ``workers`` actors (``map_batches`` with an :class:`ActorPoolStrategy`). Each
 actor is a :class:`~tokendp.engines.worker.SanitizeWorker`: it loads the model once and rewrites
@@ -20,12 +20,13 @@ from collections.abc import Iterator, Mapping
 from typing import Any
 
 from tokendp._optional import require
-from tokendp.engines.arrow import COLUMNS, parse_lines, parse_rows, record_schema, to_records
+from tokendp.engines.arrow import COLUMNS, parse_jsonl_files, parse_rows, record_schema, to_records
 from tokendp.engines.corpus import Corpus
 from tokendp.engines.store import OutputRecord
 from tokendp.engines.summary import Summary, consume
 from tokendp.engines.worker import BatchResult, SanitizeWorker
-from tokendp.errors import TokenDPError
+import tokendp.errors as errors
+from tokendp.errors import InvalidParameterError, TokenDPError
 
 _LIGHT = 0.1  # CPUs reserved by the read and parse tasks, which must not wait for the actors' CPUs
 
@@ -45,9 +46,11 @@ def run_ray(corpus: Corpus, sink: Any, params: Mapping[str, Any], *, workers: in
     skipped = len(sink.done)
     if skipped == len(corpus.ids):
         return consume([], sink, total=skipped, skipped=skipped, progress=progress)
-    started = _init(ray, address, workers * threads + 1, gpus_per_worker * workers)
+    started = _init(ray, address, workers * threads + 1)
     _quiet(ray)
     try:
+        if started and address is None:
+            _check_gpus(ray, gpus_per_worker)
         ds = _dataset(ray, corpus, frozenset(sink.done), batch_size)
         ds = ds.map_batches(
             _SanitizeActor, fn_constructor_kwargs={"params": dict(params), "threads": threads},
@@ -55,7 +58,7 @@ def run_ray(corpus: Corpus, sink: Any, params: Mapping[str, Any], *, workers: in
             num_gpus=gpus_per_worker or None, compute=ray.data.ActorPoolStrategy(size=workers))
         batches = _driver_batches(ds)
         try:
-            return consume(_unwrap_errors(batches), sink, total=len(corpus.ids), skipped=skipped, progress=progress)
+            return consume(batches, sink, total=len(corpus.ids), skipped=skipped, progress=progress)
         finally:
             batches.close()  # an interrupted driver stops the pipeline and its actors now, not at garbage collection
     finally:
@@ -63,17 +66,24 @@ def run_ray(corpus: Corpus, sink: Any, params: Mapping[str, Any], *, workers: in
             ray.shutdown()
 
 
-def _init(ray: Any, address: str | None, cpus: int, gpus: float) -> bool:
-    """Connect to ``address`` or start a local instance; True if this call started Ray."""
+def _init(ray: Any, address: str | None, cpus: int) -> bool:
+    """Connect to ``address`` or start a local instance (its GPUs detected); True if this call
+    started or joined Ray (and so must shut it down)."""
     if ray.is_initialized():
         return False
     quiet = dict(include_dashboard=False, log_to_driver=False, configure_logging=True, logging_level="warning")
     if address is None:
-        ray.init(address="local", num_cpus=cpus, num_gpus=int(gpus) if gpus else None,
-                 _node_ip_address="127.0.0.1", **quiet)
+        ray.init(address="local", num_cpus=cpus, _node_ip_address="127.0.0.1", **quiet)
     else:
         ray.init(address=address, **quiet)
     return True
+
+
+def _check_gpus(ray: Any, per_worker: float) -> None:
+    """An actor asking for more GPUs than the cluster has would wait for ever: fail instead."""
+    have = ray.cluster_resources().get("GPU", 0)
+    if per_worker > have:
+        raise InvalidParameterError(f"--gpus-per-worker {per_worker:g}, but the Ray cluster has {have:g} GPUs")
 
 
 def _quiet(ray: Any) -> None:
@@ -89,8 +99,8 @@ def _dataset(ray: Any, corpus: Corpus, done: frozenset, batch_size: int) -> Any:
     kwargs = {"done": done, "schema": record_schema(corpus)}
     path = str(corpus.path.resolve())
     if corpus.format == "jsonl":
-        ds = ray.data.read_text(path).map_batches(parse_lines, fn_kwargs=kwargs, batch_format="pyarrow",
-                                                  num_cpus=_LIGHT)
+        ds = ray.data.read_binary_files(path).map_batches(parse_jsonl_files, fn_kwargs=kwargs,
+                                                          batch_format="pyarrow", num_cpus=_LIGHT)
     else:
         import pyarrow.parquet as pq
 
@@ -101,20 +111,28 @@ def _dataset(ray: Any, corpus: Corpus, done: frozenset, batch_size: int) -> Any:
 
 
 class _SanitizeActor:
-    """A Ray Data actor: one :class:`SanitizeWorker` (one model) for its whole life."""
+    """A Ray Data actor: one :class:`SanitizeWorker` (one model) for its whole life.
+
+    A :class:`TokenDPError` (a document too long, say) comes back as data, its type and
+    message in the ``error`` column, because Ray Data hands the driver only its own wrapper of
+    an exception raised here; the driver raises it again (:func:`_driver_batches`)."""
 
     def __init__(self, params: dict[str, Any], threads: int) -> None:
         self.worker = SanitizeWorker(params, threads=threads)
 
     def __call__(self, batch: Any) -> dict[str, list]:
         records = to_records(batch)
-        if not records:
-            return {"id": [], "line": [], "tokens": [], "seconds": [], "worker": []}
-        res = self.worker(records)
-        n = len(res.records)
+        ids, n = [r.id for r in records], len(records)
+        if not records:  # every document of the block was done before
+            return {"id": [], "line": [], "tokens": [], "seconds": [], "worker": [], "error": []}
+        try:
+            res = self.worker(records)
+        except TokenDPError as err:
+            return {"id": ids, "line": [""] * n, "tokens": [0] * n, "seconds": [0.0] * n,
+                    "worker": [self.worker.name] * n, "error": [f"{type(err).__name__}:{err}"] * n}
         return {"id": [r.id for r in res.records], "line": [r.line for r in res.records],
                 "tokens": [res.tokens] + [0] * (n - 1), "seconds": [res.seconds] + [0.0] * (n - 1),
-                "worker": [res.worker] * n}
+                "worker": [res.worker] * n, "error": [""] * n}
 
 
 def _driver_batches(ds: Any) -> Iterator[BatchResult]:
@@ -122,20 +140,16 @@ def _driver_batches(ds: Any) -> Iterator[BatchResult]:
     for block in ds.iter_batches(batch_size=None, batch_format="pyarrow"):
         by_worker: dict[str, list[dict[str, Any]]] = defaultdict(list)
         for row in block.to_pylist():
+            if row["error"]:
+                raise _worker_error(row["error"])
             by_worker[row["worker"]].append(row)
         for worker, rows in by_worker.items():
             yield BatchResult([OutputRecord(r["id"], r["line"]) for r in rows], sum(r["tokens"] for r in rows),
                               sum(r["seconds"] for r in rows), worker)
 
 
-def _unwrap_errors(batches: Iterator[BatchResult]) -> Iterator[BatchResult]:
-    """Re-raise a worker's :class:`TokenDPError` as itself, not wrapped in Ray's exceptions."""
-    try:
-        yield from batches
-    except Exception as err:
-        cause: BaseException | None = err
-        while cause is not None and not isinstance(cause, TokenDPError):
-            cause = cause.__cause__
-        if cause is None:
-            raise
-        raise cause from None
+def _worker_error(error: str) -> TokenDPError:
+    """The error an actor reported as ``"TypeName:message"``, as that tokendp error type."""
+    name, _, message = error.partition(":")
+    cls = getattr(errors, name, None)
+    return (cls if isinstance(cls, type) and issubclass(cls, TokenDPError) else TokenDPError)(message)
