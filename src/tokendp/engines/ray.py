@@ -37,8 +37,8 @@ def run_ray(corpus: Corpus, sink: Any, params: Mapping[str, Any], *, workers: in
     """Rewrite the documents of ``corpus`` not yet in ``sink.done`` on a Ray actor pool.
 
     ``address``: a running cluster (``"auto"``, ``"HOST:6379"``); None
-    starts a private local instance (loopback only, ``workers * threads + 1`` CPUs)
-    unless Ray is already initialised in this process. Each actor reserves ``threads`` CPUs
+    starts a private local instance (``workers * threads + 1`` CPUs, the node advertised at
+    127.0.0.1) unless Ray is already initialised in this process. Each actor reserves ``threads`` CPUs
     (its torch threads; default 1) and ``gpus_per_worker`` GPUs.
     """
     ray = require("ray", "ray", "--engine ray", why="(with Ray Data)")
