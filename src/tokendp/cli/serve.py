@@ -47,8 +47,11 @@ def serve(host: str, port: int, db: str | None, model: str, tagger: str, max_bod
     docs/service.md. Document text never goes to the logs.
     """
     from transformers.utils import logging as hf_logging
-    import uvicorn
 
+    from tokendp._optional import require
+
+    require("fastapi", "serve", "tokendp serve")
+    uvicorn = require("uvicorn", "serve", "tokendp serve")
     from tokendp.service.app import create_app
     from tokendp.service.limits import Limits
 
