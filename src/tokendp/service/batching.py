@@ -147,7 +147,7 @@ class Worker:
             return plan_sanitize(job.request, self.backend, self.tagger, max_tokens=self.max_tokens)
         if job.kind == "generate":
             return plan_generate(job.request, self.backend, self.tagger, max_tokens=self.max_tokens)
-        return plan_synthesize(job.request, max_tokens=self.max_tokens)
+        return plan_synthesize(job.request, self.backend, max_tokens=self.max_tokens)
 
     def _generate(self, batch: list[Job]) -> None:
         """Run one batch; a job whose certificate matches its plan gets its result and is marked

@@ -19,6 +19,11 @@ unit's epsilon at the tenant's delta is the improved conversion minimised over a
 :data:`tokendp.accounting.DEFAULT_ORDERS` and every charged alpha. With k requests at one
 order this is k T r + offset(alpha): the conversion's offset is paid once, where adding the
 requests' epsilons would pay it k times (and would hold only at delta k times larger).
+
+When every charge is zCDP, the rhos add (Bun and Steinke 2016, Lemma 2.3) and the exact
+conversion (:func:`tokendp.accounting.zcdp_to_epsilon`, minimised over all orders, not a grid)
+is used if it is smaller, as the ledger does; so a lone zCDP charge costs exactly the epsilon
+its request was calibrated for.
 """
 
 from __future__ import annotations
@@ -30,7 +35,7 @@ from typing import Literal
 
 import numpy as np
 
-from tokendp.accounting import DEFAULT_ORDERS, rdp_to_epsilon
+from tokendp.accounting import DEFAULT_ORDERS, rdp_to_epsilon, zcdp_to_epsilon
 
 
 @dataclass(frozen=True)
@@ -69,4 +74,7 @@ def epsilon(charges: Iterable[Charge], *, delta: float) -> float:
         return 0.0
     orders = grid(charges)  # (K,)
     total = np.sum([c.curve(orders) for c in charges], axis=0)  # (K,)
-    return rdp_to_epsilon(rdp=total, orders=orders, delta=delta)
+    bound = rdp_to_epsilon(rdp=total, orders=orders, delta=delta)
+    if all(c.kind == "zcdp" or c.value == 0 for c in charges):
+        bound = min(bound, zcdp_to_epsilon(rho=sum(c.value for c in charges if c.kind == "zcdp"), delta=delta))
+    return bound

@@ -35,6 +35,7 @@ from tokendp.service.composition import Charge
 from tokendp.service.schemas import GenerateRequest, SanitizeRequest, SynthesizeRequest
 from tokendp.synthesize import partition
 from tokendp.text.contexts import DocumentContexts, build_contexts, placeholder_id, prompt_template
+from tokendp.text.prompt_pair import synthesis_prompts
 from tokendp.text.prompts import build_prompt_contexts, is_untrusted
 from tokendp.text.spans import Span
 
@@ -147,9 +148,10 @@ def plan_generate(req: GenerateRequest, backend: HFBackend, tagger: Any, *, max_
     return Plan("generate", req, charges, params, expected)
 
 
-def plan_synthesize(req: SynthesizeRequest, *, max_tokens: int) -> Plan:
+def plan_synthesize(req: SynthesizeRequest, backend: HFBackend, *, max_tokens: int) -> Plan:
     """The plan of one /v1/synthesize request: rho = T rho_tok(C) per reference of the set."""
     _check_tokens(req.max_tokens, max_tokens)
+    synthesis_prompts(backend.tokenizer, options=backend.options, domain=req.domain)  # refused here, not after
     batches = partition(len(req.references), batch_size=req.batch_size, num=req.num)
     top_k = None if req.method == "amin" else req.top_k
     calibrate, per_token = ((invisibleink_clip, invisibleink_rho_per_token) if req.method == "invisibleink"
