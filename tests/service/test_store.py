@@ -157,3 +157,17 @@ def test_the_rate_limiter_admits_n_per_sliding_minute():
     assert limiter.admit("k", now=30) == pytest.approx(30)
     assert limiter.admit("other", now=30) is None
     assert limiter.admit("k", now=60.5) is None
+
+
+def test_composition_is_never_above_the_sum_of_the_requests_own_epsilons():
+    import random
+
+    from tokendp.fusion import ALPHA_GRID
+
+    rng = random.Random(0)
+    for _ in range(300):
+        charges = [fusion_charge(alpha=rng.choice(ALPHA_GRID), beta=rng.uniform(1e-4, 0.2), groups=rng.randint(1, 8),
+                                 tokens=rng.randint(1, 500)) for _ in range(rng.randint(1, 6))]
+        delta = rng.choice([1e-3, 1e-5, 1e-8])
+        alone = sum(composition.epsilon([c], delta=delta) for c in charges)
+        assert composition.epsilon(charges, delta=delta) <= alone + 1e-9

@@ -6,6 +6,7 @@ import os
 
 import click
 
+from tokendp import __version__
 from tokendp.cli._common import library_errors
 
 DEFAULT_DB = "tokendp-service.db"
@@ -59,7 +60,7 @@ def serve(host: str, port: int, db: str | None, model: str, tagger: str, max_bod
     hf_logging.set_verbosity_error()
     limits = Limits(max_body_bytes=max_body_bytes, max_new_tokens=max_new_tokens, requests_per_minute=rate_limit,
                     max_batch=max_batch)
-    app = create_app(_db(db), model=model, tagger=tagger, limits=limits)
+    app = create_app(_db(db), model=model, tagger=tagger, limits=limits, version=__version__)
     uvicorn.run(app, host=host, port=port, log_level=log_level)
 
 
@@ -78,7 +79,7 @@ def keys() -> None:
 @click.option("--db", "db", type=click.Path(dir_okay=False), default=None, help=DB_HELP)
 @library_errors
 def create(tenant: str, budget: float | None, delta: float | None, db: str | None) -> None:
-    """Create an API key for TENANT and print it once (it cannot be shown again)."""
+    """Create an API key for the tenant and print it once (it cannot be shown again)."""
     from tokendp.service.db import open_db
     from tokendp.service.keys import create_key
 

@@ -22,7 +22,6 @@ from fastapi import Depends, FastAPI, Query, Request
 from fastapi.responses import FileResponse, JSONResponse, StreamingResponse
 from fastapi.staticfiles import StaticFiles
 
-from tokendp import __version__
 from tokendp.accounting import (amin_clip, amin_epsilon, dp_fusion_beta, dp_fusion_epsilon, invisibleink_clip,
                                 invisibleink_epsilon)
 from tokendp.service import errors
@@ -37,8 +36,10 @@ from tokendp.service.store import BudgetStore
 STATIC = Path(__file__).parent / "static"
 
 
-def create_app(db: str | Path, *, model: str = "rewriter", tagger: str = "auto", limits: Limits = Limits()):
-    """The ASGI app (FastAPI wrapped in the body-size limit) for ``tokendp serve``."""
+def create_app(db: str | Path, *, model: str = "rewriter", tagger: str = "auto", limits: Limits = Limits(),
+               version: str = ""):
+    """The ASGI app (FastAPI wrapped in the body-size limit) for ``tokendp serve``; ``version``
+    is tokendp's, shown by /healthz and the OpenAPI docs."""
     store = BudgetStore(db)
     worker = Worker(lambda: _load(model, tagger), store, max_tokens=limits.max_new_tokens, max_batch=limits.max_batch)
     rate = RateLimiter(limits.requests_per_minute)
@@ -50,7 +51,7 @@ def create_app(db: str | Path, *, model: str = "rewriter", tagger: str = "auto",
         yield
         worker.stop()
 
-    app = FastAPI(title="tokendp", version=__version__, lifespan=lifespan,
+    app = FastAPI(title="tokendp", version=version, lifespan=lifespan,
                   description="Token-level differential privacy with a durable privacy budget per "
                               "(tenant, document id, privacy group). Budget semantics: docs/service.md.")
     errors.install(app)
@@ -80,7 +81,7 @@ def create_app(db: str | Path, *, model: str = "rewriter", tagger: str = "auto",
         """Liveness and model state: ``loading``, ``ok`` or ``error``."""
         state = "loading" if not worker.ready.is_set() else "error" if worker.load_error else "ok"
         name = getattr(worker.backend, "name", None)
-        return {"status": state, "model": name, "version": __version__}
+        return {"status": state, "model": name, "version": version}
 
     @app.post("/v1/tag", tags=["v1"])
     async def tag(body: TagRequest, who: Tenant = Depends(tenant)) -> dict[str, Any]:
