@@ -49,6 +49,9 @@ def _floats(value: str) -> tuple[float, ...]:
               help="Torch CPU threads. 1 is fastest on a shared, busy CPU (threads spin waiting for each "
                    "other); raise it on an idle machine.")
 @click.option("--model", default="rewriter", show_default=True, help="rewriter, smollm2, tiny or a model directory.")
+@click.option("--device", default=None, help="torch device [default: cuda if available, else cpu].")
+@click.option("--dtype", type=click.Choice(["float32", "bfloat16", "float16"]), default=None,
+              help="Model weights' dtype [default: float32 on CPU, bfloat16 on GPU].")
 @click.option("--out", "out_dir", required=True, type=click.Path(file_okay=False, path_type=Path),
               help="Output folder (results, plots and the resume cache).")
 @click.option("--no-plots", is_flag=True,
@@ -57,7 +60,8 @@ def _floats(value: str) -> tuple[float, ...]:
 @library_errors
 def eval_sanitize(data_dir: Path, candidates: Path, split: str, methods: str, epsilons: str, paper_settings: bool,
                   limit: int | None, max_chars: int, max_new_tokens: int, delta: float, min_k: float, seed: int,
-                  match_lengths: bool, batch_docs: int, threads: int, model: str | None, out_dir: Path, no_plots: bool,
+                  match_lengths: bool, batch_docs: int, threads: int, model: str | None, device: str | None,
+                  dtype: str | None, out_dir: Path, no_plots: bool,
                   as_json: bool) -> None:
     """Compare sanitization methods: teacher-forced perplexity of the original document, LOSS and
     Min-K% success in the 5-candidate token-recovery game (PERSON, CODE, DATETIME), and the
@@ -73,7 +77,7 @@ def eval_sanitize(data_dir: Path, candidates: Path, split: str, methods: str, ep
                         methods=tuple(m.strip() for m in methods.split(",") if m.strip()),
                         epsilons=_floats(epsilons), paper_settings=paper_settings, split=split, limit=limit,
                         max_chars=max_chars, max_new_tokens=max_new_tokens, delta=delta, min_k=min_k, seed=seed,
-                        batch_docs=batch_docs, match_lengths=match_lengths)
+                        batch_docs=batch_docs, match_lengths=match_lengths, device=device, dtype=dtype)
     if threads < 1:
         raise InvalidParameterError(f"--threads must be >= 1, got {threads}")
     torch.set_num_threads(threads)

@@ -71,12 +71,16 @@ class EvalConfig:
     seed: int = 0
     batch_docs: int = 20
     match_lengths: bool = False  # attack candidates with the true forms' token counts
+    device: str | None = None  # None: cuda if available, else cpu
+    dtype: str | None = None  # None: float32 on CPU, bfloat16 on GPU
 
     def run_hash(self) -> str:
         """Hash of what changes results (not the method list or limit: those only select)."""
         keys = ("data_dir", "candidates", "model", "split", "max_chars", "max_new_tokens", "delta", "min_k",
                 "n_candidates", "seed", "batch_docs", "match_lengths")
-        blob = json.dumps({k: getattr(self, k) for k in keys}, sort_keys=True)
+        params = {k: getattr(self, k) for k in keys}
+        params |= {k: getattr(self, k) for k in ("device", "dtype") if getattr(self, k) is not None}
+        blob = json.dumps(params, sort_keys=True)
         return hashlib.sha256(blob.encode()).hexdigest()[:12]
 
 
@@ -159,7 +163,7 @@ def evaluate_sanitization(config: EvalConfig, out_dir: str | Path, *, backend: H
                           progress: bool = True) -> list[dict[str, Any]]:
     """Run the evaluation (resuming from ``out_dir``'s cache); one result row per setting."""
     started = time.perf_counter()
-    backend = load_backend(backend or config.model)
+    backend = load_backend(backend or config.model, device=config.device, dtype=config.dtype)
     docs = prepare_documents(config, backend)
     if not docs:
         raise InvalidInputError("no documents to evaluate: check --data, --split and --limit")
