@@ -37,7 +37,7 @@ STATIC = Path(__file__).parent / "static"
 
 
 def create_app(db: str | Path, *, model: str = "rewriter", tagger: str = "auto", limits: Limits = Limits(),
-               version: str = ""):
+               version: str = "dev"):
     """The ASGI app (FastAPI wrapped in the body-size limit) for ``tokendp serve``; ``version``
     is tokendp's, shown by /healthz and the OpenAPI docs."""
     store = BudgetStore(db)

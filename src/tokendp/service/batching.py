@@ -30,6 +30,10 @@ log = logging.getLogger("tokendp.service")
 END = object()
 
 
+class ModelUnavailable(Exception):
+    """The model failed to load when the server started (503 model_unavailable)."""
+
+
 @dataclass
 class Job:
     """One request: its kind, body, tenant; the future that gets its response body."""
@@ -122,14 +126,20 @@ class Worker:
                     self._queue.put(None)
                     break
                 jobs.append(job)
-            self._run(jobs)
+            try:
+                self._run(jobs)
+            except Exception as err:  # the thread must outlive any one batch
+                log.error("worker error: %s", type(err).__name__)
+                for job in jobs:
+                    if not job.future.done():
+                        job.done(error=err)
 
     def _run(self, jobs: list[Job]) -> None:
         admitted = []
         for job in jobs:
             try:
                 if self.load_error:
-                    raise RuntimeError("the model failed to load")
+                    raise ModelUnavailable(self.load_error)
                 if job.kind == "tag":
                     job.done({"spans": [s.to_dict() for s in self.tagger.tag(job.request.text)]})
                     continue
@@ -166,8 +176,10 @@ class Worker:
                 except Exception as err:
                     log.error("request %s withheld: %s", job.reservation, type(err).__name__)
                     error = err
-            self.store.finish(job.reservation, "failed" if error else "spent")
-            job.done(result if error is None else None, error)
+            try:
+                self.store.finish(job.reservation, "failed" if error else "spent")
+            finally:  # a state that cannot be written stays "reserved", which counts all the same
+                job.done(result if error is None else None, error)
 
 
 def _run_sanitize(backend: Any, batch: list[Job]) -> list[dict]:

@@ -17,6 +17,7 @@ from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from tokendp.errors import InvalidInputError, InvalidParameterError, MissingDependencyError
+from tokendp.service.batching import ModelUnavailable
 from tokendp.service.plans import AccountingMismatch
 from tokendp.service.store import BudgetRefused
 
@@ -48,6 +49,8 @@ def to_api_error(err: BaseException) -> APIError:
         return APIError(400, "invalid_parameter", str(err))
     if isinstance(err, (InvalidInputError, MissingDependencyError)):
         return APIError(400, "invalid_input", str(err))
+    if isinstance(err, ModelUnavailable):
+        return APIError(503, "model_unavailable", f"the server's model failed to load ({err}); see the server's log")
     if isinstance(err, AccountingMismatch):
         return APIError(500, "accounting_mismatch", "the output was withheld: its certificate differs from the "
                         "reservation (which stays spent); please report this")
