@@ -13,8 +13,6 @@ from pathlib import Path
 
 import pytest
 
-pytest.importorskip("fastapi", reason="the serve extra is not installed (pip install 'tokendp[serve]')")
-httpx = pytest.importorskip("httpx", reason="the service tests need httpx (the dev extra)")
 
 SRC = Path(__file__).resolve().parents[2] / "src"
 START_TIMEOUT_S = 180
@@ -37,6 +35,8 @@ class Server:
         self.url = ""
 
     def start(self) -> Server:
+        pytest.importorskip("fastapi", reason="the serve extra is not installed (pip install 'tokendp[serve]')")
+        httpx = pytest.importorskip("httpx", reason="the service tests need httpx (the dev extra)")
         port = free_port()
         self.url = f"http://127.0.0.1:{port}"
         env = {**os.environ, "PYTHONPATH": f"{SRC}{os.pathsep}{os.environ.get('PYTHONPATH', '')}",

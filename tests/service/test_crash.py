@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-import httpx
 import pytest
 
-from tests.service.conftest import LETTER, PERSONS, Server, auth, epsilon_after, make_key
+httpx = pytest.importorskip("httpx", reason="the service tests need httpx (the dev extra)")
+
+from tests.service.conftest import LETTER, PERSONS, Server, auth, epsilon_after, make_key  # noqa: E402
 
 pytestmark = pytest.mark.slow
 

@@ -5,10 +5,11 @@ from __future__ import annotations
 import json
 from concurrent.futures import ThreadPoolExecutor
 
-import httpx
 import pytest
 
-from tests.service.conftest import FIVE_REQUEST, LETTER, PERSONS, auth, epsilon_after
+httpx = pytest.importorskip("httpx", reason="the service tests need httpx (the dev extra)")
+
+from tests.service.conftest import FIVE_REQUEST, LETTER, PERSONS, auth, epsilon_after  # noqa: E402
 
 pytestmark = pytest.mark.slow
 
