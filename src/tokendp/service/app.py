@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from fastapi import Depends, FastAPI, Query, Request
-from fastapi.responses import FileResponse, JSONResponse, StreamingResponse
+from fastapi.responses import FileResponse, StreamingResponse
 from fastapi.staticfiles import StaticFiles
 
 from tokendp.accounting import (amin_clip, amin_epsilon, dp_fusion_beta, dp_fusion_epsilon, invisibleink_clip,
@@ -55,7 +55,6 @@ def create_app(db: str | Path, *, model: str = "rewriter", tagger: str = "auto",
                   description="Token-level differential privacy with a durable privacy budget per "
                               "(tenant, document id, privacy group). Budget semantics: docs/service.md.")
     errors.install(app)
-    app.state.worker, app.state.store = worker, store
 
     def tenant(request: Request) -> Tenant:
         scheme, _, key = request.headers.get("authorization", "").partition(" ")
@@ -134,9 +133,7 @@ def create_app(db: str | Path, *, model: str = "rewriter", tagger: str = "auto",
         return FileResponse(STATIC / "index.html")
 
     app.mount("/static", StaticFiles(directory=STATIC), name="static")
-    wrapped = BodyLimit(app, limits.max_body_bytes)
-    wrapped.state = app.state
-    return wrapped
+    return BodyLimit(app, limits.max_body_bytes)
 
 
 def _load(model: str, tagger: str) -> tuple[Any, Any]:

@@ -58,7 +58,7 @@ class BudgetStore:
     def __init__(self, path: str | Path) -> None:
         self.path = str(path)
         self._local = threading.local()
-        self.conn  # create the schema now
+        self._local.conn = open_db(self.path)  # this thread's connection; creates the schema now
 
     @property
     def conn(self):
