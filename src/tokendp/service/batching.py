@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import logging
 import queue
+import secrets
 import threading
 from collections.abc import Callable
 from concurrent.futures import Future
@@ -183,6 +184,7 @@ class Worker:
 
 
 def _run_sanitize(backend: Any, batch: list[Job]) -> list[dict]:
+    from tokendp.generation import document_seed
     from tokendp.sanitize import sanitize_batch
 
     ids: list[list[int]] = [[] for _ in batch]
@@ -197,9 +199,12 @@ def _run_sanitize(backend: Any, batch: list[Job]) -> list[dict]:
             batch[i].tokens.put(text[len(shown[i]):] if text.startswith(shown[i]) else text)
             shown[i] = text
 
-    common = {k: v for k, v in batch[0].plan.params.items() if k != "spans"}
+    common = {k: v for k, v in batch[0].plan.params.items() if k not in ("spans", "seed")}
+    # A request's seed gives the stream `tokendp sanitize --seed` gives its one document; no seed: the OS's.
+    seeds = [secrets.randbits(63) if j.plan.params["seed"] is None else document_seed(j.plan.params["seed"], 0)
+             for j in batch]
     results = sanitize_batch([j.request.text for j in batch], spans=[j.plan.params["spans"] for j in batch],
-                             model=backend, on_token=on_token, **common)
+                             model=backend, on_token=on_token, seed=seeds, **common)
     return [{"id": j.request.id, **r.to_dict(), "_reports": [r.report.to_dict()]} for j, r in zip(batch, results)]
 
 

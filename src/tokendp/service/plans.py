@@ -29,7 +29,7 @@ from tokendp.accounting import (amin_clip, amin_rho_per_token, dp_fusion_epsilon
                                 invisibleink_clip, invisibleink_rho_per_token)
 from tokendp.backends import HFBackend
 from tokendp.errors import InvalidInputError, InvalidParameterError
-from tokendp.fusion import check_known_groups, check_params, group_betas, resolve_alpha, spans_of
+from tokendp.fusion import check_known_groups, check_params, group_betas, resolve_alphas, spans_of
 from tokendp.generate import PLAIN_QA_TEMPLATE
 from tokendp.service.composition import Charge
 from tokendp.service.schemas import GenerateRequest, SanitizeRequest, SynthesizeRequest
@@ -57,12 +57,12 @@ class Plan:
     expected: dict[str, Any] = field(default_factory=dict)  # what verify() compares
 
     def batch_key(self) -> tuple | None:
-        """Requests with equal keys may share a batch; None: run alone. Until the jobs take a
-        seed and an order per document (docs/service.md, "Batching"), only identical parameters
-        and no seed batch together, so no request's parameters depend on another's."""
-        if self.kind != "sanitize" or self.request.seed is not None:
+        """Requests with equal keys may share a batch; None: run alone. Sanitize requests with the
+        same parameters share one (each document keeps its own seed, spans and random stream,
+        and its alpha is fixed by its own plan: docs/service.md, "Batching")."""
+        if self.kind != "sanitize":
             return None
-        return tuple((k, _frozen(v)) for k, v in sorted(self.params.items()) if k != "spans")
+        return tuple((k, _frozen(v)) for k, v in sorted(self.params.items()) if k not in ("spans", "seed"))
 
     def verify(self, report: dict[str, Any]) -> None:
         """Raise AccountingMismatch unless ``report`` certifies what was reserved."""
@@ -96,7 +96,7 @@ def _fusion_charges(doc: str, ctx: DocumentContexts, req: Any, t: int) -> tuple[
     check_params("dp-fusion", req.alpha, req.delta, req.temperature, req.beta, req.epsilon)
     check_known_groups(req.beta, set(names), "beta")
     check_known_groups(req.epsilon, set(names), "epsilon")
-    alpha = resolve_alpha("dp-fusion", req.alpha, [ctx], [t], req.epsilon, delta=req.delta)
+    (alpha,) = resolve_alphas("dp-fusion", req.alpha, [ctx], [t], req.epsilon, delta=req.delta)
     betas = group_betas(ctx, alpha=alpha, delta=req.delta, max_tokens=t, beta=req.beta, epsilon=req.epsilon)
     m = len(names)
     charges = {(doc, n): Charge("rdp", t * dp_fusion_rdp_per_token(alpha=alpha, beta=b, groups=m), alpha)
