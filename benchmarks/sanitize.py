@@ -16,7 +16,14 @@ Timings, each the best of ``--repeats`` runs, all in this process with the same 
   default ``/tmp/dpf/bin/python``), its ``dp_fusion_groups_incremental`` on the same token
   rows, betas, model weights and threads, run as a subprocess; required: tokendp / it <= 0.6.
 
-Run: ``PYTHONPATH=src python benchmarks/sanitize.py`` (a few minutes on 2 CPU cores).
+With ``--model NAME`` (e.g. ``rewriter``) the same document runs on that model instead (its own
+tokenizer, template and placeholder; ``--device``), dp-fusion-lib is skipped, and the report
+adds seconds per document, tokens per second, and the speculative engine (``speculative=True``,
+k = 4) against the one-token engine. The rewriter stops at EOS, so the forward passes run as
+many tokens as tokendp released: the ratio stays like for like.
+
+Run: ``PYTHONPATH=src python benchmarks/sanitize.py`` (a few minutes on 2 CPU cores);
+``PYTHONPATH=src python benchmarks/sanitize.py --model rewriter --device cuda`` on a GPU.
 """
 
 from __future__ import annotations
@@ -83,18 +90,18 @@ def group_mapping(spans: list[dict]) -> dict[str, str]:
     return {lab: lab if lab in top else "OTHER" for lab in counts}
 
 
-def prefix_token_saving(texts: dict[str, str], gold: dict[str, list], tok, template) -> float:
+def prefix_token_saving(texts: dict[str, str], gold: dict[str, list], tok, template, placeholder: int) -> float:
     """Share of prefill token-rows that prefix sharing skips over all TAB test documents
     (gold spans, one group per label): sum (R - 1) P / sum R L, with R rows of L tokens and a
     shared prefix of P tokens per document."""
     from tokendp.backends import RowSequence
-    from tokendp.text.contexts import build_contexts, placeholder_id
+    from tokendp.text.contexts import build_contexts
     from tokendp.text.spans import Span
 
     saved = total = 0
     for doc in sorted(texts):
         ctx = build_contexts(texts[doc], [Span(s, e, lab) for s, e, lab in gold[doc]], tok, template=template,
-                             placeholder=placeholder_id(tok))
+                             placeholder=placeholder)
         p = RowSequence.from_ids(ctx.rows).shared_prefix_length()
         saved += (len(ctx.rows) - 1) * p
         total += len(ctx.rows) * ctx.length
@@ -162,11 +169,13 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--new-tokens", type=int, default=NEW_TOKENS,
                         help="tokens to generate (the issue's setting is 150; fewer for a quick look)")
+    parser.add_argument("--model", default=None, help="a model name or directory instead of the random 2-layer model")
+    parser.add_argument("--device", default=None, help="torch device for --model [default: cuda if available]")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     keep_freed_memory()  # as the tokendp command does (tokendp.malloc); both sides of the ratio alike
 
-    from tokendp.backends import HFBackend, RowSequence
+    from tokendp.backends import HFBackend, RowSequence, load_backend
     from tokendp.generation import generate, make_generator
     from tokendp.mechanisms import MechanismStep
     from tokendp.sanitize import sanitize_batch
@@ -178,23 +187,30 @@ def main() -> None:
     doc_id, text, spans = pick_document(texts, gold)
     mapping = group_mapping(spans)
     work = Path(tempfile.mkdtemp(prefix="tokendp-bench-"))
-    tok = build_tokenizer(list(texts.values()), work / "tok")
-    backend = HFBackend(build_model(work / "model"), tok, name="qwen2-2layer-152k (random)")
-
-    ctx = build_contexts(text, [Span.from_dict(s) for s in spans], tok, template=prompt_template(tok),
-                         placeholder=placeholder_id(tok), groups=mapping)
+    if args.model:
+        backend = load_backend(args.model, device=args.device, dtype="float32")
+        tok = backend.tokenizer
+    else:
+        tok = build_tokenizer(list(texts.values()), work / "tok")
+        backend = HFBackend(build_model(work / "model"), tok, name="qwen2-2layer-152k (random)")
+    template = prompt_template(tok, options=backend.options)
+    placeholder = placeholder_id(tok, options=backend.options)
+    ctx = build_contexts(text, [Span.from_dict(s) for s in spans], tok, template=template,
+                         placeholder=placeholder, groups=mapping)
     seq = RowSequence.from_ids(ctx.rows)
 
     def bare_step(logits, docs, temperature):
         return MechanismStep(torch.log_softmax(logits[:, 0] / temperature, -1), {})  # (N, V)
 
-    def run_forward():
-        generate(backend, [seq], bare_step, max_new_tokens=args.new_tokens, generator=make_generator(0), eos_ids=[])
-
-    def run_tokendp():
+    def run_tokendp(speculative: bool = False):
         res = sanitize_batch([text], spans=[spans], model=backend, beta=BETA, alpha=ALPHA, groups=mapping,
-                             max_new_tokens=args.new_tokens, seed=0)
+                             max_new_tokens=args.new_tokens, seed=0, speculative=speculative)
         return res[0]
+
+    released = run_tokendp().report.tokens_generated if args.model else args.new_tokens  # EOS: like for like
+
+    def run_forward():
+        generate(backend, [seq], bare_step, max_new_tokens=released, generator=make_generator(0), eos_ids=[])
 
     print(f"{doc_id}: {len(text)} characters, {ctx.length} prompt tokens, {len(ctx.rows)} rows, "
           f"shared prefix {seq.shared_prefix_length()} tokens", file=sys.stderr, flush=True)
@@ -209,18 +225,22 @@ def main() -> None:
     report = run_tokendp().report
     names = [g.name for g in ctx.groups]
     rows = {"PUBLIC": list(ctx.rows[0]), **{n: list(r) for n, r in zip(names, ctx.rows[1:])}}
-    t_dpf = run_dp_fusion_lib(args.dpf_python, work, rows, dict.fromkeys(names, BETA), args.repeats,
-                              args.new_tokens)
+    t_dpf = None if args.model else run_dp_fusion_lib(args.dpf_python, work, rows, dict.fromkeys(names, BETA),
+                                                      args.repeats, args.new_tokens)
+    t_speculative = best_of(args.repeats, lambda: run_tokendp(True), "tokendp speculative") if args.model else None
 
     result = {
+        "model": backend.name, "device": str(backend.device),
         "document": doc_id, "characters": len(text), "prompt_tokens": ctx.length,
         "shared_prefix_tokens": seq.shared_prefix_length(), "groups": names, "rows": len(ctx.rows),
         "new_tokens": args.new_tokens, "tokens_generated": report.tokens_generated, "threads": args.threads,
         "seconds": {"forward": t_forward, "tokendp": t_tokendp, "prefill_shared": t_shared,
-                    "prefill_unshared": t_unshared, "dp_fusion_lib": t_dpf},
+                    "prefill_unshared": t_unshared, "dp_fusion_lib": t_dpf, "tokendp_speculative": t_speculative},
         "ratio_tokendp_over_forward": t_tokendp / t_forward,
+        "seconds_per_document": t_tokendp, "tokens_per_second": report.tokens_generated / t_tokendp,
+        "speculative_speedup": None if t_speculative is None else t_tokendp / t_speculative,
         "prefill_saving": 1 - t_shared / t_unshared,
-        "prefill_token_rows_saved_all_tab": prefix_token_saving(texts, gold, tok, prompt_template(tok)),
+        "prefill_token_rows_saved_all_tab": prefix_token_saving(texts, gold, tok, template, placeholder),
         "ratio_tokendp_over_dp_fusion_lib": None if t_dpf is None else t_tokendp / t_dpf,
     }
     print(json.dumps(result, indent=2))

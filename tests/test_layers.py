@@ -21,7 +21,7 @@ RANK = {
     "generation": 5, "ensemble": 5, "fusion": 5,
     "sanitize": 6, "synthesize": 6, "predict": 6, "finetune": 6, "generate": 6,
     "eval": 7,
-    "engines": 8,
+    "service": 8, "engines": 8,
     "cli": 9, "__main__": 10,
 }
 

@@ -69,3 +69,17 @@ def test_capitalisation_rate_separates_proper_nouns_from_sentence_starts():
     assert rates["smith"] == 1.0
     assert rates["court"] == 1 / 3  # "court", "Court", "court" away from sentence starts
     assert "the" in rates and rates["the"] == 0.0  # the sentence-initial "The"s are not counted
+
+
+def test_pronouns_alone_are_never_spans_but_stay_inside_names():
+    """Letters are outside the CRF's training data: at its low threshold it proposed "I" (MISC)
+    and "Yours" (PERSON), and with them hidden the rewriter lost the letter's thread."""
+    from tokendp.text.taggers.model import _pronouns_only
+
+    text = ("Dear Dr Helen Marsh,\n\nI am writing about my patient Mr Tomas Lindqvist, born on 14 March 1961, who "
+            "lives in Leeds. He was admitted to St James's Hospital on 2 June 2024.\n\nYours sincerely,\nDr Amir Patel")
+    found = {text[s.start:s.end]: s.label for s in get_tagger("auto").tag(text)}
+    assert "I" not in found and "Yours" not in found and "He" not in found
+    assert {"Dr Helen Marsh", "Mr Tomas Lindqvist", "Dr Amir Patel"} <= set(found)
+    assert _pronouns_only("I") and _pronouns_only("yours") and _pronouns_only("Him Her")
+    assert not _pronouns_only("Our Lady of Lourdes") and not _pronouns_only("") and not _pronouns_only("I.")

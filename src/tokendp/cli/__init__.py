@@ -21,7 +21,8 @@ def main() -> None:
     (generate), generate synthetic text (synthesize), answer prompts from an ensemble
     fine-tuned on private shards (ensemble train, predict), fine-tune with DP-SGD or ATDP
     (finetune), tag PII (tag), and compute privacy budgets (account), each with a formal
-    (epsilon, delta) guarantee.
+    (epsilon, delta) guarantee; or run all of it as a service with a durable budget per
+    document and privacy group (serve, keys).
     """
     keep_freed_memory()  # per-step buffers are reused instead of re-faulted (tokendp.malloc)
 
@@ -34,8 +35,10 @@ from tokendp.cli.generate import generate  # noqa: E402
 from tokendp.cli.model import model  # noqa: E402
 from tokendp.cli.predict import predict  # noqa: E402
 from tokendp.cli.sanitize import sanitize  # noqa: E402
+from tokendp.cli.serve import keys, serve  # noqa: E402
 from tokendp.cli.synthesize import synthesize  # noqa: E402
 from tokendp.cli.tag import tag  # noqa: E402
 
-for _command in (sanitize, generate, synthesize, ensemble, predict, finetune, tag, account, model, eval_group):
+for _command in (sanitize, generate, synthesize, ensemble, predict, finetune, tag, account, model, eval_group,
+                 serve, keys):
     main.add_command(_command)

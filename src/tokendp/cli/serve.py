@@ -1,0 +1,89 @@
+"""``tokendp serve`` and ``tokendp keys``: the service with a durable privacy budget."""
+
+from __future__ import annotations
+
+import os
+
+import click
+
+from tokendp import __version__
+from tokendp.cli._common import library_errors
+
+DEFAULT_DB = "tokendp-service.db"
+DB_HELP = ("The SQLite file (WAL mode) holding tenants, key hashes and every unit's charges "
+           f"[default: $TOKENDP_DB, else ./{DEFAULT_DB}].")
+
+
+def _db(path: str | None) -> str:
+    return path or os.environ.get("TOKENDP_DB") or DEFAULT_DB
+
+
+@click.command("serve")
+@click.option("--host", default="127.0.0.1", show_default=True,
+              help="Interface to listen on. The default is loopback only; put a TLS proxy in front for anything else.")
+@click.option("--port", type=click.IntRange(0, 65535), default=8000, show_default=True)
+@click.option("--db", "db", type=click.Path(dir_okay=False), default=None, help=DB_HELP)
+@click.option("--model", default="rewriter", show_default=True,
+              help="The one model every request runs on: rewriter, smollm2, tiny, a directory or a hub id.")
+@click.option("--tagger", default="auto", show_default=True, help="Tagger for requests that give no spans.")
+@click.option("--max-body-bytes", type=click.IntRange(min=1), default=1_000_000, show_default=True,
+              help="Larger request bodies are refused (413 body_too_large).")
+@click.option("--max-new-tokens", type=click.IntRange(min=1), default=512, show_default=True,
+              help="Most tokens (T) one request may ask for; T is charged in full to the budget.")
+@click.option("--rate-limit", type=click.IntRange(min=1), default=60, show_default=True,
+              help="Requests per key per minute (429 rate_limited above it).")
+@click.option("--max-batch", type=click.IntRange(min=1), default=8, show_default=True,
+              help="Most documents batched onto the model in one forward pass.")
+@click.option("--log-level", type=click.Choice(["critical", "error", "warning", "info"]), default="info",
+              show_default=True)
+@library_errors
+def serve(host: str, port: int, db: str | None, model: str, tagger: str, max_body_bytes: int, max_new_tokens: int,
+          rate_limit: int, max_batch: int, log_level: str) -> None:
+    """Serve the HTTP API and the web page (OpenAPI docs at /docs).
+
+    Every /v1 call needs `Authorization: Bearer KEY` (make one with `tokendp keys create`).
+    Each (tenant, document id, privacy group) has the tenant's lifetime budget: a request
+    reserves its worst-case epsilon for every unit before generating and is refused (403) if
+    any unit would exceed it; reservations are never refunded, a crash included. Semantics:
+    docs/service.md. Document text never goes to the logs.
+    """
+    from transformers.utils import logging as hf_logging
+
+    from tokendp._optional import require
+
+    require("fastapi", "serve", "tokendp serve")
+    uvicorn = require("uvicorn", "serve", "tokendp serve")
+    from tokendp.service.app import create_app
+    from tokendp.service.limits import Limits
+
+    hf_logging.disable_progress_bar()
+    hf_logging.set_verbosity_error()
+    limits = Limits(max_body_bytes=max_body_bytes, max_new_tokens=max_new_tokens, requests_per_minute=rate_limit,
+                    max_batch=max_batch)
+    app = create_app(_db(db), model=model, tagger=tagger, limits=limits, version=__version__)
+    uvicorn.run(app, host=host, port=port, log_level=log_level)
+
+
+@click.group("keys")
+def keys() -> None:
+    """Tenants and their API keys (the database keeps only each key's SHA-256)."""
+
+
+@keys.command("create")
+@click.option("--tenant", required=True, help="The tenant (created on first use): 1-64 letters, digits, - _ .")
+@click.option("--budget", type=float, default=None,
+              help="A new tenant's lifetime epsilon per protected unit (document id, privacy group) [default: 10]. "
+                   "Fixed once the tenant exists.")
+@click.option("--delta", type=float, default=None,
+              help="The delta a new tenant's budget refers to [default: 1e-5]. Fixed once the tenant exists.")
+@click.option("--db", "db", type=click.Path(dir_okay=False), default=None, help=DB_HELP)
+@library_errors
+def create(tenant: str, budget: float | None, delta: float | None, db: str | None) -> None:
+    """Create an API key for the tenant and print it once (it cannot be shown again)."""
+    from tokendp.service.db import open_db
+    from tokendp.service.keys import create_key
+
+    key, t = create_key(open_db(_db(db)), tenant, budget=budget, delta=delta)
+    click.echo(key)
+    click.echo(f"tenant {t.name}: budget epsilon {t.budget:g} per (document id, privacy group) at delta {t.delta:g}; "
+               "store the key now, it is not kept", err=True)

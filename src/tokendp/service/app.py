@@ -1,0 +1,176 @@
+"""The FastAPI app: /v1 endpoints behind Bearer keys, /healthz, and the page at /.
+
+Every /v1 call authenticates its key (401 unauthorized), counts against the key's requests per
+minute (429 rate_limited), and sees only its own tenant's budget. Jobs go through the one
+:class:`~tokendp.service.batching.Worker`; the endpoints only wait for them. /v1/sanitize
+answers JSON, or server-sent events when the body has ``"stream": true`` or the Accept header
+asks for ``text/event-stream``: ``token`` events (``{"text": new text}``), then one ``result``
+(the JSON answer) or ``error`` event. Budget refusals come before the stream starts (403).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import queue
+from collections.abc import Iterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+from fastapi import Depends, FastAPI, Query, Request
+from fastapi.responses import FileResponse, StreamingResponse
+from fastapi.staticfiles import StaticFiles
+
+from tokendp.accounting import (amin_clip, amin_epsilon, dp_fusion_beta, dp_fusion_epsilon, invisibleink_clip,
+                                invisibleink_epsilon)
+from tokendp.service import errors
+from tokendp.service.batching import END, Job, Worker
+from tokendp.service.errors import APIError
+from tokendp.service.keys import Tenant, authenticate, hash_key
+from tokendp.service.limits import BodyLimit, Limits, RateLimiter
+from tokendp.service.schemas import (AccountRequest, GenerateRequest, SanitizeRequest, SynthesizeRequest,
+                                     TagRequest)
+from tokendp.service.store import BudgetStore
+
+STATIC = Path(__file__).parent / "static"
+
+
+def create_app(db: str | Path, *, model: str = "rewriter", tagger: str = "auto", limits: Limits = Limits(),
+               version: str = "dev"):
+    """The ASGI app (FastAPI wrapped in the body-size limit) for ``tokendp serve``; ``version``
+    is tokendp's, shown by /healthz and the OpenAPI docs."""
+    store = BudgetStore(db)
+    worker = Worker(lambda: _load(model, tagger), store, max_tokens=limits.max_new_tokens, max_batch=limits.max_batch)
+    rate = RateLimiter(limits.requests_per_minute)
+
+    @asynccontextmanager
+    async def lifespan(_: FastAPI):
+        store.recover()
+        worker.start()
+        yield
+        worker.stop()
+
+    app = FastAPI(title="tokendp", version=version, lifespan=lifespan,
+                  description="Token-level differential privacy with a durable privacy budget per "
+                              "(tenant, document id, privacy group). Budget semantics: docs/service.md.")
+    errors.install(app)
+
+    def tenant(request: Request) -> Tenant:
+        scheme, _, key = request.headers.get("authorization", "").partition(" ")
+        found = authenticate(store.conn, key.strip()) if scheme.lower() == "bearer" and key.strip() else None
+        if found is None:
+            raise APIError(401, "unauthorized", "send Authorization: Bearer <key> with a key from `tokendp keys create`",
+                           headers={"WWW-Authenticate": "Bearer"})
+        wait = rate.admit(hash_key(key.strip()))
+        if wait is not None:
+            raise APIError(429, "rate_limited", f"more than {limits.requests_per_minute} requests in a minute for this key",
+                           headers={"Retry-After": str(int(wait) + 1)}, retry_after=round(wait, 1))
+        return found
+
+    async def run(job: Job) -> Any:
+        worker.submit(job)
+        try:
+            return await asyncio.wrap_future(job.future)
+        except Exception as err:
+            raise errors.to_api_error(err) from None
+
+    @app.get("/healthz", tags=["service"])
+    async def healthz() -> dict[str, Any]:
+        """Liveness and model state: ``loading``, ``ok`` or ``error``."""
+        state = "loading" if not worker.ready.is_set() else "error" if worker.load_error else "ok"
+        name = getattr(worker.backend, "name", None)
+        return {"status": state, "model": name, "version": version}
+
+    @app.post("/v1/tag", tags=["v1"])
+    async def tag(body: TagRequest, who: Tenant = Depends(tenant)) -> dict[str, Any]:
+        """The server's tagger's spans: ``{"spans": [{start, end, label, score, source}]}``."""
+        return await run(Job("tag", body, who))
+
+    @app.post("/v1/sanitize", tags=["v1"])
+    async def sanitize(body: SanitizeRequest, request: Request, who: Tenant = Depends(tenant)):
+        """Rewrite a document with DP-Fusion: ``{"id", "text", "report"}`` (or events, see the module doc)."""
+        streaming = body.stream or "text/event-stream" in request.headers.get("accept", "")
+        if not streaming:
+            return await run(Job("sanitize", body, who))
+        job = worker.submit(Job("sanitize", body, who, tokens=queue.Queue()))
+        try:
+            await asyncio.wrap_future(job.admitted)
+        except Exception as err:
+            raise errors.to_api_error(err) from None
+        return StreamingResponse(_events(job), media_type="text/event-stream",
+                                 headers={"Cache-Control": "no-store", "X-Accel-Buffering": "no"})
+
+    @app.post("/v1/generate", tags=["v1"])
+    async def generate(body: GenerateRequest, who: Tenant = Depends(tenant)) -> dict[str, Any]:
+        """Answer a prompt from a private context document: ``{"id", "text", "report"}``."""
+        return await run(Job("generate", body, who))
+
+    @app.post("/v1/synthesize", tags=["v1"])
+    async def synthesize(body: SynthesizeRequest, who: Tenant = Depends(tenant)) -> dict[str, Any]:
+        """Synthetic texts from a reference set: ``{"id", "texts": [...]}``, epsilon per reference."""
+        return await run(Job("synthesize", body, who))
+
+    @app.post("/v1/account", tags=["v1"])
+    async def account(body: AccountRequest, who: Tenant = Depends(tenant)) -> dict[str, Any]:
+        """The accountant alone (no budget is touched): epsilon from parameters, or the
+        parameter (beta, clip) that meets a target epsilon."""
+        try:
+            return _account(body)
+        except Exception as err:
+            raise errors.to_api_error(err) from None
+
+    @app.get("/v1/budget", tags=["v1"])
+    async def budget(id: str | None = Query(None, description="one document's units only"),
+                     who: Tenant = Depends(tenant)) -> dict[str, Any]:
+        """The tenant's units: epsilon spent (composed), remaining, and requests per state."""
+        units = await asyncio.to_thread(store.units, who, id)
+        return {"tenant": who.name, "budget": who.budget, "delta": who.delta,
+                "units": [u.to_dict() for u in units], "requests": await asyncio.to_thread(store.requests, who)}
+
+    @app.get("/", include_in_schema=False)
+    async def page() -> FileResponse:
+        return FileResponse(STATIC / "index.html")
+
+    app.mount("/static", StaticFiles(directory=STATIC), name="static")
+    return BodyLimit(app, limits.max_body_bytes)
+
+
+def _load(model: str, tagger: str) -> tuple[Any, Any]:
+    from tokendp.backends import load_backend
+    from tokendp.text.taggers import get_tagger
+
+    return load_backend(model), get_tagger(tagger)
+
+
+def _events(job: Job) -> Iterator[str]:
+    """Server-sent events of a streaming sanitize job (runs in a thread of the server's pool)."""
+    while (piece := job.tokens.get()) is not END:
+        yield _event("token", {"text": piece})
+    error = job.future.exception()
+    if error is None:
+        yield _event("result", job.future.result())
+    else:
+        api = errors.to_api_error(error)
+        yield _event("error", errors.error_body(api.code, api.message, **api.extra))
+
+
+def _event(name: str, data: Any) -> str:
+    return f"event: {name}\ndata: {json.dumps(data, ensure_ascii=False)}\n\n"
+
+
+def _account(body: AccountRequest) -> dict[str, Any]:
+    if (body.beta is None) == (body.epsilon is None) and body.method == "dp-fusion":
+        raise APIError(400, "invalid_parameter", "give exactly one of beta or epsilon")
+    if body.method == "dp-fusion":
+        args = dict(alpha=body.alpha, groups=body.groups, max_tokens=body.max_tokens, delta=body.delta)
+        if body.beta is not None:
+            return {"method": body.method, **args, "beta": body.beta, "epsilon": dp_fusion_epsilon(beta=body.beta, **args)}
+        return {"method": body.method, **args, "epsilon": body.epsilon, "beta": dp_fusion_beta(epsilon=body.epsilon, **args)}
+    if (body.clip is None) == (body.epsilon is None):
+        raise APIError(400, "invalid_parameter", "give exactly one of clip or epsilon")
+    to_eps, to_clip = (invisibleink_epsilon, invisibleink_clip) if body.method == "invisibleink" else (amin_epsilon, amin_clip)
+    args = dict(batch_size=body.batch_size, temperature=body.temperature, max_tokens=body.max_tokens, delta=body.delta)
+    if body.clip is not None:
+        return {"method": body.method, **args, "clip": body.clip, "epsilon": to_eps(clip=body.clip, **args)}
+    return {"method": body.method, **args, "epsilon": body.epsilon, "clip": to_clip(epsilon=body.epsilon, **args)}

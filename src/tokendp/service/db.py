@@ -1,0 +1,75 @@
+"""The service's SQLite database: one file in WAL mode shared by keys and the budget store.
+
+WAL lets readers (GET /v1/budget) run beside the one writer; writers serialise on SQLite's
+write lock (``BEGIN IMMEDIATE`` takes it at the start of a transaction, so a check and the
+write that depends on it see the same state). ``synchronous=FULL`` makes a committed
+reservation survive a power loss, not only a process crash.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from contextlib import contextmanager
+from collections.abc import Iterator
+from pathlib import Path
+
+BUSY_TIMEOUT_MS = 30_000
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS tenants (
+    name TEXT PRIMARY KEY,
+    budget REAL NOT NULL,          -- lifetime epsilon per protected unit
+    delta REAL NOT NULL,           -- the delta that budget refers to
+    created TEXT NOT NULL
+);
+CREATE TABLE IF NOT EXISTS api_keys (
+    key_hash TEXT PRIMARY KEY,     -- sha256 of the key; the key itself is never stored
+    prefix TEXT NOT NULL,          -- the first characters, to tell keys apart in listings
+    tenant TEXT NOT NULL REFERENCES tenants(name),
+    created TEXT NOT NULL
+);
+CREATE TABLE IF NOT EXISTS requests (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    tenant TEXT NOT NULL REFERENCES tenants(name),
+    kind TEXT NOT NULL,            -- sanitize | synthesize | generate
+    state TEXT NOT NULL,           -- reserved | spent | failed | interrupted (all count as spent)
+    created TEXT NOT NULL,
+    finished TEXT
+);
+CREATE TABLE IF NOT EXISTS charges (
+    request_id INTEGER NOT NULL REFERENCES requests(id),
+    tenant TEXT NOT NULL,
+    document TEXT NOT NULL,        -- the client's document (or reference set) id
+    grp TEXT NOT NULL,             -- the privacy group
+    kind TEXT NOT NULL,            -- rdp | zcdp (service.composition.Charge)
+    alpha REAL,
+    value REAL NOT NULL
+);
+CREATE INDEX IF NOT EXISTS charges_unit ON charges(tenant, document, grp);
+"""
+
+
+def open_db(path: str | Path) -> sqlite3.Connection:
+    """A connection in autocommit mode (transactions are explicit), WAL, schema created."""
+    conn = sqlite3.connect(str(path), timeout=BUSY_TIMEOUT_MS / 1000, isolation_level=None,
+                           check_same_thread=False)
+    conn.row_factory = sqlite3.Row
+    conn.execute("PRAGMA journal_mode=WAL")
+    conn.execute("PRAGMA synchronous=FULL")
+    conn.execute(f"PRAGMA busy_timeout={BUSY_TIMEOUT_MS}")
+    conn.execute("PRAGMA foreign_keys=ON")
+    conn.executescript(SCHEMA)
+    return conn
+
+
+@contextmanager
+def immediate(conn: sqlite3.Connection) -> Iterator[sqlite3.Connection]:
+    """A write transaction that holds the write lock from its first statement: commit on
+    success, roll back on any exception."""
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        yield conn
+    except BaseException:
+        conn.execute("ROLLBACK")
+        raise
+    conn.execute("COMMIT")

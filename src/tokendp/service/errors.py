@@ -1,0 +1,82 @@
+"""Errors as JSON with a stable code: ``{"error": {"code", "message", ...}}``.
+
+Codes: unauthorized (401), budget_exceeded (403), not_found (404), body_too_large (413),
+invalid_request (422: the body does not match the schema), invalid_parameter and invalid_input
+(400: the library refused a value), rate_limited (429), accounting_mismatch (500: output
+withheld), internal_error (500), model_unavailable (503). Messages never carry document text:
+schema errors list the field and the rule, never the value given.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from tokendp.errors import InvalidInputError, InvalidParameterError, MissingDependencyError
+from tokendp.service.batching import ModelUnavailable
+from tokendp.service.plans import AccountingMismatch
+from tokendp.service.store import BudgetRefused
+
+log = logging.getLogger("tokendp.service")
+
+
+class APIError(Exception):
+    def __init__(self, status: int, code: str, message: str, headers: dict[str, str] | None = None, **extra) -> None:
+        super().__init__(message)
+        self.status, self.code, self.message, self.headers, self.extra = status, code, message, headers, extra
+
+
+def error_body(code: str, message: str, **extra) -> dict:
+    return {"error": {"code": code, "message": message, **extra}}
+
+
+def to_api_error(err: BaseException) -> APIError:
+    """The APIError for an exception raised by a job, a plan or the store."""
+    if isinstance(err, APIError):
+        return err
+    if isinstance(err, BudgetRefused):
+        document, group = err.unit
+        return APIError(403, "budget_exceeded",
+                        f"document {document!r}, group {group!r} would reach epsilon {err.after:.4g} "
+                        f"(spent {err.spent:.4g}, budget {err.budget:g}); nothing was charged or generated",
+                        unit={"id": document, "group": group}, epsilon_spent=err.spent,
+                        epsilon_after=err.after, budget=err.budget)
+    if isinstance(err, InvalidParameterError):
+        return APIError(400, "invalid_parameter", str(err))
+    if isinstance(err, (InvalidInputError, MissingDependencyError)):
+        return APIError(400, "invalid_input", str(err))
+    if isinstance(err, ModelUnavailable):
+        return APIError(503, "model_unavailable", f"the server's model failed to load ({err}); see the server's log")
+    if isinstance(err, AccountingMismatch):
+        return APIError(500, "accounting_mismatch", "the output was withheld: its certificate differs from the "
+                        "reservation (which stays spent); please report this")
+    log.error("internal error: %s", type(err).__name__)
+    return APIError(500, "internal_error", "internal error; the request's reservation, if any, stays spent")
+
+
+def install(app: FastAPI) -> None:
+    """Register the handlers that turn every error into the JSON shape above."""
+
+    @app.exception_handler(APIError)
+    async def _api(_: Request, err: APIError) -> JSONResponse:
+        return JSONResponse(error_body(err.code, err.message, **err.extra), status_code=err.status, headers=err.headers)
+
+    @app.exception_handler(RequestValidationError)
+    async def _invalid(_: Request, err: RequestValidationError) -> JSONResponse:
+        fields = [{"field": ".".join(str(p) for p in e.get("loc", ())), "rule": e.get("msg", "")} for e in err.errors()]
+        return JSONResponse(error_body("invalid_request", "the request body does not match the schema (see /docs)",
+                                       fields=fields), status_code=422)
+
+    @app.exception_handler(StarletteHTTPException)
+    async def _http(_: Request, err: StarletteHTTPException) -> JSONResponse:
+        code = {404: "not_found", 405: "method_not_allowed"}.get(err.status_code, "http_error")
+        return JSONResponse(error_body(code, str(err.detail)), status_code=err.status_code)
+
+    @app.exception_handler(Exception)
+    async def _other(_: Request, err: Exception) -> JSONResponse:
+        api = to_api_error(err)
+        return JSONResponse(error_body(api.code, api.message, **api.extra), status_code=api.status)

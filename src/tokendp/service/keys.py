@@ -1,0 +1,82 @@
+"""Tenants and API keys.
+
+A key is 32 random bytes (``secrets``), shown once as ``tdp_<base64url>``; the database keeps
+its SHA-256 only. A key of that entropy needs no slow password hash: nobody can search 2^256
+preimages, and a plain hash lets authentication be one indexed lookup.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+import secrets
+import sqlite3
+from dataclasses import dataclass
+from datetime import datetime, timezone
+
+from tokendp.errors import InvalidParameterError
+from tokendp.service.db import immediate
+
+KEY_PREFIX = "tdp_"
+DEFAULT_BUDGET = 10.0
+DEFAULT_DELTA = 1e-5
+
+
+@dataclass(frozen=True)
+class Tenant:
+    """A tenant: its lifetime epsilon per protected unit, at ``delta``."""
+
+    name: str
+    budget: float
+    delta: float
+
+
+def now() -> str:
+    return datetime.now(timezone.utc).isoformat(timespec="seconds")
+
+
+def hash_key(key: str) -> str:
+    return hashlib.sha256(key.encode("utf-8")).hexdigest()
+
+
+def _check_tenant(name: str, budget: float, delta: float) -> None:
+    if not name or len(name) > 64 or not all(c.isalnum() or c in "-_." for c in name):
+        raise InvalidParameterError("a tenant name is 1-64 letters, digits, '-', '_' or '.'")
+    if not (math.isfinite(budget) and budget >= 0):
+        raise InvalidParameterError(f"--budget (lifetime epsilon per protected unit) must be a finite number >= 0, got {budget!r}")
+    if not 0 < delta < 1:
+        raise InvalidParameterError(f"--delta must be in (0, 1), for example 1e-5; got {delta!r}")
+
+
+def create_key(conn: sqlite3.Connection, tenant: str, *, budget: float | None = None,
+               delta: float | None = None) -> tuple[str, Tenant]:
+    """A new key for ``tenant``, creating the tenant (with ``budget`` and ``delta``, or the
+    defaults) if it does not exist. An existing tenant's budget is fixed: giving a different
+    one is an error, since raising it would quietly re-open every unit's budget."""
+    with immediate(conn):
+        row = conn.execute("SELECT budget, delta FROM tenants WHERE name = ?", (tenant,)).fetchone()
+        if row is None:
+            budget = DEFAULT_BUDGET if budget is None else float(budget)
+            delta = DEFAULT_DELTA if delta is None else float(delta)
+            _check_tenant(tenant, budget, delta)
+            conn.execute("INSERT INTO tenants (name, budget, delta, created) VALUES (?, ?, ?, ?)",
+                         (tenant, budget, delta, now()))
+        else:
+            for what, given, stored in (("budget", budget, row["budget"]), ("delta", delta, row["delta"])):
+                if given is not None and float(given) != stored:
+                    raise InvalidParameterError(
+                        f"tenant {tenant!r} exists with {what} {stored:g}; a tenant's {what} is fixed when it is "
+                        f"created (omit --{what} to add a key, or create a new tenant)")
+            budget, delta = row["budget"], row["delta"]
+        key = KEY_PREFIX + secrets.token_urlsafe(32)
+        conn.execute("INSERT INTO api_keys (key_hash, prefix, tenant, created) VALUES (?, ?, ?, ?)",
+                     (hash_key(key), key[:10], tenant, now()))
+    return key, Tenant(tenant, budget, delta)
+
+
+def authenticate(conn: sqlite3.Connection, key: str) -> Tenant | None:
+    """The tenant that owns ``key``, or None."""
+    row = conn.execute(
+        "SELECT t.name, t.budget, t.delta FROM api_keys k JOIN tenants t ON t.name = k.tenant "
+        "WHERE k.key_hash = ?", (hash_key(key),)).fetchone()
+    return None if row is None else Tenant(row["name"], row["budget"], row["delta"])

@@ -1,0 +1,87 @@
+"""Request bodies of the /v1 API (pydantic): they mirror the Python API and the CLI's --json.
+
+Only what the service can account for is accepted: DP-Fusion groups are always one per span
+label (``groups="by-label"``), so a unit's group is the label the client gave its spans.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+Id = Field(min_length=1, max_length=200, description="the protected document's id, chosen by the client")
+Budget = float | dict[str, float] | None
+
+
+class Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class SpanIn(Strict):
+    start: int = Field(ge=0)
+    end: int = Field(gt=0)
+    label: str = Field(min_length=1, max_length=64)
+
+
+class TagRequest(Strict):
+    text: str = Field(min_length=1)
+
+
+class SanitizeRequest(Strict):
+    id: str = Id
+    text: str = Field(min_length=1)
+    spans: list[SpanIn] | None = Field(None, description="character spans; omitted: the server's tagger")
+    method: Literal["dp-fusion", "public"] = "dp-fusion"
+    epsilon: Budget = Field(None, description="per group: one number, or {label: epsilon}")
+    beta: Budget = None
+    alpha: float | None = Field(None, gt=1)
+    delta: float = Field(1e-5, gt=0, lt=1)
+    max_new_tokens: int | None = Field(None, ge=1)
+    temperature: float = Field(1.0, gt=0)
+    seed: int | None = None
+    stream: bool = False
+
+
+class GenerateRequest(Strict):
+    id: str = Id
+    prompt: str = Field(min_length=1)
+    context: str = Field(min_length=1, description="the trusted document whose groups are charged")
+    spans: list[SpanIn] | None = None
+    untrusted: list[str] = Field(default_factory=list)
+    method: Literal["dp-fusion", "public"] = "dp-fusion"
+    epsilon: Budget = None
+    beta: Budget = None
+    alpha: float | None = Field(None, gt=1)
+    delta: float = Field(1e-5, gt=0, lt=1)
+    max_new_tokens: int = Field(128, ge=1)
+    temperature: float = Field(0.7, gt=0)
+    seed: int | None = None
+
+
+class SynthesizeRequest(Strict):
+    id: str = Field(min_length=1, max_length=200, description="the reference set's id (the protected unit)")
+    references: list[str] = Field(min_length=1)
+    method: Literal["invisibleink", "amin"] = "invisibleink"
+    epsilon: float = Field(ge=0)
+    delta: float = Field(1e-5, gt=0, lt=1)
+    batch_size: int = Field(ge=1)
+    max_tokens: int = Field(ge=1)
+    temperature: float = Field(1.0, gt=0)
+    top_k: int | None = Field(100, ge=1)
+    num: int | None = Field(None, ge=1)
+    domain: str | None = Field(None, max_length=200)
+    seed: int | None = None
+
+
+class AccountRequest(Strict):
+    method: Literal["dp-fusion", "invisibleink", "amin"] = "dp-fusion"
+    alpha: float = Field(2.0, gt=1)
+    beta: float | None = Field(None, ge=0)
+    epsilon: float | None = Field(None, ge=0)
+    groups: int = Field(1, ge=1)
+    max_tokens: int = Field(ge=1)
+    delta: float = Field(1e-5, gt=0, lt=1)
+    batch_size: int = Field(1, ge=1)
+    temperature: float = Field(1.0, gt=0)
+    clip: float | None = Field(None, ge=0)

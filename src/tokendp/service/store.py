@@ -1,0 +1,122 @@
+"""The durable budget store: reserve before generating, mark spent after, never refund.
+
+The protected unit is (tenant, document id, privacy group); every unit of a tenant has the
+tenant's lifetime budget (epsilon at the tenant's delta). :meth:`BudgetStore.reserve` checks
+every unit a request would read and records all its charges in ONE ``BEGIN IMMEDIATE``
+transaction: either every unit stays within its budget after the request's worst case and all
+charges are written, or :class:`BudgetRefused` names the first unit that would exceed and
+nothing is written. Concurrent requests (threads or processes on the same file) serialise on
+the write lock, so two requests can never both fit into the last room of a budget.
+
+A reservation counts as spent from the moment it is committed, whatever happens next:
+:meth:`finish` only records how the request ended (``spent`` or ``failed``), and
+:meth:`recover` marks reservations left by a crash ``interrupted``. No state is ever refunded.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from tokendp.service import composition
+from tokendp.service.composition import Charge
+from tokendp.service.db import immediate, open_db
+from tokendp.service.keys import Tenant, now
+
+Unit = tuple[str, str]  # (document id, privacy group)
+
+
+class BudgetRefused(Exception):
+    """A unit would exceed its budget; nothing was reserved."""
+
+    def __init__(self, unit: Unit, spent: float, after: float, budget: float) -> None:
+        super().__init__(f"unit {unit!r} would exceed its budget")
+        self.unit, self.spent, self.after, self.budget = unit, spent, after, budget
+
+
+@dataclass(frozen=True)
+class UnitBudget:
+    document: str
+    group: str
+    spent: float
+    budget: float
+    requests: int
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"id": self.document, "group": self.group, "epsilon_spent": self.spent,
+                "epsilon_remaining": max(0.0, self.budget - self.spent), "budget": self.budget,
+                "requests": self.requests}
+
+
+class BudgetStore:
+    """Budgets per (tenant, document id, group) in the service's SQLite file (one connection
+    per thread)."""
+
+    def __init__(self, path: str | Path) -> None:
+        self.path = str(path)
+        self._local = threading.local()
+        self._local.conn = open_db(self.path)  # this thread's connection; creates the schema now
+
+    @property
+    def conn(self):
+        conn = getattr(self._local, "conn", None)
+        if conn is None:
+            conn = self._local.conn = open_db(self.path)
+        return conn
+
+    def _charges(self, tenant: str, unit: Unit) -> list[Charge]:
+        rows = self.conn.execute("SELECT kind, value, alpha FROM charges WHERE tenant = ? AND document = ? AND grp = ?",
+                                 (tenant, *unit)).fetchall()
+        return [Charge(r["kind"], r["value"], r["alpha"]) for r in rows]
+
+    def reserve(self, tenant: Tenant, kind: str, charges: Mapping[Unit, Charge]) -> int:
+        """Check and record ``charges`` atomically; the reservation id, or BudgetRefused."""
+        with immediate(self.conn) as conn:
+            for unit, charge in charges.items():
+                past = self._charges(tenant.name, unit)
+                after = composition.epsilon([*past, charge], delta=tenant.delta)
+                if after > tenant.budget:
+                    raise BudgetRefused(unit, composition.epsilon(past, delta=tenant.delta), after, tenant.budget)
+            rid = conn.execute("INSERT INTO requests (tenant, kind, state, created) VALUES (?, ?, 'reserved', ?)",
+                               (tenant.name, kind, now())).lastrowid
+            conn.executemany(
+                "INSERT INTO charges (request_id, tenant, document, grp, kind, alpha, value) VALUES (?, ?, ?, ?, ?, ?, ?)",
+                [(rid, tenant.name, d, g, c.kind, c.alpha, c.value) for (d, g), c in charges.items()])
+        return rid
+
+    def finish(self, reservation: int, state: str) -> None:
+        """Record how a request ended (``spent`` or ``failed``); its charges stay either way."""
+        if state not in ("spent", "failed"):
+            raise ValueError(f"unknown final state {state!r}")
+        with immediate(self.conn) as conn:
+            conn.execute("UPDATE requests SET state = ?, finished = ? WHERE id = ? AND state = 'reserved'",
+                         (state, now(), reservation))
+
+    def recover(self) -> int:
+        """At start-up: reservations still open were cut off by a crash; mark them
+        ``interrupted`` (still spent). Returns how many."""
+        with immediate(self.conn) as conn:
+            return conn.execute("UPDATE requests SET state = 'interrupted', finished = ? WHERE state = 'reserved'",
+                                (now(),)).rowcount
+
+    def units(self, tenant: Tenant, document: str | None = None) -> list[UnitBudget]:
+        """The tenant's units (optionally of one document) with their composed epsilon."""
+        sql = "SELECT DISTINCT document, grp FROM charges WHERE tenant = ?"
+        args: tuple = (tenant.name,)
+        if document is not None:
+            sql, args = sql + " AND document = ?", (*args, document)
+        out = []
+        for row in self.conn.execute(sql + " ORDER BY document, grp", args).fetchall():
+            past = self._charges(tenant.name, (row["document"], row["grp"]))
+            out.append(UnitBudget(row["document"], row["grp"], composition.epsilon(past, delta=tenant.delta),
+                                  tenant.budget, len(past)))
+        return out
+
+    def requests(self, tenant: Tenant) -> dict[str, int]:
+        """How many of the tenant's requests are in each state."""
+        rows = self.conn.execute("SELECT state, COUNT(*) AS n FROM requests WHERE tenant = ? GROUP BY state",
+                                 (tenant.name,)).fetchall()
+        return {r["state"]: r["n"] for r in rows}

@@ -1,0 +1,35 @@
+"""``tokendp keys create`` and ``tokendp serve`` from the command line (the server itself is
+tested in tests/service)."""
+
+from __future__ import annotations
+
+import sqlite3
+import sys
+
+from click.testing import CliRunner
+
+from tokendp.cli import main
+
+
+def test_keys_create_prints_the_key_once_and_stores_only_its_hash(tmp_path):
+    db = tmp_path / "s.db"
+    result = CliRunner().invoke(main, ["keys", "create", "--tenant", "clinic", "--budget", "12", "--db", str(db)])
+    assert result.exit_code == 0, result.output
+    key = result.stdout.strip()
+    assert key.startswith("tdp_") and "budget epsilon 12" in result.stderr
+    rows = sqlite3.connect(db).execute("SELECT budget, delta FROM tenants WHERE name = 'clinic'").fetchall()
+    assert rows == [(12.0, 1e-5)]
+    assert all(key.encode() not in f.read_bytes() for f in tmp_path.iterdir())
+
+
+def test_a_tenants_budget_cannot_be_changed_by_creating_a_key(tmp_path):
+    db = str(tmp_path / "s.db")
+    assert CliRunner().invoke(main, ["keys", "create", "--tenant", "clinic", "--db", db]).exit_code == 0
+    again = CliRunner().invoke(main, ["keys", "create", "--tenant", "clinic", "--budget", "99", "--db", db])
+    assert again.exit_code == 2 and "fixed" in again.output
+
+
+def test_serve_without_the_serve_extra_says_what_to_install(tmp_path, monkeypatch):
+    monkeypatch.setitem(sys.modules, "fastapi", None)
+    result = CliRunner().invoke(main, ["serve", "--db", str(tmp_path / "s.db")])
+    assert result.exit_code == 2 and 'pip install "tokendp[serve]"' in result.output
