@@ -3,6 +3,7 @@ tested in tests/service)."""
 
 from __future__ import annotations
 
+import json
 import sqlite3
 import sys
 
@@ -27,6 +28,32 @@ def test_a_tenants_budget_cannot_be_changed_by_creating_a_key(tmp_path):
     assert CliRunner().invoke(main, ["keys", "create", "--tenant", "clinic", "--db", db]).exit_code == 0
     again = CliRunner().invoke(main, ["keys", "create", "--tenant", "clinic", "--budget", "99", "--db", db])
     assert again.exit_code == 2 and "fixed" in again.output
+
+
+def test_keys_are_listed_by_prefix_and_revoked_while_the_budget_stays(tmp_path):
+    from tokendp.service.db import open_db
+    from tokendp.service.keys import authenticate
+
+    db = str(tmp_path / "s.db")
+    run = lambda *args: CliRunner().invoke(main, ["keys", *args, "--db", db])  # noqa: E731
+    first, second = run("create", "--tenant", "clinic", "--budget", "12").stdout.strip(), \
+        run("create", "--tenant", "clinic").stdout.strip()
+    listed = run("list", "--json")
+    assert listed.exit_code == 0 and first not in listed.output and second not in listed.output
+    assert [(k["prefix"], k["tenant"], k["budget"]) for k in json.loads(listed.output)] == [
+        (first[:10], "clinic", 12.0), (second[:10], "clinic", 12.0)]
+    assert first[:10] in run("list").output
+    revoked = run("revoke", first[:10])
+    assert revoked.exit_code == 0 and "clinic" in revoked.output
+    conn = open_db(db)
+    assert authenticate(conn, first) is None and authenticate(conn, second).budget == 12.0
+    again = run("revoke", first[:10])
+    assert again.exit_code == 2 and "no key has the prefix" in again.output
+
+
+def test_a_database_in_a_missing_folder_is_a_clear_error(tmp_path):
+    result = CliRunner().invoke(main, ["keys", "create", "--tenant", "clinic", "--db", str(tmp_path / "no" / "s.db")])
+    assert result.exit_code == 2 and "folder does not exist" in result.output and "Traceback" not in result.output
 
 
 def test_serve_without_the_serve_extra_says_what_to_install(tmp_path, monkeypatch):

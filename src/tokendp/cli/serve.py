@@ -87,3 +87,37 @@ def create(tenant: str, budget: float | None, delta: float | None, db: str | Non
     click.echo(key)
     click.echo(f"tenant {t.name}: budget epsilon {t.budget:g} per (document id, privacy group) at delta {t.delta:g}; "
                "store the key now, it is not kept", err=True)
+
+
+@keys.command("list")
+@click.option("--db", "db", type=click.Path(dir_okay=False), default=None, help=DB_HELP)
+@click.option("--json", "as_json", is_flag=True, help="Print [{prefix, tenant, created, budget, delta}] as JSON.")
+@library_errors
+def list_(db: str | None, as_json: bool) -> None:
+    """List the keys: their first characters, tenant and creation time (never the key)."""
+    import json
+
+    from tokendp.service.db import open_db
+    from tokendp.service.keys import list_keys
+
+    rows = list_keys(open_db(_db(db)))
+    if as_json:
+        click.echo(json.dumps(rows, indent=2))
+        return
+    click.echo(f"{'prefix':<12}{'tenant':<20}{'created':<27}budget (epsilon at delta)")
+    for r in rows:
+        click.echo(f"{r['prefix']:<12}{r['tenant']:<20}{r['created']:<27}{r['budget']:g} at {r['delta']:g}")
+
+
+@keys.command("revoke")
+@click.argument("prefix")
+@click.option("--db", "db", type=click.Path(dir_okay=False), default=None, help=DB_HELP)
+@library_errors
+def revoke(prefix: str, db: str | None) -> None:
+    """Revoke the key that starts with PREFIX (as `tokendp keys list` shows it). The tenant's
+    budgets and charges stay; a new key for the tenant continues them."""
+    from tokendp.service.db import open_db
+    from tokendp.service.keys import revoke_key
+
+    tenant = revoke_key(open_db(_db(db)), prefix)
+    click.echo(f"revoked key {prefix}... of tenant {tenant}")

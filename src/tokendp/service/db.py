@@ -13,6 +13,8 @@ from contextlib import contextmanager
 from collections.abc import Iterator
 from pathlib import Path
 
+from tokendp.errors import InvalidInputError
+
 BUSY_TIMEOUT_MS = 30_000
 
 SCHEMA = """
@@ -51,6 +53,8 @@ CREATE INDEX IF NOT EXISTS charges_unit ON charges(tenant, document, grp);
 
 def open_db(path: str | Path) -> sqlite3.Connection:
     """A connection in autocommit mode (transactions are explicit), WAL, schema created."""
+    if not Path(path).parent.is_dir():
+        raise InvalidInputError(f"cannot open the database {path}: its folder does not exist")
     conn = sqlite3.connect(str(path), timeout=BUSY_TIMEOUT_MS / 1000, isolation_level=None,
                            check_same_thread=False)
     conn.row_factory = sqlite3.Row

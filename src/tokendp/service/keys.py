@@ -74,6 +74,25 @@ def create_key(conn: sqlite3.Connection, tenant: str, *, budget: float | None = 
     return key, Tenant(tenant, budget, delta)
 
 
+def list_keys(conn: sqlite3.Connection) -> list[dict]:
+    """Every key's prefix, tenant and creation time, with its tenant's budget (no hash, no key)."""
+    rows = conn.execute("SELECT k.prefix, k.tenant, k.created, t.budget, t.delta FROM api_keys k "
+                        "JOIN tenants t ON t.name = k.tenant ORDER BY k.tenant, k.created").fetchall()
+    return [dict(row) for row in rows]
+
+
+def revoke_key(conn: sqlite3.Connection, prefix: str) -> str:
+    """Delete the one key whose listed prefix is ``prefix``; its tenant. The tenant and every
+    charge stay: a new key for the tenant continues the same budgets."""
+    with immediate(conn):
+        rows = conn.execute("SELECT key_hash, tenant FROM api_keys WHERE prefix = ?", (prefix,)).fetchall()
+        if len(rows) != 1:
+            raise InvalidParameterError(f"{len(rows)} keys have the prefix {prefix!r}; give one from `tokendp keys list`"
+                                        if rows else f"no key has the prefix {prefix!r} (see `tokendp keys list`)")
+        conn.execute("DELETE FROM api_keys WHERE key_hash = ?", (rows[0]["key_hash"],))
+    return rows[0]["tenant"]
+
+
 def authenticate(conn: sqlite3.Connection, key: str) -> Tenant | None:
     """The tenant that owns ``key``, or None."""
     row = conn.execute(
