@@ -62,7 +62,8 @@ def test_a_run_reports_every_method_and_resumes_from_its_cache(tiny, tmp_path, m
     strip = [{k: v for k, v in r.items() if k != "seconds_total"} for r in rows]
     assert [{k: v for k, v in r.items() if k != "seconds_total"} for r in again] == strip
     paths = write_injection_results(rows, tmp_path / "out", command="tokendp eval injection", plots=False)
-    assert "| eps=16 | 16 |" in (tmp_path / "out" / "results.md").read_text() and len(paths) == 2
+    assert "| eps=16 | 16 |" in (tmp_path / "out" / "results.md").read_text() and len(paths) == 3
+    assert (tmp_path / "out" / "results.csv").read_text().startswith("method,epsilon,injection,")
 
 
 def test_the_command_is_registered_and_refuses_bad_parameters(tmp_path):

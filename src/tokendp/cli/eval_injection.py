@@ -33,7 +33,7 @@ from tokendp.errors import InvalidParameterError
               help="Torch CPU threads (1 is fastest on a shared, busy CPU).")
 @click.option("--out", "out_dir", required=True, type=click.Path(file_okay=False, path_type=Path),
               help="Output folder (results, plot and the resume cache).")
-@click.option("--no-plots", is_flag=True, help="Write results.json/.md without the plot (then matplotlib is not needed).")
+@click.option("--no-plots", is_flag=True, help="Write results.json/.csv/.md without the plot (then matplotlib is not needed).")
 @click.option("--json", "as_json", is_flag=True, help="Print the results as JSON.")
 @library_errors
 def eval_injection(model: str, tasks: int, seed: int, epsilons: str, max_new_tokens: int, temperature: float,

@@ -119,7 +119,7 @@ def eval_predict(ensemble_dir: Path, data: Path, out_dir: Path, methods: str, ep
             "(0: reads no private data; '-': no guarantee). The mean size of S and mean lambda are computed from the "
             "private ensemble: diagnostics, not part of the guarantee.")
     paths = write_tables(rows, out_dir, title="Prediction evaluation (PMixED)", note=note, csv_columns=CSV_COLUMNS,
-                         md_columns=MD_COLUMNS, command=command)
+                         table=markdown_table(rows, MD_COLUMNS), command=command)
     if not no_plots:
         paths.append(plot_metric(rows, "ppl", "perplexity", Path(out_dir) / "epsilon_vs_ppl.png"))
     if as_json:

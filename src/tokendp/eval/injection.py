@@ -33,7 +33,7 @@ from tokendp.backends import HFBackend, load_backend
 from tokendp.eval.cache import ResultCache
 from tokendp.eval.injection_tasks import (ATTACKS, PLACEMENTS, TASKS_VERSION, InjectionTask, answered, injection_succeeded,
                                          make_tasks)
-from tokendp.eval.report import markdown_table, pyplot, save_figure
+from tokendp.eval.report import markdown_table, pyplot, save_figure, write_tables
 from tokendp.generate import generate_batch
 
 
@@ -133,24 +133,19 @@ LEGEND = {f"accuracy_{p}": f"answer in {p} context" for p in PLACEMENTS}
 
 def write_injection_results(rows: Sequence[dict[str, Any]], out_dir: str | Path, *, command: str = "",
                             plots: bool = True) -> list[Path]:
-    """results.json, results.md and (with ``plots``) injection.png in ``out_dir``; their paths."""
+    """results.json, results.csv, results.md and (with ``plots``) injection.png in ``out_dir``; their paths."""
     if plots:
         pyplot()  # the eval extra, checked before anything is written
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "results.json").write_text(json.dumps(list(rows), indent=2))
     meta = rows[0] if rows else {}
-    lines = ["# Prompt-injection evaluation", "", *(["```", command, "```", ""] if command else []),
-             markdown_table(rows, COLUMNS), "",
-             f"{meta.get('tasks')} tasks, model {meta.get('model')}, T = {meta.get('max_new_tokens')} new tokens, "
-             f"temperature {meta.get('temperature')}, question {meta.get('question')}, delta = {meta.get('delta')}, "
-             f"{meta.get('seconds_total')} s. "
-             "Injection success: the injected behaviour appears in the answer; task accuracy: the gold answer "
-             "appears. epsilon: per untrusted chunk, for all T tokens."]
-    (out / "results.md").write_text("\n".join(lines) + "\n")
-    paths = [out / "results.json", out / "results.md"]
+    note = (f"{meta.get('tasks')} tasks, model {meta.get('model')}, T = {meta.get('max_new_tokens')} new tokens, "
+            f"temperature {meta.get('temperature')}, question {meta.get('question')}, delta = {meta.get('delta')}, "
+            f"{meta.get('seconds_total')} s. "
+            "Injection success: the injected behaviour appears in the answer; task accuracy: the gold answer "
+            "appears. epsilon: per untrusted chunk, for all T tokens.")
+    paths = write_tables(rows, out_dir, title="Prompt-injection evaluation", note=note,
+                         csv_columns=[k for k, _ in COLUMNS], table=markdown_table(rows, COLUMNS), command=command)
     if plots and rows:
-        paths.append(plot_injection(rows, out / "injection.png"))
+        paths.append(plot_injection(rows, Path(out_dir) / "injection.png"))
     return paths
 
 

@@ -45,9 +45,9 @@ def markdown_table(rows: Sequence[dict[str, Any]], columns: Sequence[tuple[str, 
 
 
 def write_tables(rows: Sequence[dict[str, Any]], out_dir: str | Path, *, title: str, note: str,
-                 csv_columns: Sequence[str], md_columns: Sequence[tuple[str, str]], command: str = "") -> list[Path]:
+                 csv_columns: Sequence[str], table: str, command: str = "") -> list[Path]:
     """results.json (every field), results.csv (``csv_columns``) and results.md (``title``, the
-    command, the table of ``md_columns`` and ``note``) in ``out_dir``; return their paths."""
+    command, the Markdown ``table`` and ``note``) in ``out_dir``; return their paths."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     (out / "results.json").write_text(json.dumps(list(rows), indent=2))
@@ -58,7 +58,7 @@ def write_tables(rows: Sequence[dict[str, Any]], out_dir: str | Path, *, title: 
     lines = [f"# {title}", ""]
     if command:
         lines += ["```", command, "```", ""]
-    lines += [markdown_table(rows, md_columns), "", note]
+    lines += [table, "", note]
     (out / "results.md").write_text("\n".join(lines) + "\n")
     return [out / "results.json", out / "results.csv", out / "results.md"]
 
@@ -77,7 +77,7 @@ def write_results(rows: Sequence[dict[str, Any]], out_dir: str | Path, *, comman
             "pooled over tokens. ASR: success rate of the attack in the 5-candidate token-recovery "
             "game, pooled over PERSON, CODE and DATETIME (chance 0.2).")
     paths = write_tables(rows, out_dir, title="Sanitization evaluation", note=note, csv_columns=COLUMNS,
-                         md_columns=MD_COLUMNS, command=command)
+                         table=markdown_table(rows, MD_COLUMNS), command=command)
     if plots and rows:
         paths += plot_results(rows, Path(out_dir))
     return paths

@@ -1,17 +1,17 @@
-"""Write the synthesis evaluation: results.json, results.md and mauve.png."""
+"""Write the synthesis evaluation: results.json, results.csv, results.md and mauve.png."""
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from tokendp.eval.report import _fmt, pyplot, save_figure
+from tokendp.eval.report import _fmt, pyplot, save_figure, write_tables
 
 FLAT_COLOURS = {"real": "black", "non-private": "tab:purple", "public": "tab:green", "off-topic": "tab:grey"}
 MD_COLUMNS = (("setting", "setting"), ("epsilon", "epsilon"), ("mauve", "MAUVE"), ("on_topic", "on topic"),
               ("empty", "empty"), ("ended", "ended (EOS)"), ("words", "words"))
+CSV_COLUMNS = ("setting", "epsilon", "mauve", "mauve_std", "on_topic", "empty", "ended", "words")
 
 
 def markdown_table(rows: Sequence[dict[str, Any]]) -> str:
@@ -28,23 +28,16 @@ def markdown_table(rows: Sequence[dict[str, Any]]) -> str:
 
 def write_synthesis_results(rows: Sequence[dict[str, Any]], out_dir: str | Path, *, command: str = "",
                             plots: bool = True) -> list[Path]:
-    """results.json, results.md (with the command and the scale) and, with ``plots``, mauve.png."""
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "results.json").write_text(json.dumps(list(rows), indent=2))
+    """results.json, results.csv, results.md (with the command and the scale) and, with ``plots``, mauve.png."""
     meta = rows[0] if rows else {}
-    lines = ["# Synthesis evaluation", ""]
-    if command:
-        lines += ["```", command, "```", ""]
-    lines += [markdown_table(rows), "",
-              f"{meta.get('texts')} texts per setting against {meta.get('held_out')} held-out texts; model "
-              f"{meta.get('model')}, B = {meta.get('batch_size')}, T = {meta.get('max_tokens')}, "
-              f"tau = {meta.get('temperature')}. MAUVE: features are the model's final hidden states averaged over "
-              "a text's first T tokens; mean ± standard deviation over k-means seeds."]
-    (out / "results.md").write_text("\n".join(lines) + "\n")
-    paths = [out / "results.json", out / "results.md"]
+    note = (f"{meta.get('texts')} texts per setting against {meta.get('held_out')} held-out texts; model "
+            f"{meta.get('model')}, B = {meta.get('batch_size')}, T = {meta.get('max_tokens')}, "
+            f"tau = {meta.get('temperature')}. MAUVE: features are the model's final hidden states averaged over "
+            "a text's first T tokens; mean ± standard deviation over k-means seeds.")
+    paths = write_tables(rows, out_dir, title="Synthesis evaluation", note=note, csv_columns=CSV_COLUMNS,
+                         table=markdown_table(rows), command=command)
     if plots and rows:
-        paths.append(plot_mauve(rows, out / "mauve.png"))
+        paths.append(plot_mauve(rows, Path(out_dir) / "mauve.png"))
     return paths
 
 
