@@ -24,7 +24,7 @@ def public_step(logits, docs, temperature):
     return SimpleNamespace(logprobs=logp, diagnostics={"rows": torch.full((len(docs), 1), logits.shape[1] * 1.0)})
 
 
-SEQS = [RowSequence.from_ids([[5, 6, 7, 8], [5, 6, 9, 8]]),
+SEQS = [RowSequence.from_ids([[5, 6, 7, 8], [5, 6, 9, 8]], public_prefix=2),
         RowSequence.from_ids([[10, 11, 12, 13, 14, 15]]),
         RowSequence.from_ids([[20, 21], [22, 21], [23, 21]])]
 
@@ -124,7 +124,7 @@ def test_sample_draws_from_the_distribution_and_never_a_zero():
 def test_rows_equal_to_the_public_row_get_its_logits_exactly(backend):
     """A neighbour's group row IS the public row: the mechanism must see identical logits for
     it, whatever rounding the batched forward pass gives rows at other positions."""
-    seqs = [RowSequence.from_ids([[5, 6, 7], [5, 9, 7], [5, 6, 7]]),  # row 2 twins the public row
+    seqs = [RowSequence.from_ids([[5, 6, 7], [5, 9, 7], [5, 6, 7]], public_prefix=1),  # row 2 twins the public row
             RowSequence.from_ids([[1, 2], [1, 2], [3, 2], [1, 2]])]
     seen = []
 
@@ -144,7 +144,7 @@ def test_diagnostics_of_documents_with_fewer_rows_outlive_the_widest(backend):
         return SimpleNamespace(logprobs=torch.log_softmax(logits[:, 0].double(), -1),
                                diagnostics={"lam": torch.ones(len(docs), logits.shape[1] - 1)})
 
-    seqs = [RowSequence.from_ids([[5, 6], [5, 7], [5, 8], [5, 9]]), RowSequence.from_ids([[1, 2], [1, 3]])]
+    seqs = [RowSequence.from_ids([[5, 6], [5, 7], [5, 8], [5, 9]], public_prefix=1), RowSequence.from_ids([[1, 2], [1, 3]])]
     out = generate(backend, seqs, step, max_new_tokens=[1, 3], generator=make_generator(0), eos_ids=[])
     assert out[0].diagnostics["lam"].tolist() == [1.0, 1.0, 1.0]
     assert out[1].diagnostics["lam"].tolist() == pytest.approx([1.0, 1 / 3, 1 / 3])  # padding slots: step 1 only
@@ -155,7 +155,7 @@ def test_public_logits_processor_sees_only_released_tokens_and_treats_rows_alike
     (a twin of the public row stays its twin), from the released tokens only."""
     from tokendp.logits_processors import PublicLogitsProcessor
 
-    seqs = [RowSequence.from_ids([[5, 6, 7], [5, 9, 7], [5, 6, 7]]), RowSequence.from_ids([[1, 2], [3, 2]])]
+    seqs = [RowSequence.from_ids([[5, 6, 7], [5, 9, 7], [5, 6, 7]], public_prefix=1), RowSequence.from_ids([[1, 2], [3, 2]])]
     seen = []
 
     def step(logits, docs, temperature):

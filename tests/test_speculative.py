@@ -120,7 +120,7 @@ def public_step(logits, docs, temperature):
     return MechanismStep(torch.log_softmax(logits[:, 0].float() / temperature, -1), {})
 
 
-SEQS = [RowSequence.from_ids([[5, 6, 7, 8], [5, 6, 9, 8]]),
+SEQS = [RowSequence.from_ids([[5, 6, 7, 8], [5, 6, 9, 8]], public_prefix=2),
         RowSequence.from_ids([[10, 11, 12, 13, 14, 15]]),
         RowSequence.from_ids([[20, 21], [22, 21], [23, 21]])]
 

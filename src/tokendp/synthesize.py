@@ -261,7 +261,7 @@ def batch_rows(references: Sequence[str], batch: Sequence[int], tokenizer: Any, 
     around each reference of the batch."""
     rows = [prompts.public]
     rows += [prompts.private.wrap(_token_ids(tokenizer, references[i])) for i in batch]
-    return RowSequence.from_ids(rows)
+    return RowSequence.from_ids(rows, public_prefix=prompts.public_prefix)
 
 
 # ---------------------------------------------------------------------------- the job

@@ -22,7 +22,7 @@ def _full_logits(model, ids):
 
 
 SEQS = [
-    RowSequence.from_ids([[5, 6, 7, 8, 9, 10], [5, 6, 7, 11, 12, 10], [5, 6, 7, 8, 13, 10]]),
+    RowSequence.from_ids([[5, 6, 7, 8, 9, 10], [5, 6, 7, 11, 12, 10], [5, 6, 7, 8, 13, 10]], public_prefix=3),
     RowSequence.from_ids([[20, 21], [22, 21]]),          # no shared prefix
     RowSequence.from_ids([[30, 31, 32, 33, 34, 35, 36, 37, 38]]),
 ]

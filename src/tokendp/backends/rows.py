@@ -29,17 +29,30 @@ class Row:
 
 @dataclass(frozen=True)
 class RowSequence:
-    """Rows that advance together; row 0 is the public row."""
+    """Rows that advance together; row 0 is the public row.
+
+    ``public_prefix``: how many leading tokens every row holds in common *by construction* and
+    which are public (a prompt template before the first private token), declared by the job
+    from public data only. The backend computes them once for all rows. It is never measured
+    on the rows themselves: how far private rows happen to agree with the public one depends
+    on private text, and so would the batch layout, and with it the rounding of the public
+    row's logits (docs/privacy.md, "Equal rows, equal logits").
+    """
 
     rows: tuple[Row, ...]
+    public_prefix: int = 0
 
     def __post_init__(self) -> None:
         if len(self.rows) == 0:
             raise InvalidInputError("a sequence needs at least one row")
+        first = self.rows[0].ids[:self.public_prefix]
+        if self.public_prefix < 0 or any(r.ids[:self.public_prefix] != first for r in self.rows):
+            raise ValueError(f"public_prefix {self.public_prefix} is not a prefix common to every row")
 
     @classmethod
-    def from_ids(cls, rows: Sequence[Sequence[int]], adapter: str | None = None) -> RowSequence:
-        return cls(tuple(Row(tuple(int(t) for t in r), adapter) for r in rows))
+    def from_ids(cls, rows: Sequence[Sequence[int]], adapter: str | None = None, *,
+                 public_prefix: int = 0) -> RowSequence:
+        return cls(tuple(Row(tuple(int(t) for t in r), adapter) for r in rows), public_prefix)
 
     def __len__(self) -> int:
         return len(self.rows)
@@ -49,15 +62,10 @@ class RowSequence:
         return max(len(r.ids) for r in self.rows)
 
     def shared_prefix_length(self) -> int:
-        """Tokens at the start that every row has in common (and reads with the same adapter).
-
-        At most ``min row length - 1``, so that every row keeps at least one token of its own
-        for the prefill pass that produces its first logits; 0 for a single row (nothing to share).
-        """
+        """Tokens at the start computed once for every row: the declared ``public_prefix``, at
+        most ``min row length - 1`` so that every row keeps at least one token of its own for
+        the prefill pass that produces its first logits; 0 for a single row (nothing to share)
+        or rows read with different adapters."""
         if len(self.rows) == 1 or len({r.adapter for r in self.rows}) > 1:
             return 0
-        first, limit = self.rows[0].ids, min(len(r.ids) for r in self.rows) - 1
-        n = 0
-        while n < limit and all(r.ids[n] == first[n] for r in self.rows):
-            n += 1
-        return n
+        return min(self.public_prefix, min(len(r.ids) for r in self.rows) - 1)

@@ -58,6 +58,7 @@ class DocumentRows:
     public: tuple[int, ...]
     groups: tuple[tuple[int, ...], ...]  # DP-Fusion's private rows, one per group (may be empty)
     scrub: tuple[int, ...]
+    public_prefix: int  # leading tokens the public and group rows share, from the span positions
 
 
 def scrub_text(text: str, spans: Sequence[Span]) -> str:
@@ -78,7 +79,7 @@ def document_rows(text: str, spans: Sequence[Span], tokenizer: Any, *, template:
     target = tuple(tokenizer(text, add_special_tokens=False)["input_ids"])
     scrubbed = tuple(tokenizer(scrub_text(text, spans), add_special_tokens=False)["input_ids"])
     return DocumentRows(target, template.wrap(target), ctx.rows[0], tuple(ctx.rows[1:]),
-                        template.wrap(scrubbed))
+                        template.wrap(scrubbed), ctx.public_prefix)
 
 
 @dataclass(frozen=True)

@@ -220,7 +220,7 @@ def _run_chunk(config: EvalConfig, backend: HFBackend, chunk: list[EvalDocument]
         return
     bounds = [BoundMethod(s, [d.rows for d in chunk], vocab_size=backend.vocab_size,
                           max_new_tokens=config.max_new_tokens, delta=config.delta) for s in pending]
-    sequences = [RowSequence.from_ids(b.rows(d.rows)) for b in bounds for d in chunk]
+    sequences = [RowSequence.from_ids(b.rows(d.rows), public_prefix=d.rows.public_prefix) for b in bounds for d in chunk]
     bar.set_postfix_str(f"releasing {len(sequences)} rewrites")
     released = generate(backend, sequences, _AllSettingsStep(bounds, len(chunk)),
                         max_new_tokens=config.max_new_tokens, generator=make_generator(_seed(config.seed, "release", first)),

@@ -70,12 +70,16 @@ class DocumentContexts:
     """The 1 + m rows of one document (row 0 public) and the m groups they are about.
 
     ``original`` is the document with nothing hidden (for comparisons without privacy).
+    ``public_prefix``: the leading tokens before the first hidden one, which every row holds
+    alike; a function of the template and the span positions only, which are public
+    (docs/privacy.md, "Equal rows, equal logits").
     """
 
     rows: tuple[tuple[int, ...], ...]
     groups: tuple[GroupInfo, ...]
     document_tokens: int
     original: tuple[int, ...]
+    public_prefix: int = 0
 
     @property
     def length(self) -> int:
@@ -217,5 +221,6 @@ def build_contexts(text: str, spans: Sequence[Span], tokenizer: Any, *, template
     rows = [np.where(hidden_any, placeholder, doc)]
     rows += [np.where(hidden_any & ~only[g], placeholder, doc) for g in range(len(names))]
     info = tuple(GroupInfo(n, n_spans[g], int(member[g].sum())) for g, n in enumerate(names))
+    first_hidden = int(hidden_any.argmax()) if hidden_any.any() else len(ids)
     return DocumentContexts(tuple(template.wrap(r.tolist()) for r in rows), info, len(ids),
-                            template.wrap(ids))
+                            template.wrap(ids), len(template.before) + first_hidden)

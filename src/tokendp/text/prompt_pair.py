@@ -48,6 +48,17 @@ class PromptPair:
     public: tuple[int, ...]
     private: PromptTemplate
 
+    @property
+    def public_prefix(self) -> int:
+        """Leading tokens the public row shares with every private row: the common start of
+        the public prompt and the private template before the reference (public data only)."""
+        n = 0
+        for a, b in zip(self.public, self.private.before):
+            if a != b:
+                break
+            n += 1
+        return n
+
 
 def _ids(tokenizer: Any, text: str) -> tuple[int, ...]:
     return tuple(tokenizer(text, add_special_tokens=False)["input_ids"]) if text else ()

@@ -110,7 +110,22 @@ def build_prompt_contexts(prompt: str, contexts: Sequence[tuple[str, Sequence[Sp
                       sum(g.n_tokens for d in docs for g in d.groups if g.name == n)) for n in names]
     info += [GroupInfo(untrusted_name(j), 1, len(ids)) for j, ids in enumerate(chunks)]
     rows = [row(), *(row(group=n) for n in names), *(row(chunk=j) for j in range(len(chunks)))]
-    return DocumentContexts(tuple(rows), tuple(info), sum(d.document_tokens for d in docs), row(original=True))
+    return DocumentContexts(tuple(rows), tuple(info), sum(d.document_tokens for d in docs), row(original=True),
+                            _public_prefix(len(template.before) + len(lead), head, docs, rows[0]))
+
+
+def _public_prefix(start: int, head: Sequence[Sequence[int]], docs: Sequence[DocumentContexts],
+                   public: Sequence[int]) -> int:
+    """Where the first private token of the rows can be: the first hidden span token of a
+    trusted document, else the first untrusted chunk (after its header), else nowhere. The
+    position follows from the template, the headers and the span positions: public data."""
+    at = start
+    for k, d in enumerate(docs):
+        at += len(head[k])
+        if d.public_prefix < d.document_tokens:
+            return at + d.public_prefix
+        at += d.document_tokens
+    return at + len(head[len(docs)]) if len(head) > len(docs) else len(public)
 
 
 def is_untrusted(group: str) -> bool:
