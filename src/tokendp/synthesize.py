@@ -425,6 +425,18 @@ class Synthesizer:
         self._model = (DEFAULT_MODEL if model is None else model, device, dtype)
         self._prompt = dict(template=prompt, domain=domain, public_document=public_document)
 
+    def settings(self) -> dict[str, Any]:
+        """Every parameter that can change a text or its certificate, defaults resolved (not the
+        device or the concurrency, which only decide where and how many at a time)."""
+        model, _, dtype = self._model
+        sw = self.switch
+        switch = (None, None, None) if sw is None else (sw.svt_epsilon, sw.max_private_tokens, sw.threshold)
+        return {"method": self.method, "epsilon": self.epsilon, "delta": self.delta, "batch_size": self.batch_size,
+                "max_tokens": self.max_tokens, "temperature": self.temperature, "top_k": self.top_k,
+                "model": str(model) if isinstance(model, (str, Path)) else model.name, "dtype": dtype,
+                "stop": list(self.stop), **dict(zip(("svt_epsilon", "max_private_tokens", "switch_threshold"), switch)),
+                **self._prompt}
+
     @functools.cached_property
     def backend(self) -> HFBackend:
         model, device, dtype = self._model

@@ -8,7 +8,7 @@ What ``tokendp sanitize CORPUS --engine local|ray`` runs (and, through
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -25,6 +25,8 @@ from tokendp.errors import InvalidParameterError
 from tokendp.text.taggers import get_tagger
 
 Engine = Literal["local", "ray"]
+# What may differ between the sessions of one resumable run: where and how fast it runs.
+_PLACEMENT = ("device",)
 
 
 @dataclass(frozen=True)
@@ -88,13 +90,19 @@ def run_job(job: Job, params: Mapping[str, Any], *, out: str | Path | None, engi
         return CorpusRun(summary, store.finish(), None)
 
 
-def run_fingerprint(job: str, params: Mapping[str, Any], *, placement: Sequence[str] = ("device",),
-                    inputs: Mapping[str, Any] | None = None) -> dict[str, Any]:
+def run_fingerprint(job: str, params: Mapping[str, Any], *, inputs: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """What a resumed run must share with the first: the job, every parameter that can change an
-    output or its guarantee (not ``placement``: where and how fast it runs; nor the engine or the
-    workers, which are not parameters), and public facts about the input its work was planned
-    from, if any (``inputs``)."""
-    kept = {k: (v if isinstance(v, (str, int, float, bool, type(None))) else getattr(v, "name", type(v).__name__))
-            for k, v in params.items() if k not in placement}
+    output or its guarantee (not the engine, the workers, the batch size or the device), and
+    public facts about the input its work was planned from, if any (``inputs``)."""
+    kept = {k: _public(v) for k, v in params.items() if k not in _PLACEMENT}
     run = {"job": job, "parameters": kept}
     return run if inputs is None else {**run, "inputs": dict(inputs)}
+
+
+def _public(value: Any) -> Any:
+    """A parameter as JSON: itself, a list of them, or the name of an object (a backend, a tagger)."""
+    if isinstance(value, (str, int, float, bool, type(None))):
+        return value
+    if isinstance(value, (list, tuple)):
+        return [_public(v) for v in value]
+    return getattr(value, "name", type(value).__name__)

@@ -41,9 +41,6 @@ from tokendp.engines.worker import SynthesizeWorker, reference_rows
 from tokendp.errors import InvalidInputError
 from tokendp.synthesize import ReferenceBatch, Synthesizer, partition
 
-_PLACEMENT = ("device", "concurrency")  # where and how many at a time: not part of a text
-
-
 @dataclass(frozen=True)
 class Plan:
     """The partition of a reference corpus: ``batches[j]``, the ids of the B references text j reads."""
@@ -97,9 +94,10 @@ def synthesize_corpus(references_path: str | Path, params: Mapping[str, Any], *,
     """
     check_engine(engine, ray_options)
     params = {**params, "concurrency": batch_size}
-    Synthesizer(**{k: v for k, v in params.items() if k != "seed"})  # every parameter checked before any reference is read
-    plan = plan_batches(references_path, batch_size=params["batch_size"], num=num)
-    run = run_fingerprint("synthesize", {**params, "num": len(plan.batches)}, placement=_PLACEMENT,
+    # Every parameter checked, and its defaults resolved, before any reference is read.
+    settings = Synthesizer(**{k: v for k, v in params.items() if k != "seed"}).settings()
+    plan = plan_batches(references_path, batch_size=settings["batch_size"], num=num)
+    run = run_fingerprint("synthesize", {**settings, "seed": params.get("seed"), "num": len(plan.batches)},
                           inputs=plan.inputs())
     job = Job("synthesize", "texts", plan.corpus.path, tuple(range(len(plan.batches))), SynthesizeWorker,
               todo=plan.pending, dataset=lambda ray, done, size: ray.data.from_items(reference_rows(plan.pending(done))),
