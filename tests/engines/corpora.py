@@ -82,3 +82,20 @@ def assert_disjoint_batches(rows: list[dict], refs: list[dict], batch_size: int)
     ids = [r["id"] for r in refs]
     assert [r["report"]["references"] for r in rows] == [ids[j * batch_size:(j + 1) * batch_size]
                                                          for j in range(len(rows))]
+
+
+def interrupt_after(monkeypatch, batches: int) -> list[int]:
+    """Make the store's writer die (like a kill) after ``batches`` batches were written; returns
+    the sizes of the batches written."""
+    from tokendp.engines.store import RunStore
+
+    inner, calls = RunStore.write, []
+
+    def write(self, records):
+        if len(calls) == batches:
+            raise KeyboardInterrupt
+        calls.append(len(records))
+        return inner(self, records)
+
+    monkeypatch.setattr(RunStore, "write", write)
+    return calls

@@ -14,10 +14,9 @@ from click.testing import CliRunner
 
 from tokendp.cli import main
 from tokendp.engines import sanitize_corpus, synthesize_corpus
-from tokendp.engines.store import RunStore
 
-from .corpora import (assert_disjoint_batches, assert_same_records, documents, model_dir, read_output, references,
-                      write_jsonl, write_parquet)
+from .corpora import (assert_disjoint_batches, assert_same_records, documents, interrupt_after, model_dir, read_output,
+                      references, write_jsonl, write_parquet)
 
 ray = pytest.importorskip("ray")
 
@@ -61,24 +60,10 @@ def test_ray_gives_the_local_records(local_ray, corpora, reference, tmp_path):
     assert_same_records(rows, reference)
 
 
-def _interrupt_after(monkeypatch, batches):
-    """Make the driver die (like a kill) after its store wrote ``batches`` batches; the batch sizes."""
-    inner, calls = RunStore.write, []
-
-    def write(self, records):
-        if len(calls) == batches:
-            raise KeyboardInterrupt
-        calls.append(len(records))
-        return inner(self, records)
-
-    monkeypatch.setattr(RunStore, "write", write)
-    return calls
-
-
 def test_interrupted_ray_run_resumes(local_ray, corpora, reference, tmp_path, monkeypatch):
     out = tmp_path / "ray.parquet"
     params = {**PARAMS, "model": model_dir()}
-    calls = _interrupt_after(monkeypatch, 3)
+    calls = interrupt_after(monkeypatch, 3)
     with pytest.raises(KeyboardInterrupt):
         sanitize_corpus(corpora[1], params, out=out, engine="ray", workers=2, batch_size=4, progress=False)
     monkeypatch.undo()
@@ -98,7 +83,7 @@ def test_synthesize_resumed_on_two_ray_workers_gives_the_local_texts(local_ray, 
     params = {"epsilon": 4.0, "delta": 1e-5, "batch_size": 2, "max_tokens": 6, "seed": 1, "model": model_dir()}
     whole = [json.loads(line) for line in synthesize_corpus(path, params, batch_size=4, progress=False).lines]
     out = tmp_path / "texts.jsonl"
-    _interrupt_after(monkeypatch, 1)
+    interrupt_after(monkeypatch, 1)
     with pytest.raises(KeyboardInterrupt):
         synthesize_corpus(path, params, out=out, batch_size=3, progress=False)
     monkeypatch.undo()

@@ -12,11 +12,11 @@ from click.testing import CliRunner
 from tokendp.backends import HFBackend
 from tokendp.cli import main
 from tokendp.engines import plan_batches, synthesize_corpus
-from tokendp.engines.store import RunStore
 from tokendp.errors import InvalidInputError
 from tokendp.synthesize import synthesize
 
-from .corpora import assert_disjoint_batches, model_dir, read_output, references, write_jsonl, write_parquet
+from .corpora import (assert_disjoint_batches, interrupt_after, model_dir, read_output, references, write_jsonl,
+                      write_parquet)
 
 N, B = 13, 2  # six texts; the last reference is not read
 PARAMS = {"epsilon": 4.0, "delta": 1e-5, "batch_size": B, "max_tokens": 5, "seed": 7}
@@ -38,17 +38,12 @@ def _params(**change):
     return {**PARAMS, "model": model_dir(), **change}
 
 
-def _interrupt_after(monkeypatch, batches):
-    """Make the store's writer die (like a kill) after ``batches`` batches were written."""
-    inner, calls = RunStore.write, []
-
-    def write(self, records):
-        if len(calls) == batches:
-            raise KeyboardInterrupt
-        calls.append(len(records))
-        return inner(self, records)
-
-    monkeypatch.setattr(RunStore, "write", write)
+def _interrupted_run(path, out, monkeypatch):
+    """A run into ``out`` killed after its first batch of two texts."""
+    interrupt_after(monkeypatch, 1)
+    with pytest.raises(KeyboardInterrupt):
+        synthesize_corpus(path, _params(), out=out, batch_size=2, progress=False)
+    monkeypatch.undo()
 
 
 def test_the_partition_is_disjoint_and_planned_from_the_ids_only(tmp_path):
@@ -98,10 +93,7 @@ def test_each_reference_reaches_one_row_of_one_worker_batch(refs_path, monkeypat
 
 def test_interrupted_run_resumes_with_every_text_once(refs_path, whole, tmp_path, monkeypatch):
     out = tmp_path / "out.jsonl"
-    _interrupt_after(monkeypatch, 1)
-    with pytest.raises(KeyboardInterrupt):
-        synthesize_corpus(refs_path, _params(), out=out, batch_size=2, progress=False)
-    monkeypatch.undo()
+    _interrupted_run(refs_path, out, monkeypatch)
     first = (tmp_path / "out.jsonl.parts" / "part-00000.jsonl").read_text().splitlines()
     assert len(first) == 2 and not out.exists()
     run = synthesize_corpus(refs_path, _params(), out=out, batch_size=3, progress=False)
@@ -118,10 +110,7 @@ def test_interrupted_run_resumes_with_every_text_once(refs_path, whole, tmp_path
 def test_changed_references_on_resume_are_refused(change, tmp_path, monkeypatch):
     path = write_jsonl(tmp_path / "refs.jsonl", references(N))
     out = tmp_path / "out.jsonl"
-    _interrupt_after(monkeypatch, 1)
-    with pytest.raises(KeyboardInterrupt):
-        synthesize_corpus(path, _params(), out=out, batch_size=2, progress=False)
-    monkeypatch.undo()
+    _interrupted_run(path, out, monkeypatch)
     refs = references(N)
     if change == "swap":  # a reference of a written text's batch moves into a pending one
         refs[0], refs[5] = refs[5], refs[0]
@@ -140,10 +129,7 @@ def test_changed_references_on_resume_are_refused(change, tmp_path, monkeypatch)
 
 def test_other_settings_on_resume_are_refused_and_placement_is_not_a_setting(refs_path, tmp_path, monkeypatch):
     out = tmp_path / "out.jsonl"
-    _interrupt_after(monkeypatch, 1)
-    with pytest.raises(KeyboardInterrupt):
-        synthesize_corpus(refs_path, _params(), out=out, batch_size=2, progress=False)
-    monkeypatch.undo()
+    _interrupted_run(refs_path, out, monkeypatch)
     with pytest.raises(InvalidInputError, match=r"other settings \(num differ\)"):
         synthesize_corpus(refs_path, _params(), num=5, out=out, progress=False)
     with pytest.raises(InvalidInputError, match=r"other settings \(epsilon differ\)"):

@@ -64,12 +64,13 @@ def read_references(path: Path) -> list[str]:
                    "around an empty document, or the model's placeholder).")
 @click.option("--device", default=None, help="torch device [default: cuda if available, else cpu].")
 @click.option("--concurrency", type=click.IntRange(min=1), default=16, show_default=True,
-              help="Synthetic texts generated together (each 1 + B rows); with --engine, the texts of a worker's batch.")
+              help="Synthetic texts generated together (each 1 + B rows); with --engine, the texts of a worker's "
+                   "batch.")
 @engine_options(default=None, engine_help=(
     "Run on a corpus engine, resumably: this process (local) or a Ray actor pool (ray; the ray extra). The batches "
-    "of B references are fixed by this process before any worker starts; records {id, text, report} go to --out (FILE.jsonl, "
-    "FILE.parquet or a directory; rerun to resume) or stdout (docs/engines.md) [default: no engine, the texts "
-    "printed]."))
+    "of B references are fixed by this process before any worker starts; records {id, text, report} go to --out "
+    "(FILE.jsonl, FILE.parquet or a directory; rerun to resume) or stdout (docs/engines.md) [default: no engine, "
+    "the texts printed]."))
 @click.option("--json", "as_json", is_flag=True,
               help="Print one JSON record per synthetic text (an engine always writes JSON records).")
 @click.option("--out", "out_path", type=click.Path(path_type=Path), default=None,

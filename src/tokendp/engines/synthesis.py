@@ -41,6 +41,7 @@ from tokendp.engines.worker import SynthesizeWorker, reference_rows
 from tokendp.errors import InvalidInputError
 from tokendp.synthesize import ReferenceBatch, Synthesizer, partition
 
+
 @dataclass(frozen=True)
 class Plan:
     """The partition of a reference corpus: ``batches[j]``, the ids of the B references text j reads."""
@@ -65,7 +66,8 @@ class Plan:
                 record = next(records, None)
                 if record is None or record.id != ref:
                     raise InvalidInputError(f"{self.corpus.path} changed during the run (position {position + 1} no "
-                                            "longer holds the planned id); resume with the references the run began with")
+                                            "longer holds the planned id); resume with the references the run "
+                                            "began with")
                 if position // size in texts:
                     if not record.text.strip():
                         raise InvalidInputError(f"{self.corpus.path}: reference {json.dumps(ref)} is empty; every "
@@ -100,7 +102,7 @@ def synthesize_corpus(references_path: str | Path, params: Mapping[str, Any], *,
     run = run_fingerprint("synthesize", {**settings, "seed": params.get("seed"), "num": len(plan.batches)},
                           inputs=plan.inputs())
     job = Job("synthesize", "texts", plan.corpus.path, tuple(range(len(plan.batches))), SynthesizeWorker,
-              todo=plan.pending, dataset=lambda ray, done, size: ray.data.from_items(reference_rows(plan.pending(done))),
-              run=run)
+              todo=plan.pending, run=run,
+              dataset=lambda ray, done, size: ray.data.from_items(reference_rows(plan.pending(done))))
     return run_job(job, params, out=out, engine=engine, batch_size=batch_size, threads=threads, progress=progress,
                    **ray_options)
