@@ -9,10 +9,11 @@ from scipy import stats
 
 import tinylm
 import tokendp
-from tokendp.accounting import amin_epsilon, amin_switch_clip, amin_switch_epsilon, invisibleink_clip, invisibleink_epsilon
+from tokendp.accounting import (amin_epsilon, amin_switch_clip, amin_switch_epsilon, invisibleink_clip,
+                                invisibleink_epsilon, zcdp_to_epsilon)
 from tokendp.backends import HFBackend
 from tokendp.errors import InvalidInputError, InvalidParameterError
-from tokendp.synthesize import batch_rows, partition, synthesize
+from tokendp.synthesize import ReferenceBatch, Synthesizer, batch_rows, partition, rho_per_token, synthesize
 from tokendp.text.prompt_pair import synthesis_prompts
 
 REFS = [f"Patient {i} was admitted to St James's on {i} June with chest pain." for i in range(10)]
@@ -67,6 +68,23 @@ def test_each_reference_reaches_exactly_one_row_and_row_zero_is_public(backend, 
         assert [next(i for i in range(10) if contains(row.ids, ref_ids[i])) for row in seq.rows[1:]] == list(o.references)
 
 
+@pytest.mark.parametrize("switch", [{}, dict(method="amin", svt_epsilon=0.5)])
+def test_a_text_depends_on_the_seed_its_index_and_its_batch_only(backend, switch):
+    """Text j samples (and draws its switch noise) from document_seed(seed, j)'s stream: written
+    alone, or with the other batches in reverse order, it is the same text."""
+    kwargs = dict(epsilon=4.0, delta=1e-5, batch_size=2, max_tokens=6, model=backend, domain=DOMAIN, **switch)
+    whole = synthesize(REFS[:8], seed=5, **kwargs)
+    synth = Synthesizer(**kwargs)
+    batches = [ReferenceBatch(j, (2 * j, 2 * j + 1), tuple(REFS[2 * j:2 * j + 2])) for j in range(4)]
+    alone = synth(batches[2:3], seed=5)
+    backwards = synth(batches[::-1], seed=5)[::-1]
+    assert [(o.text, o.private_tokens) for o in backwards] == [(o.text, o.private_tokens) for o in whole]
+    assert (alone[0].text, alone[0].private_tokens, alone[0].references) == (whole[2].text, whole[2].private_tokens, (4, 5))
+    assert len({o.text for o in whole}) > 1  # the streams differ between texts
+    with pytest.raises(InvalidInputError, match="holds 1 references, not batch_size 2"):
+        synth([ReferenceBatch(0, (0,), (REFS[0],))])
+
+
 @pytest.mark.parametrize("kind", ["chat", "plain", "tokendp.json"])
 def test_prompts_follow_the_model_kind(monkeypatch, kind):
     """Chat models get the instruction pair in their chat template (the public row: the request
@@ -119,6 +137,8 @@ def test_reported_clip_and_epsilon_come_from_the_accountant(backend, method):
         assert o.clip == (clip if method == "invisibleink" else clip / 2)
         assert o.epsilon == accountant(clip=o.clip, batch_size=b, temperature=tau, max_tokens=t, delta=delta)
         assert eps - 1e-9 < o.epsilon <= eps
+        assert o.epsilon == zcdp_to_epsilon(rho=o.rho, delta=delta) and o.rho == t * rho_per_token(
+            method=method, clip=o.clip, batch_size=b, temperature=tau)
         assert (o.batch_size, o.max_tokens, o.delta, o.temperature, o.method) == (b, t, delta, tau, method)
 
 
@@ -231,7 +251,7 @@ def test_ledger_of_the_job_admits_exactly_max_tokens_tokens():
 
     for method in ("invisibleink", "amin"):
         clip = calibrate_clip(method=method, epsilon=2.0, delta=1e-6, batch_size=4, temperature=1.0, max_tokens=20)
-        job = _Job(method, clip, 4, 1.0, None, 2.0, 1e-6, n_batches=3, switch=None, generator=torch.Generator())
+        job = _Job(method, clip, 4, 1.0, None, 2.0, 1e-6, switch=None, generators=[torch.Generator()] * 3)
         for _ in range(20):
             job.charge([0, 1, 2])
         with pytest.raises(BudgetExceededError):
@@ -255,6 +275,7 @@ def test_switch_clip_epsilon_and_record_come_from_the_accountant(backend):
                                                 svt_epsilon=svt, delta=delta)
         assert eps - 1e-9 < o.epsilon <= eps
         assert (o.svt_epsilon, o.max_private_tokens, o.switch_threshold) == (svt, c, clip)  # threshold default: C
+        assert o.rho is None  # the switch's certificate is an RDP curve, not a zCDP rho
         assert 0 <= o.private_tokens <= c
     again = synthesize(REFS[:6], **kwargs)
     assert [(o.text, o.private_tokens) for o in again] == [(o.text, o.private_tokens) for o in out]
@@ -277,7 +298,7 @@ def test_switch_job_charges_its_worst_case_before_the_first_token():
     params = dict(method="amin", delta=1e-6, batch_size=4, temperature=1.0, max_tokens=12, switch=switch)
     clip = calibrate_clip(epsilon=2.0, **params)
     certified = certified_epsilon(clip=clip, **params)
-    job = _Job("amin", clip, 4, 1.0, None, 2.0, 1e-6, 3, switch, torch.Generator().manual_seed(0))
+    job = _Job("amin", clip, 4, 1.0, None, 2.0, 1e-6, switch, [torch.Generator().manual_seed(j) for j in range(3)])
     assert job.ledger.spent() == pytest.approx({0: certified, 1: certified, 2: certified}, rel=1e-12)
     job.charge([0, 1, 2])  # per step: already paid
     assert job.ledger.spent() == pytest.approx({0: certified, 1: certified, 2: certified}, rel=1e-12)

@@ -35,6 +35,11 @@ floor(N / B) is an error. With the switch, a text's certificate is instead
 :func:`tokendp.accounting.amin_switch_epsilon`: its SVT run (svt_epsilon-DP) and at most c private
 tokens, whatever T (docs/privacy.md).
 
+Randomness. Text j samples from its own stream, seeded with ``document_seed(seed, j)`` (or from the
+OS without a seed), which also draws its sparse-vector noise: a text depends on (seed, j) and its
+batch only, not on the batches generated with it, so the corpus engines
+(:mod:`tokendp.engines`), which hand whole batches to any worker, give the texts this function gives.
+
 Calibration. Given (epsilon, delta, T, B, tau), the clip C is the largest value meeting epsilon
 (:func:`tokendp.accounting.invisibleink_clip`; for Amin et al. the same zCDP budget with its own
 rho_tok; with the switch :func:`tokendp.accounting.amin_switch_clip`). epsilon = 0 gives C = 0:
@@ -45,6 +50,7 @@ public model's distribution and charge nothing (the switch, which spends svt_eps
 
 from __future__ import annotations
 
+import functools
 import math
 import sys
 import types
@@ -70,7 +76,7 @@ from tokendp.accounting import (
 )
 from tokendp.backends import HFBackend, RowSequence, load_backend
 from tokendp.errors import InvalidInputError, InvalidParameterError
-from tokendp.generation import Generated, generate, make_generator
+from tokendp.generation import Generated, document_seed, generate, make_generators
 from tokendp.mechanisms import AminEtAl, InvisibleInk, SparseVectorSwitch
 from tokendp.mechanisms.base import MechanismStep
 from tokendp.text.prompt_pair import PromptPair, synthesis_prompts
@@ -84,8 +90,10 @@ DEFAULT_MODEL = "smollm2"  # an instruction model: the prompt pair asks it for a
 class SyntheticText:
     """One synthetic text and its certificate (public parameters and public-row diagnostics only).
 
-    ``epsilon`` is certified per reference at ``delta`` for all ``max_tokens`` possible tokens;
-    ``references`` are the indices (into the input list) of the B references its batch read.
+    ``epsilon`` is certified per reference at ``delta`` for all ``max_tokens`` possible tokens,
+    converted from ``rho`` = T rho_tok, its zCDP per reference (None with the switch, whose
+    certificate is an RDP curve); ``references`` are the keys of the B references its batch read
+    (indices into the input list, or a corpus's reference ids).
     ``topk_plus_mean`` is the mean size of InvisibleInk's Top-k+ candidate set; it is computed
     from the public row only (the prompt and the already released tokens), so publishing it
     costs no privacy.
@@ -102,13 +110,14 @@ class SyntheticText:
     epsilon: float
     delta: float
     clip: float
+    rho: float | None
     batch_size: int
     max_tokens: int
     temperature: float
     top_k: int | None
     tokens_generated: int
     stop_reason: str
-    references: tuple[int, ...]
+    references: tuple[str | int, ...]
     topk_plus_mean: float | None
     model: str
     svt_epsilon: float | None = None
@@ -275,21 +284,36 @@ def _check_references(references: Sequence[str]) -> list[str]:
     return refs
 
 
-class _Job:
-    """The mechanism bound to its parameters, a ledger with one unit per batch, and the step.
+@dataclass(frozen=True)
+class ReferenceBatch:
+    """The B references one synthetic text reads.
 
-    With the switch, one SVT run per text is drawn here (its threshold noise, once), and each
-    batch's worst case -- the SVT run and c private tokens -- is charged to the ledger before the
-    first token; the switch's cap then guarantees that no text spends more, so the per-step
-    charge has nothing left to do (and needs no host copy of the SVT's answers).
+    ``id`` is the text's index j in the partition: it names the text and keys its random stream
+    (``document_seed(seed, j)``). ``references`` are the references' keys as reported (indices
+    into the input list, or a corpus's reference ids), ``texts`` the references themselves.
+    """
+
+    id: int
+    references: tuple[str | int, ...]
+    texts: tuple[str, ...]
+
+
+class _Job:
+    """The mechanism bound to its parameters, a ledger with one unit per batch, and the step, for
+    the texts of one call; text d samples, and draws its sparse-vector noise, from ``generators[d]``.
+
+    With the switch, one SVT run per text is drawn here (its threshold noise, once, from the text's
+    own stream), and each batch's worst case -- the SVT run and c private tokens -- is charged to
+    the ledger before the first token; the switch's cap then guarantees that no text spends more,
+    so the per-step charge has nothing left to do (and needs no host copy of the SVT's answers).
     """
 
     def __init__(self, method: Method, clip: float, batch_size: int, temperature: float, top_k: int | None,
-                 epsilon: float, delta: float, n_batches: int, switch: Switch | None,
-                 generator: torch.Generator) -> None:
+                 epsilon: float, delta: float, switch: Switch | None, generators: Sequence[torch.Generator]) -> None:
+        n_batches = len(generators)
         self.public_only = method == "amin" and clip == 0  # clipping to [0, 0] would sample uniformly
         self.temperature = float(temperature)
-        self.generator = generator
+        self.generators = list(generators)
         self.switch: SparseVectorSwitch | None = None
         self.mechanism: Any = None
         if method == "invisibleink":
@@ -298,7 +322,7 @@ class _Job:
             self.switch = SparseVectorSwitch(
                 threshold=clip if switch.threshold is None else switch.threshold,
                 sensitivity=amin_switch_sensitivity(clip=clip, batch_size=batch_size), epsilon=switch.svt_epsilon,
-                max_positives=switch.max_private_tokens, num_texts=n_batches, generator=generator)
+                max_positives=switch.max_private_tokens, num_texts=n_batches, generator=self.generators)
             self.mechanism = AminEtAl(clip=clip, temperature=temperature, switch=self.switch)
         elif not self.public_only:
             self.mechanism = AminEtAl(clip=clip, temperature=temperature)
@@ -317,7 +341,8 @@ class _Job:
         if self.public_only:  # the references are not read
             return MechanismStep(torch.log_softmax(logits[:, 0].float() / self.temperature, -1), {})  # (Na, V)
         if self.switch is not None:
-            return self.mechanism.step(logits, docs=docs + self.offset, generator=self.generator)
+            runs = docs + self.offset  # (Na,)
+            return self.mechanism.step(logits, docs=runs, generator=[self.generators[r] for r in runs.tolist()])
         return self.mechanism.step(logits)
 
     def charge(self, docs: list[int]) -> None:
@@ -333,19 +358,17 @@ class _Job:
         return self.switch.positives.tolist()
 
 
-def synthesize(
-    references: Sequence[str], *, epsilon: float, delta: float, batch_size: int, max_tokens: int,
-    temperature: float = 1.0, top_k: int | None = 100, method: Method = "invisibleink", num: int | None = None,
-    model: str | Path | HFBackend | None = None, prompt: str | None = None, domain: str | None = None,
-    public_document: str | None = None, seed: int | None = None, concurrency: int = 16,
-    stop: Sequence[str] = (), device: str | None = None, dtype: str | None = None,
-    on_token: Callable[[int, int], None] | None = None, svt_epsilon: float | None = None,
-    max_private_tokens: int | None = None, switch_threshold: float | None = None,
-) -> list[SyntheticText]:
-    """Generate ``num`` synthetic texts, each (epsilon, delta)-DP per reference (module docstring).
+class Synthesizer:
+    """A synthesis: its parameters checked and its clip calibrated once, its model loaded on first
+    use; calling it on reference batches (:class:`ReferenceBatch`) writes their texts.
+
+    The certificate (``clip``, ``epsilon``, ``rho``) is a function of the public parameters only,
+    the same for every batch of every call. Text j samples from its own stream, seeded with
+    ``document_seed(seed, j)`` (or from the OS): its output depends on (seed, j) and its batch
+    only, not on the batches of the same call, their order or the process (up to the float32
+    rounding of batched logits, docs/design.md "Determinism").
 
     Args:
-        references: the private texts; each is read by exactly one synthetic text.
         epsilon, delta: the guarantee per reference (epsilon 0: public-model text).
         batch_size: B, references averaged per synthetic text.
         max_tokens: T, tokens per text, fixed before generation and all counted.
@@ -354,7 +377,6 @@ def synthesize(
             sample from the whole vocabulary: for them the default 100 means None, and any other
             k is an error.
         method: ``"invisibleink"`` or ``"amin"`` (Amin et al. 2024, full-logit clipping).
-        num: how many texts (default floor(N / B), the most disjoint batches allow).
         model: a name (``"smollm2"``, ``"rewriter"``, ``"tiny"``), a local model directory, a hub id in the
             local cache, an ``HFBackend``, or None for :data:`DEFAULT_MODEL` (SmolLM2-135M-Instruct).
         prompt: a plain template with ``{document}`` for every row (the public row gets it around
@@ -365,11 +387,9 @@ def synthesize(
             hospital discharge note"); fills the instruction pair, and is required with it.
         public_document: with a template, what the public row shows instead of a reference (default: the model's
             ``tokendp.json`` placeholder, else nothing).
-        seed: reproducible sampling; None seeds from the OS.
         concurrency: synthetic texts generated together (each 1 + B rows) in one batch.
         stop: extra stop strings (the model's tokendp.json "stop" always apply).
         device, dtype: where and how to run the model.
-        on_token: streaming callback ``(text index, token id)``.
         svt_epsilon: turns on Amin et al.'s sparse-vector switch to the public model (method
             "amin" only) and is its pure-DP share of ``epsilon``; the clip is calibrated so that
             the switch and at most c private tokens per text meet ``epsilon``
@@ -378,45 +398,117 @@ def synthesize(
             default max(1, T // 4)); after c, the text continues from the public model.
         switch_threshold: the switch's threshold on the statistic (logit units; default the clip C,
             the middle of the statistic's range [0, 2C]).
+    """
+
+    def __init__(self, *, epsilon: float, delta: float, batch_size: int, max_tokens: int, temperature: float = 1.0,
+                 top_k: int | None = 100, method: Method = "invisibleink",
+                 model: str | Path | HFBackend | None = None, prompt: str | None = None, domain: str | None = None,
+                 public_document: str | None = None, concurrency: int = 16, stop: Sequence[str] = (),
+                 device: str | None = None, dtype: str | None = None, svt_epsilon: float | None = None,
+                 max_private_tokens: int | None = None, switch_threshold: float | None = None) -> None:
+        if method == "amin" and top_k == 100:
+            top_k = None  # the default k belongs to InvisibleInk; Amin et al. use the whole vocabulary
+        _check_params(method, epsilon, delta, batch_size, max_tokens, temperature, top_k)
+        self.switch = switch_params(method=method, max_tokens=max_tokens, svt_epsilon=svt_epsilon,
+                                    max_private_tokens=max_private_tokens, switch_threshold=switch_threshold)
+        if isinstance(concurrency, bool) or not isinstance(concurrency, int) or concurrency < 1:
+            raise InvalidParameterError(f"concurrency must be an integer >= 1, got {concurrency!r}")
+        self.method, self.epsilon, self.delta, self.batch_size = method, epsilon, float(delta), batch_size
+        self.max_tokens, self.temperature, self.top_k = max_tokens, float(temperature), top_k
+        self.concurrency, self.stop = concurrency, list(stop)
+        public = dict(method=method, delta=delta, batch_size=batch_size, temperature=temperature,
+                      max_tokens=max_tokens, switch=self.switch)
+        self.clip = calibrate_clip(epsilon=epsilon, **public)
+        self.certified = certified_epsilon(clip=self.clip, **public)
+        self.rho = None if self.switch is not None else max_tokens * rho_per_token(
+            method=method, clip=self.clip, batch_size=batch_size, temperature=temperature)
+        self._model = (DEFAULT_MODEL if model is None else model, device, dtype)
+        self._prompt = dict(template=prompt, domain=domain, public_document=public_document)
+
+    def settings(self) -> dict[str, Any]:
+        """Every parameter that can change a text or its certificate, defaults resolved (not the
+        device or the concurrency, which only decide where and how many at a time)."""
+        model, _, dtype = self._model
+        sw = self.switch
+        switch = (None, None, None) if sw is None else (sw.svt_epsilon, sw.max_private_tokens, sw.threshold)
+        return {"method": self.method, "epsilon": self.epsilon, "delta": self.delta, "batch_size": self.batch_size,
+                "max_tokens": self.max_tokens, "temperature": self.temperature, "top_k": self.top_k,
+                "model": str(model) if isinstance(model, (str, Path)) else model.name, "dtype": dtype,
+                "stop": list(self.stop), **dict(zip(("svt_epsilon", "max_private_tokens", "switch_threshold"), switch)),
+                **self._prompt}
+
+    @functools.cached_property
+    def backend(self) -> HFBackend:
+        model, device, dtype = self._model
+        return load_backend(model, device=device, dtype=dtype)
+
+    @functools.cached_property
+    def prompts(self) -> PromptPair:
+        return synthesis_prompts(self.backend.tokenizer, options=self.backend.options, **self._prompt)
+
+    def __call__(self, batches: Sequence[ReferenceBatch], *, seed: int | None = None,
+                 on_token: Callable[[int, int], None] | None = None) -> list[SyntheticText]:
+        """The texts of ``batches``, in their order, ``concurrency`` at a time; ``on_token(position
+        in batches, token id)`` streams every sampled token."""
+        for b in batches:
+            if len(b.texts) != self.batch_size:
+                raise InvalidInputError(f"batch {b.id} holds {len(b.texts)} references, not batch_size {self.batch_size}")
+        if not batches:
+            return []
+        backend, prompts = self.backend, self.prompts
+        sequences = [batch_rows(b.texts, range(len(b.texts)), backend.tokenizer, prompts) for b in batches]
+        backend.check_fits(max(s.max_length for s in sequences), self.max_tokens)
+        generators = make_generators(None if seed is None else [document_seed(seed, b.id) for b in batches],
+                                     len(batches))
+        job = _Job(self.method, self.clip, self.batch_size, self.temperature, self.top_k, self.epsilon, self.delta,
+                   self.switch, generators)
+        outputs: list[Generated] = []
+        for start in range(0, len(sequences), self.concurrency):
+            job.offset, end = start, start + self.concurrency
+            stream = None if on_token is None else (lambda d, t, s=start: on_token(s + d, t))
+            outputs += generate(backend, sequences[start:end], job.step, max_new_tokens=self.max_tokens,
+                                generator=generators[start:end], temperature=self.temperature,
+                                eos_ids=backend.eos_token_ids, stop_strings=[*backend.options.get("stop", []), *self.stop],
+                                charge=job.charge, on_token=stream)
+        return [self._text(out, b, private) for out, b, private in zip(outputs, batches, job.private_tokens())]
+
+    def _text(self, out: Generated, batch: ReferenceBatch, private: int | None) -> SyntheticText:
+        switch = self.switch
+        return SyntheticText(
+            text=out.text, method=self.method, epsilon=self.certified, delta=self.delta, clip=self.clip, rho=self.rho,
+            batch_size=self.batch_size, max_tokens=self.max_tokens, temperature=self.temperature, top_k=self.top_k,
+            tokens_generated=len(out.token_ids), stop_reason=out.stop_reason, references=tuple(batch.references),
+            topk_plus_mean=_topk_plus_mean(out), model=self.backend.name,
+            svt_epsilon=None if switch is None else switch.svt_epsilon,
+            max_private_tokens=None if switch is None else switch.max_private_tokens,
+            switch_threshold=None if switch is None else (self.clip if switch.threshold is None else switch.threshold),
+            private_tokens=private)
+
+
+def synthesize(references: Sequence[str], *, num: int | None = None, seed: int | None = None,
+               on_token: Callable[[int, int], None] | None = None, **options: Any) -> list[SyntheticText]:
+    """Generate ``num`` synthetic texts, each (epsilon, delta)-DP per reference (module docstring).
+
+    Args:
+        references: the private texts; each is read by exactly one synthetic text.
+        num: how many texts (default floor(N / B), the most disjoint batches allow); text j reads
+            references jB .. jB + B - 1 (:func:`partition`).
+        seed: reproducible sampling (text j samples from ``document_seed(seed, j)``'s stream); None
+            seeds every text from the OS.
+        on_token: streaming callback ``(text index, token id)``.
+        options: the parameters, :class:`Synthesizer`'s: ``epsilon``, ``delta``, ``batch_size`` (B),
+            ``max_tokens`` (T), and optionally ``temperature``, ``top_k``, ``method``, ``model``,
+            ``prompt``, ``domain``, ``public_document``, ``concurrency``, ``stop``, ``device``,
+            ``dtype``, ``svt_epsilon``, ``max_private_tokens``, ``switch_threshold``.
 
     Returns:
         One :class:`SyntheticText` per batch, in batch order.
     """
-    if method == "amin" and top_k == 100:
-        top_k = None  # the default k belongs to InvisibleInk; Amin et al. use the whole vocabulary
-    _check_params(method, epsilon, delta, batch_size, max_tokens, temperature, top_k)
-    switch = switch_params(method=method, max_tokens=max_tokens, svt_epsilon=svt_epsilon,
-                           max_private_tokens=max_private_tokens, switch_threshold=switch_threshold)
-    if isinstance(concurrency, bool) or not isinstance(concurrency, int) or concurrency < 1:
-        raise InvalidParameterError(f"concurrency must be an integer >= 1, got {concurrency!r}")
+    synthesizer = Synthesizer(**options)
     refs = _check_references(references)
-    batches = partition(len(refs), batch_size=batch_size, num=num)
-    clip = calibrate_clip(method=method, epsilon=epsilon, delta=delta, batch_size=batch_size,
-                          temperature=temperature, max_tokens=max_tokens, switch=switch)
-    backend = load_backend(DEFAULT_MODEL if model is None else model, device=device, dtype=dtype)
-    tok = backend.tokenizer
-    prompts = synthesis_prompts(tok, options=backend.options, domain=domain, template=prompt,
-                                public_document=public_document)
-    sequences = [batch_rows(refs, b, tok, prompts) for b in batches]
-    backend.check_fits(max(s.max_length for s in sequences), max_tokens)
-    generator = make_generator(seed, backend.device)
-    job = _Job(method, clip, batch_size, temperature, top_k, epsilon, delta, len(batches), switch, generator)
-    outputs: list[Generated] = []
-    for start in range(0, len(sequences), concurrency):
-        job.offset = start
-        stream = None if on_token is None else (lambda d, t, s=start: on_token(s + d, t))
-        outputs += generate(backend, sequences[start:start + concurrency], job.step, max_new_tokens=max_tokens,
-                            generator=generator, temperature=temperature, eos_ids=backend.eos_token_ids,
-                            stop_strings=[*backend.options.get("stop", []), *stop], charge=job.charge,
-                            on_token=stream)
-    eps = certified_epsilon(method=method, clip=clip, delta=delta, batch_size=batch_size, temperature=temperature,
-                            max_tokens=max_tokens, switch=switch)
-    switch_record = (None, None, None) if switch is None else (
-        switch.svt_epsilon, switch.max_private_tokens, clip if switch.threshold is None else switch.threshold)
-    return [SyntheticText(out.text, method, eps, float(delta), clip, batch_size, max_tokens, float(temperature),
-                          top_k, len(out.token_ids), out.stop_reason, batch, _topk_plus_mean(out), backend.name,
-                          *switch_record, private)
-            for out, batch, private in zip(outputs, batches, job.private_tokens())]
+    batches = partition(len(refs), batch_size=synthesizer.batch_size, num=num)
+    return synthesizer([ReferenceBatch(j, batch, tuple(refs[i] for i in batch)) for j, batch in enumerate(batches)],
+                       seed=seed, on_token=on_token)
 
 
 def _topk_plus_mean(out: Generated) -> float | None:

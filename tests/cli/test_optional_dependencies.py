@@ -133,6 +133,20 @@ def test_sanitize_corpus_without_ray_or_a_tagger_exits_2_before_reading_or_loadi
     assert calls == [] and not out.exists() and "Helen" not in result.output
 
 
+def test_synthesize_on_ray_without_ray_exits_2_before_reading_or_loading(monkeypatch, tmp_path):
+    import tokendp.engines.synthesis as synthesis_module
+
+    calls: list[str] = []
+    refs, out = tmp_path / "refs.jsonl", tmp_path / "out.jsonl"
+    refs.write_text(json.dumps({"id": "a", "text": PRIVATE}) + "\n")
+    _forbid(monkeypatch, synthesis_module, "scan_corpus", calls)
+    _missing(monkeypatch, "ray")
+    result = CliRunner().invoke(main, ["synthesize", str(refs), "--engine", "ray", "--epsilon", "1", "--delta", "1e-5",
+                                       "--batch-size", "1", "--max-tokens", "2", "--out", str(out)])
+    assert result.exit_code == 2 and 'needs ray (with Ray Data): pip install "tokendp[ray]"' in _one_line(result.output)
+    assert calls == [] and not out.exists() and "Helen" not in result.output
+
+
 @pytest.mark.parametrize("command", [["tag", "{doc}", "--tagger", "presidio", "--html", "{html}"],
                                      ["eval", "tagger", "--data", "{data}", "--tagger", "presidio"]])
 def test_tag_and_eval_tagger_without_presidio_exit_2(monkeypatch, tmp_path, command):

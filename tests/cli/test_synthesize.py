@@ -10,7 +10,7 @@ from click.testing import CliRunner
 import tinylm
 from tokendp.cli import main
 
-KEYS = {"text", "epsilon", "clip", "batch_size", "max_tokens", "topk_plus_mean", "delta", "method",
+KEYS = {"text", "epsilon", "clip", "rho", "batch_size", "max_tokens", "topk_plus_mean", "delta", "method",
         "temperature", "top_k", "tokens_generated", "stop_reason", "references", "model", "svt_epsilon",
         "max_private_tokens", "switch_threshold", "private_tokens"}
 

@@ -1,4 +1,5 @@
-"""Corpora for the engine tests: documents built from tinylm's sentences, with and without spans."""
+"""Corpora for the engine tests: documents built from tinylm's sentences, with and without spans,
+and references for synthesize."""
 
 from __future__ import annotations
 
@@ -23,6 +24,11 @@ def documents(n: int) -> list[dict]:
                             for k, (s, e) in enumerate(words[: 1 + i % 3])]
         docs.append(rec)
     return docs
+
+
+def references(n: int) -> list[dict]:
+    """``n`` reference records {id, text} for synthesize, every text distinct."""
+    return [{"id": f"ref-{i:02d}", "text": f"{tinylm.CORPUS[i % len(tinylm.CORPUS)]} Case {i}."} for i in range(n)]
 
 
 def write_jsonl(path: Path, records: list[dict]) -> Path:
@@ -67,3 +73,29 @@ def assert_same_records(rows: list[dict], reference: list[dict]) -> None:
         assert d.keys() == e.keys()
         for key in d.keys() - {"note"}:
             assert d[key] == pytest.approx(e[key], rel=1e-5, abs=1e-7), (r["id"], key)
+
+
+def assert_disjoint_batches(rows: list[dict], refs: list[dict], batch_size: int) -> None:
+    """Text j read references jB .. jB + B - 1 of the input, so no reference reached two texts."""
+    read = [ref for r in rows for ref in r["report"]["references"]]
+    assert len(read) == len(set(read))
+    ids = [r["id"] for r in refs]
+    assert [r["report"]["references"] for r in rows] == [ids[j * batch_size:(j + 1) * batch_size]
+                                                         for j in range(len(rows))]
+
+
+def interrupt_after(monkeypatch, batches: int) -> list[int]:
+    """Make the store's writer die (like a kill) after ``batches`` batches were written; returns
+    the sizes of the batches written."""
+    from tokendp.engines.store import RunStore
+
+    inner, calls = RunStore.write, []
+
+    def write(self, records):
+        if len(calls) == batches:
+            raise KeyboardInterrupt
+        calls.append(len(records))
+        return inner(self, records)
+
+    monkeypatch.setattr(RunStore, "write", write)
+    return calls

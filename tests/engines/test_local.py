@@ -15,9 +15,8 @@ from click.testing import CliRunner
 
 from tokendp.cli import main
 from tokendp.engines import sanitize_corpus
-from tokendp.engines.store import RunStore
 
-from .corpora import assert_same_records, documents, model_dir, read_output, write_jsonl
+from .corpora import assert_same_records, documents, interrupt_after, model_dir, read_output, write_jsonl
 
 PARAMS = {"beta": 0.05, "max_new_tokens": 6, "temperature": 1.0}
 SRC = Path(__file__).resolve().parents[2] / "src"
@@ -32,22 +31,9 @@ def _params(seed=None):
     return {**PARAMS, "model": model_dir(), "seed": seed}
 
 
-def _interrupt_after(monkeypatch, batches):
-    """Make the store's writer die (like a kill) after ``batches`` batches were written."""
-    inner, calls = RunStore.write, []
-
-    def write(self, records):
-        if len(calls) == batches:
-            raise KeyboardInterrupt
-        calls.append(len(records))
-        return inner(self, records)
-
-    monkeypatch.setattr(RunStore, "write", write)
-
-
 def test_interrupted_run_resumes_with_every_document_once(corpus_path, tmp_path, monkeypatch):
     out = tmp_path / "out.jsonl"
-    _interrupt_after(monkeypatch, 2)
+    interrupt_after(monkeypatch, 2)
     with pytest.raises(KeyboardInterrupt):
         sanitize_corpus(corpus_path, _params(), out=out, batch_size=3, progress=False)
     monkeypatch.undo()
@@ -65,7 +51,7 @@ def test_interrupted_run_resumes_with_every_document_once(corpus_path, tmp_path,
 def test_resumed_run_equals_an_uninterrupted_one(corpus_path, tmp_path, monkeypatch):
     """With a seed, what a document gets does not depend on the batches of the run it lands in."""
     whole = sanitize_corpus(corpus_path, _params(seed=3), out=tmp_path / "whole.jsonl", batch_size=4, progress=False)
-    _interrupt_after(monkeypatch, 1)
+    interrupt_after(monkeypatch, 1)
     with pytest.raises(KeyboardInterrupt):
         sanitize_corpus(corpus_path, _params(seed=3), out=tmp_path / "resumed.jsonl", batch_size=5, progress=False)
     monkeypatch.undo()

@@ -1,5 +1,5 @@
 """The Ray engine on a local Ray instance (CPU, loopback): the same records as the local engine,
-and an interrupted run resumed with every document exactly once.
+and an interrupted run resumed with every document (or synthetic text) exactly once.
 
 One Ray instance serves the module; each run still starts its own actor pool (a model load per
 actor), which is most of these tests' time.
@@ -13,10 +13,10 @@ import pytest
 from click.testing import CliRunner
 
 from tokendp.cli import main
-from tokendp.engines import sanitize_corpus
-from tokendp.engines.store import RunStore
+from tokendp.engines import sanitize_corpus, synthesize_corpus
 
-from .corpora import assert_same_records, documents, model_dir, read_output, write_jsonl, write_parquet
+from .corpora import (assert_disjoint_batches, assert_same_records, documents, interrupt_after, model_dir, read_output,
+                      references, write_jsonl, write_parquet)
 
 ray = pytest.importorskip("ray")
 
@@ -63,15 +63,7 @@ def test_ray_gives_the_local_records(local_ray, corpora, reference, tmp_path):
 def test_interrupted_ray_run_resumes(local_ray, corpora, reference, tmp_path, monkeypatch):
     out = tmp_path / "ray.parquet"
     params = {**PARAMS, "model": model_dir()}
-    inner, calls = RunStore.write, []
-
-    def write(self, records):  # the driver dies after its third batch
-        if len(calls) == 3:
-            raise KeyboardInterrupt
-        calls.append(len(records))
-        return inner(self, records)
-
-    monkeypatch.setattr(RunStore, "write", write)
+    calls = interrupt_after(monkeypatch, 3)
     with pytest.raises(KeyboardInterrupt):
         sanitize_corpus(corpora[1], params, out=out, engine="ray", workers=2, batch_size=4, progress=False)
     monkeypatch.undo()
@@ -79,6 +71,29 @@ def test_interrupted_ray_run_resumes(local_ray, corpora, reference, tmp_path, mo
     run = sanitize_corpus(corpora[1], params, out=out, engine="ray", workers=2, batch_size=4, progress=False)
     assert (run.summary.skipped, run.summary.documents) == (sum(calls), N - sum(calls))
     assert_same_records(read_output(out), reference)
+
+
+def test_synthesize_resumed_on_two_ray_workers_gives_the_local_texts(local_ray, tmp_path, monkeypatch):
+    """The driver fixes the batches of references: a run interrupted on the local engine and resumed
+    on two Ray workers writes every text once, the texts of an uninterrupted local run, and each
+    reference in one text's batch only."""
+    refs = references(24)
+    path = write_jsonl(tmp_path / "refs.jsonl", refs)
+    args = ["--epsilon", "4", "--delta", "1e-5", "--batch-size", "2", "--max-tokens", "6", "--seed", "1"]
+    params = {"epsilon": 4.0, "delta": 1e-5, "batch_size": 2, "max_tokens": 6, "seed": 1, "model": model_dir()}
+    whole = [json.loads(line) for line in synthesize_corpus(path, params, batch_size=4, progress=False).lines]
+    out = tmp_path / "texts.jsonl"
+    interrupt_after(monkeypatch, 1)
+    with pytest.raises(KeyboardInterrupt):
+        synthesize_corpus(path, params, out=out, batch_size=3, progress=False)
+    monkeypatch.undo()
+    res = CliRunner().invoke(main, ["synthesize", str(path), "--model", model_dir(), *args, "--engine", "ray",
+                                    "--workers", "2", "--concurrency", "2", "--out", str(out)])
+    assert res.exit_code == 0, res.output
+    assert "9 texts written (3 already done)" in res.stderr and f"wrote {out}" in res.stderr
+    rows = read_output(out)
+    assert rows == whole
+    assert_disjoint_batches(rows, refs, 2)
 
 
 def test_a_worker_error_ends_the_run_with_its_message(local_ray, corpora, tmp_path):

@@ -113,10 +113,13 @@ def test_other_settings_corpora_and_concurrent_runs_are_refused(tmp_path, corpus
     with pytest.raises(InvalidInputError, match=r"other settings \(beta differ\)"):
         RunStore(out, corpus, other).__enter__()
     smaller = scan_corpus(write_jsonl(tmp_path / "s.jsonl", [{"id": "d9", "text": "t"}]))
-    with pytest.raises(InvalidInputError, match="holds id \"d0\", which is not in the corpus"):
+    with pytest.raises(InvalidInputError, match="holds id \"d0\", which is not an output of this run"):
         RunStore(out, smaller, RUN).__enter__()
-    with RunStore(out, corpus, RUN) as store, pytest.raises(InvalidInputError, match="not in"):
+    with RunStore(out, corpus, RUN) as store, pytest.raises(InvalidInputError, match="not an output of this run"):
         store.write(_records(["zzz"]))
+    planned = {**RUN, "inputs": {"references": 10}}
+    with pytest.raises(InvalidInputError, match="not the input the run in .* began with"):
+        RunStore(out, corpus, planned).__enter__()
     (tmp_path / "busy").mkdir()
     (tmp_path / "busy" / "notes.txt").write_text("x")
     with pytest.raises(InvalidInputError, match="not empty and holds no tokendp run"):

@@ -1,4 +1,5 @@
-"""Helpers shared by the sub-commands: library errors become exit code 2 with their message."""
+"""Helpers shared by the sub-commands: library errors become exit code 2 with their message;
+the decoding and corpus engine options."""
 
 from __future__ import annotations
 
@@ -36,6 +37,51 @@ def decoding_options(command: Callable) -> Callable:
     for option in reversed(options):
         command = option(command)
     return command
+
+
+def engine_options(*, default: str | None, engine_help: str) -> Callable[[Callable], Callable]:
+    """The corpus engine options of sanitize and synthesize: ``--engine`` (default ``default``)
+    and the placement of its workers."""
+    options = [
+        click.option("--engine", type=click.Choice(["local", "ray"]), default=default, show_default=default is not None,
+                     help=engine_help),
+        click.option("--address", default=None,
+                     help="Ray cluster to join (auto or HOST:6379); default: a local Ray instance."),
+        click.option("--workers", type=click.IntRange(min=1), default=None,
+                     help="Ray actors, one model each [default: 2]."),
+        click.option("--gpus-per-worker", type=click.FloatRange(min=0), default=None,
+                     help="GPUs per Ray actor [default: 0]."),
+        click.option("--threads", type=click.IntRange(min=1), default=None,
+                     help="Torch threads per worker; a Ray actor reserves as many CPUs [default: torch's for "
+                          "--engine local, 1 for ray]."),
+    ]
+
+    def decorate(command: Callable) -> Callable:
+        for option in reversed(options):
+            command = option(command)
+        return command
+
+    return decorate
+
+
+def ray_options(engine: str | None, address: str | None, workers: int | None,
+                gpus_per_worker: float | None) -> dict[str, Any]:
+    """The Ray options given, refused with another engine."""
+    given = {k: v for k, v in (("address", address), ("workers", workers), ("gpus_per_worker", gpus_per_worker))
+             if v is not None}
+    if given and engine != "ray":
+        raise CLIError(f"--{next(iter(given)).replace('_', '-')} applies to --engine ray")
+    return given
+
+
+def report_corpus_run(run: Any, out_path: str | Path | None) -> None:
+    """An engine run's end: its records on stdout without --out, the summary and where the
+    output is (or that a rerun resumes it) on stderr."""
+    if run.lines is not None:
+        click.echo("\n".join(run.lines))
+    click.echo(run.summary.format(), err=True)
+    if out_path is not None:
+        click.echo(f"wrote {run.output}" if run.output else f"not finished: rerun to resume into {out_path}", err=True)
 
 
 class CLIError(click.ClickException):

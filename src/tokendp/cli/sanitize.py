@@ -9,7 +9,8 @@ from typing import Any
 
 import click
 
-from tokendp.cli._common import CLIError, decoding_options, library_errors
+from tokendp.cli._common import (CLIError, decoding_options, engine_options, library_errors, ray_options,
+                                 report_corpus_run)
 
 
 def _read_text(path: str) -> str:
@@ -67,16 +68,8 @@ def format_report(report: dict[str, Any]) -> str:
               show_default=True)
 @click.option("--batch-size", type=click.IntRange(min=1), default=8, show_default=True,
               help="Documents per batch (corpus input).")
-@click.option("--engine", type=click.Choice(["local", "ray"]), default="local", show_default=True,
-              help="Where a corpus runs: this process, or a Ray actor pool (the ray extra; docs/engines.md).")
-@click.option("--address", default=None,
-              help="Ray cluster to join (auto or HOST:6379); default: a local Ray instance.")
-@click.option("--workers", type=click.IntRange(min=1), default=None,
-              help="Ray actors, one model each [default: 2].")
-@click.option("--gpus-per-worker", type=click.FloatRange(min=0), default=None, help="GPUs per Ray actor [default: 0].")
-@click.option("--threads", type=click.IntRange(min=1), default=None,
-              help="Torch threads per worker; a Ray actor reserves as many CPUs [default: torch's for "
-                   "--engine local, 1 for ray].")
+@engine_options(default="local",
+                engine_help="Where a corpus runs: this process, or a Ray actor pool (the ray extra; docs/engines.md).")
 @click.option("--json", "as_json", is_flag=True, help="Print {\"text\", \"report\"} as JSON.")
 @click.option("--out", "out_path", type=click.Path(writable=True), default=None,
               help="Write the output here instead of stdout. For a corpus: OUT.jsonl, OUT.parquet or a directory; "
@@ -107,14 +100,16 @@ def sanitize(input_path: str, spans_path: str | None, tagger: str, model: str | 
                   delta=delta, groups=groups, max_new_tokens=max_new_tokens, temperature=temperature,
                   seed=seed, no_repeat_ngram_size=no_repeat_ngram_size, repetition_penalty=repetition_penalty,
                   speculative=speculative, draft_tokens=draft_tokens)
-    ray_options = {k: v for k, v in (("address", address), ("workers", workers), ("gpus_per_worker", gpus_per_worker))
-                   if v is not None}
     if input_path.endswith((".jsonl", ".parquet")):
         if spans_path:
             raise CLIError("--spans applies to a single document; put \"spans\" in each record instead")
-        _run_corpus(input_path, params, engine, batch_size, threads, ray_options, out_path)
+        from tokendp.engines.runner import sanitize_corpus
+
+        run = sanitize_corpus(input_path, params, out=out_path, engine=engine, batch_size=batch_size, threads=threads,
+                              **ray_options(engine, address, workers, gpus_per_worker))
+        report_corpus_run(run, out_path)
         return
-    if engine != "local" or ray_options or threads:
+    if engine != "local" or threads is not None or any(v is not None for v in (address, workers, gpus_per_worker)):
         raise CLIError("--engine, --threads and the ray options apply to a corpus (.jsonl or .parquet)")
     text = _read_text(input_path)
     spans = None
@@ -128,21 +123,6 @@ def sanitize(input_path: str, spans_path: str | None, tagger: str, model: str | 
     else:
         output = f"{result.text.strip()}\n\n{format_report(result.report.to_dict())}"
     _emit(output, out_path)
-
-
-def _run_corpus(input_path: str, params: dict[str, Any], engine: str, batch_size: int, threads: int | None,
-                ray_options: dict[str, Any], out_path: str | None) -> None:
-    from tokendp.engines.runner import sanitize_corpus
-
-    if engine == "local" and ray_options:
-        raise CLIError(f"--{next(iter(ray_options)).replace('_', '-')} applies to --engine ray")
-    run = sanitize_corpus(input_path, params, out=out_path, engine=engine, batch_size=batch_size, threads=threads,
-                          **ray_options)
-    if run.lines is not None:
-        _emit("\n".join(run.lines), None)
-    click.echo(run.summary.format(), err=True)
-    if out_path is not None:
-        click.echo(f"wrote {run.output}" if run.output else f"not finished: rerun to resume into {out_path}", err=True)
 
 
 def _emit(output: str, out_path: str | None) -> None:

@@ -1,6 +1,8 @@
-"""`tokendp synthesize`: DP synthetic texts from a JSONL file of private references.
+"""`tokendp synthesize`: DP synthetic texts from a JSONL or Parquet file of private references,
+in this process or on a corpus engine (``--engine local|ray``, resumable; docs/engines.md).
 
-A thin shell over :func:`tokendp.synthesize.synthesize`; every number comes from the library.
+A thin shell over :func:`tokendp.synthesize.synthesize` and
+:func:`tokendp.engines.synthesis.synthesize_corpus`; every number comes from the library.
 """
 
 from __future__ import annotations
@@ -10,23 +12,23 @@ from pathlib import Path
 
 import click
 
-from tokendp.cli._common import CLIError, library_errors
-from tokendp.text.documents import jsonl_records
+from tokendp.cli._common import CLIError, engine_options, library_errors, ray_options, report_corpus_run
+
+_FILE = click.Path(exists=True, dir_okay=False, path_type=Path)
 
 
 def read_references(path: Path) -> list[str]:
-    """The "text" field of every non-blank line of a JSONL file (messages carry line numbers only)."""
-    refs = []
-    for where, record in jsonl_records(path):
-        if not isinstance(record.get("text"), str):
-            raise CLIError(f"{where} has no string field \"text\"; write one {{\"text\": ...}} per line")
-        refs.append(record["text"])
-    return refs
+    """The texts of a JSONL or Parquet file of references ``{id?, text}``, in order, checked as a
+    corpus (:func:`tokendp.engines.corpus.scan_corpus`: messages carry line or row numbers, never text)."""
+    from tokendp.engines.corpus import scan_corpus
+
+    return [record.text for record in scan_corpus(path).records()]
 
 
 @click.command("synthesize")
-@click.option("--references", "references_path", type=click.Path(exists=True, dir_okay=False, path_type=Path),
-              required=True, help="JSONL file of private references, one {\"text\": ...} per line.")
+@click.argument("references", metavar="[REFERENCES]", type=_FILE, required=False)
+@click.option("--references", "references_option", type=_FILE, default=None,
+              help="The same as REFERENCES (the older spelling).")
 @click.option("--epsilon", type=float, required=True, help="Epsilon per reference (>= 0; 0 gives public-model text).")
 @click.option("--delta", type=float, required=True, help="Delta of the guarantee, in (0, 1), below 1/(number of references).")
 @click.option("--batch-size", type=int, required=True, help="B: references read by each synthetic text (disjoint batches).")
@@ -47,7 +49,9 @@ def read_references(path: Path) -> list[str]:
               help="With the switch: its threshold on the statistic, in logit units [default: the clip C].")
 @click.option("--num", type=int, default=None,
               help="Number of synthetic texts [default: floor(references / batch size), each reference used once].")
-@click.option("--seed", type=int, default=None, help="Seed for reproducible sampling [default: seeded from the OS].")
+@click.option("--seed", type=int, default=None,
+              help="Seed for reproducible sampling: text j samples from its own stream, seeded from the seed and j "
+                   "[default: seeded from the OS].")
 @click.option("--model", default=None,
               help="smollm2, rewriter, tiny (see `tokendp model list`), a model directory or a cached hub id "
                    "[default: smollm2, SmolLM2-135M-Instruct].")
@@ -59,28 +63,66 @@ def read_references(path: Path) -> list[str]:
               help="Instead of that pair: a plain template with {document} for every row (the public row gets it "
                    "around an empty document, or the model's placeholder).")
 @click.option("--device", default=None, help="torch device [default: cuda if available, else cpu].")
-@click.option("--json", "as_json", is_flag=True, help="Print one JSON record per synthetic text.")
-@click.option("--out", "out_path", type=click.Path(dir_okay=False, path_type=Path), default=None,
-              help="Write the output to this file instead of stdout.")
+@click.option("--concurrency", type=click.IntRange(min=1), default=16, show_default=True,
+              help="Synthetic texts generated together (each 1 + B rows); with --engine, the texts of a worker's "
+                   "batch.")
+@engine_options(default=None, engine_help=(
+    "Run on a corpus engine, resumably: this process (local) or a Ray actor pool (ray; the ray extra). The batches "
+    "of B references are fixed by this process before any worker starts; records {id, text, report} go to --out "
+    "(FILE.jsonl, FILE.parquet or a directory; rerun to resume) or stdout (docs/engines.md) [default: no engine, "
+    "the texts printed]."))
+@click.option("--json", "as_json", is_flag=True,
+              help="Print one JSON record per synthetic text (an engine always writes JSON records).")
+@click.option("--out", "out_path", type=click.Path(path_type=Path), default=None,
+              help="Write the output here instead of stdout; with --engine: FILE.jsonl, FILE.parquet or a directory, "
+                   "and rerunning the same command resumes an interrupted run.")
 @library_errors
-def synthesize(references_path, epsilon, delta, batch_size, max_tokens, temperature, top_k, method, svt_epsilon,
-               max_private_tokens, switch_threshold, num, seed, model, domain, prompt, device, as_json, out_path) -> None:
-    """Generate synthetic texts, each (epsilon, delta)-DP per reference (InvisibleInk or Amin et al.)."""
+def synthesize(references, references_option, epsilon, delta, batch_size, max_tokens, temperature, top_k, method,
+               svt_epsilon, max_private_tokens, switch_threshold, num, seed, model, domain, prompt, device, concurrency,
+               engine, address, workers, gpus_per_worker, threads, as_json, out_path) -> None:
+    """Generate synthetic texts from REFERENCES (.jsonl or .parquet, one {"text", "id"?} per line
+    or row), each text (epsilon, delta)-DP per reference (InvisibleInk or Amin et al.).
+
+    Text j reads references jB .. jB + B - 1 (disjoint batches in input order), so the whole
+    output is (epsilon, delta)-DP per reference. With --seed, a text depends only on the seed,
+    j and its batch: --engine local, any number of Ray workers, and no engine give the same texts
+    (docs/engines.md).
+    """
+    if (references is None) == (references_option is None):
+        raise CLIError("give the references file once: REFERENCES (or --references)")
+    path = references or references_option
+    params = dict(epsilon=epsilon, delta=delta, batch_size=batch_size, max_tokens=max_tokens, temperature=temperature,
+                  top_k=100 if top_k is None else top_k, method=method, svt_epsilon=svt_epsilon,
+                  max_private_tokens=max_private_tokens, switch_threshold=switch_threshold, seed=seed, model=model,
+                  domain=domain, prompt=prompt, device=device)
+    if engine is not None:
+        from tokendp.engines.synthesis import synthesize_corpus
+
+        run = synthesize_corpus(path, params, num=num, out=out_path, engine=engine, batch_size=concurrency,
+                                threads=threads, **ray_options(engine, address, workers, gpus_per_worker))
+        report_corpus_run(run, out_path)
+        return
+    if threads is not None or any(v is not None for v in (address, workers, gpus_per_worker)):
+        raise CLIError("--threads and the ray options apply with --engine")
+    if out_path is not None and out_path.is_dir():
+        raise CLIError(f"{out_path} is a directory; without --engine, --out is a file")
+    _print(_run(path, params, num, concurrency), as_json, out_path)
+
+
+def _run(path: Path, params: dict, num: int | None, concurrency: int) -> list:
+    """The texts, written in this process with a progress bar (tokens) on stderr."""
     from tqdm import tqdm
 
-    from tokendp.synthesize import partition, synthesize as run
+    from tokendp.synthesize import partition, synthesize
 
-    refs = read_references(references_path)
-    texts = len(partition(len(refs), batch_size=batch_size, num=num)) if batch_size > 0 else 0
-    with tqdm(total=texts * max_tokens, unit="tok", desc="synthesize", disable=None, leave=False) as bar:
-        results = run(refs, epsilon=epsilon, delta=delta, batch_size=batch_size, max_tokens=max_tokens,
-                      temperature=temperature, top_k=100 if top_k is None else top_k, method=method, num=num, seed=seed, model=model,
-                      domain=domain, prompt=prompt, device=device, on_token=lambda doc, tok: bar.update(1), svt_epsilon=svt_epsilon,
-                      max_private_tokens=max_private_tokens, switch_threshold=switch_threshold)
-    if as_json:
-        body = "".join(json.dumps(r.to_dict()) + "\n" for r in results)
-    else:
-        body = "".join(_readable(r) for r in results)
+    refs = read_references(path)
+    texts = len(partition(len(refs), batch_size=params["batch_size"], num=num)) if params["batch_size"] > 0 else 0
+    with tqdm(total=texts * params["max_tokens"], unit="tok", desc="synthesize", disable=None, leave=False) as bar:
+        return synthesize(refs, num=num, concurrency=concurrency, on_token=lambda doc, tok: bar.update(1), **params)
+
+
+def _print(results: list, as_json: bool, out_path: Path | None) -> None:
+    body = "".join(json.dumps(r.to_dict()) + "\n" if as_json else _readable(r) for r in results)
     if out_path is None:
         click.echo(body, nl=False)
     else:

@@ -1,15 +1,18 @@
-"""The Ray engine: Ray Data reads the corpus, an actor pool rewrites it, the driver writes.
+"""The Ray engine: a Ray dataset of a job's items, an actor pool runs them, the driver writes.
 
-Ray Data reads the file (``read_binary_files`` for JSONL, split into records; ``read_parquet``),
-drops the documents already written, cuts the rest into blocks of ``batch_size`` documents and
-hands them to ``workers`` actors (``map_batches`` with an :class:`ActorPoolStrategy`). Each
-actor is a :class:`~tokendp.engines.worker.SanitizeWorker`: it loads the model once and rewrites
-each block in one batch, exactly as the local engine does. Results stream back to the driver,
-which writes them through the same resumable store, shows progress and counts per worker, so a
-cluster run needs a shared filesystem only for reading the corpus, not for writing.
+The job's dataset (:class:`~tokendp.engines.job.Job`) holds the items left to do in blocks of
+``batch_size``, handed to ``workers`` actors (``map_batches`` with an :class:`ActorPoolStrategy`).
+Each actor is one of the job's workers (:mod:`~tokendp.engines.worker`): it loads the model once
+and runs each block in one batch, exactly as the local engine does. Results stream back to the
+driver, which writes them through the same resumable store, shows progress and counts per
+worker, so a cluster run needs no shared filesystem for writing.
 
-The driver has already checked the whole corpus (:func:`~tokendp.engines.corpus.scan_corpus`),
-with ids required: Ray's readers do not see line numbers.
+For sanitize (:func:`corpus_dataset`), Ray Data reads the corpus on the cluster
+(``read_binary_files`` for JSONL, split into records; ``read_parquet``) and drops the documents
+already written; the driver has already checked the whole corpus
+(:func:`~tokendp.engines.corpus.scan_corpus`), with ids required: Ray's readers do not see line
+numbers. For synthesize, the driver plans the batches and ships them
+(:mod:`~tokendp.engines.synthesis`).
 """
 
 from __future__ import annotations
@@ -20,21 +23,22 @@ from collections.abc import Iterator, Mapping
 from typing import Any
 
 from tokendp._optional import require
-from tokendp.engines.arrow import COLUMNS, parse_jsonl_files, parse_rows, record_schema, to_records
+from tokendp.engines.arrow import COLUMNS, parse_jsonl_files, parse_rows, record_schema
 from tokendp.engines.corpus import Corpus
+from tokendp.engines.job import Job
 from tokendp.engines.store import OutputRecord
 from tokendp.engines.summary import Summary, consume
-from tokendp.engines.worker import BatchResult, SanitizeWorker
+from tokendp.engines.worker import BatchResult
 import tokendp.errors as errors
 from tokendp.errors import InvalidParameterError, TokenDPError
 
 _LIGHT = 0.1  # CPUs reserved by the read and parse tasks, which must not wait for the actors' CPUs
 
 
-def run_ray(corpus: Corpus, sink: Any, params: Mapping[str, Any], *, workers: int = 2, batch_size: int = 8,
+def run_ray(job: Job, sink: Any, params: Mapping[str, Any], *, workers: int = 2, batch_size: int = 8,
             gpus_per_worker: float = 0.0, threads: int | None = None, address: str | None = None,
             progress: bool = True) -> Summary:
-    """Rewrite the documents of ``corpus`` not yet in ``sink.done`` on a Ray actor pool.
+    """Run the items of ``job`` whose outputs are not yet in ``sink.done`` on a Ray actor pool.
 
     ``address``: a running cluster (``"auto"``, ``"HOST:6379"``); None
     starts a private local instance (``workers * threads + 1`` CPUs, the node advertised at
@@ -44,21 +48,21 @@ def run_ray(corpus: Corpus, sink: Any, params: Mapping[str, Any], *, workers: in
     ray = require("ray", "ray", "--engine ray", why="(with Ray Data)")
     threads = threads or 1
     skipped = len(sink.done)
-    if skipped == len(corpus.ids):
-        return consume([], sink, total=skipped, skipped=skipped, progress=progress)
+    if skipped == len(job.ids):
+        return consume([], sink, job, skipped=skipped, progress=progress)
     started = _init(ray, address, workers * threads + 1)
     _quiet(ray)
     try:
         if started and address is None:
             _check_gpus(ray, gpus_per_worker)
-        ds = _dataset(ray, corpus, frozenset(sink.done), batch_size)
+        ds = job.dataset(ray, frozenset(sink.done), batch_size)
         ds = ds.map_batches(
-            _SanitizeActor, fn_constructor_kwargs={"params": dict(params), "threads": threads},
+            _Actor, fn_constructor_kwargs={"worker": job.worker, "params": dict(params), "threads": threads},
             batch_size=batch_size, batch_format="pyarrow", num_cpus=threads,
             num_gpus=gpus_per_worker or None, compute=ray.data.ActorPoolStrategy(size=workers))
         batches = _driver_batches(ds)
         try:
-            return consume(batches, sink, total=len(corpus.ids), skipped=skipped, progress=progress)
+            return consume(batches, sink, job, skipped=skipped, progress=progress)
         finally:
             batches.close()  # an interrupted driver stops the pipeline and its actors now, not at garbage collection
     finally:
@@ -94,8 +98,8 @@ def _quiet(ray: Any) -> None:
     logging.getLogger("ray.data").setLevel(logging.WARNING)
 
 
-def _dataset(ray: Any, corpus: Corpus, done: frozenset, batch_size: int) -> Any:
-    """The records left to do, as a Ray dataset of blocks of ``batch_size`` rows."""
+def corpus_dataset(ray: Any, corpus: Corpus, done: frozenset, batch_size: int) -> Any:
+    """The records of ``corpus`` left to do, read by Ray Data, in blocks of ``batch_size`` rows."""
     kwargs = {"done": done, "schema": record_schema(corpus)}
     path = str(corpus.path.resolve())
     if corpus.format == "jsonl":
@@ -110,23 +114,23 @@ def _dataset(ray: Any, corpus: Corpus, done: frozenset, batch_size: int) -> Any:
     return ds.repartition(target_num_rows_per_block=batch_size)
 
 
-class _SanitizeActor:
-    """A Ray Data actor: one :class:`SanitizeWorker` (one model) for its whole life.
+class _Actor:
+    """A Ray Data actor: one worker of the job (one model) for its whole life.
 
     A :class:`TokenDPError` (a document too long, say) comes back as data, its type and
     message in the ``error`` column, because Ray Data hands the driver only its own wrapper of
     an exception raised here; the driver raises it again (:func:`_driver_batches`)."""
 
-    def __init__(self, params: dict[str, Any], threads: int) -> None:
-        self.worker = SanitizeWorker(params, threads=threads)
+    def __init__(self, worker: type, params: dict[str, Any], threads: int) -> None:
+        self.worker = worker(params, threads=threads)
 
     def __call__(self, batch: Any) -> dict[str, list]:
-        records = to_records(batch)
-        ids, n = [r.id for r in records], len(records)
-        if not records:  # every document of the block was done before
+        items = self.worker.items(batch)
+        ids, n = [item.id for item in items], len(items)
+        if not items:  # every item of the block was done before
             return {"id": [], "line": [], "tokens": [], "seconds": [], "worker": [], "error": []}
         try:
-            res = self.worker(records)
+            res = self.worker(items)
         except TokenDPError as err:
             return {"id": ids, "line": [""] * n, "tokens": [0] * n, "seconds": [0.0] * n,
                     "worker": [self.worker.name] * n, "error": [f"{type(err).__name__}:{err}"] * n}

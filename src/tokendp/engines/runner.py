@@ -1,7 +1,9 @@
-"""``sanitize_corpus``: check a corpus, open its resumable output, run an engine, finish.
+"""``sanitize_corpus`` and :func:`run_job`: check the input, open its resumable output, run an
+engine, finish.
 
-What ``tokendp sanitize CORPUS --engine local|ray`` runs; a thin layer over the corpus, the
-store and the engines, usable from Python too.
+What ``tokendp sanitize CORPUS --engine local|ray`` runs (and, through
+:func:`tokendp.engines.synthesis.synthesize_corpus`, ``tokendp synthesize REFERENCES --engine
+...``); a thin layer over the corpus, the store and the engines, usable from Python too.
 """
 
 from __future__ import annotations
@@ -13,10 +15,12 @@ from typing import Any, Literal
 
 from tokendp._optional import require
 from tokendp.engines.corpus import scan_corpus
+from tokendp.engines.job import Job
 from tokendp.engines.local import run_local
-from tokendp.engines.ray import run_ray
+from tokendp.engines.ray import corpus_dataset, run_ray
 from tokendp.engines.store import MemorySink, RunStore
 from tokendp.engines.summary import Summary
+from tokendp.engines.worker import SanitizeWorker
 from tokendp.errors import InvalidParameterError
 from tokendp.text.taggers import get_tagger
 
@@ -28,11 +32,21 @@ _PLACEMENT = ("device",)
 @dataclass(frozen=True)
 class CorpusRun:
     """A finished (or partly finished) run: its summary, and the output path (None: not all
-    documents are done, or no --out) or the output lines in input order (no --out)."""
+    outputs are done, or no --out) or the output lines in output order (no --out)."""
 
     summary: Summary
     output: Path | None
     lines: list[str] | None
+
+
+def check_engine(engine: str, ray_options: Mapping[str, Any]) -> None:
+    """A known engine, Ray options only with Ray, and Ray installed for it (before any input is read)."""
+    if engine not in ("local", "ray"):
+        raise InvalidParameterError(f"engine must be 'local' or 'ray', got {engine!r}")
+    if engine == "local" and ray_options:
+        raise InvalidParameterError(f"{', '.join(sorted(ray_options))} apply to the ray engine only")
+    if engine == "ray":
+        require("ray", "ray", "--engine ray", why="(with Ray Data)")
 
 
 def sanitize_corpus(corpus_path: str | Path, params: Mapping[str, Any], *, out: str | Path | None = None,
@@ -46,35 +60,49 @@ def sanitize_corpus(corpus_path: str | Path, params: Mapping[str, Any], *, out: 
     (local default: torch's; Ray default: 1). ``ray_options`` go to
     :func:`tokendp.engines.ray.run_ray` (``workers``, ``gpus_per_worker``, ``address``, ...).
     """
-    if engine not in ("local", "ray"):
-        raise InvalidParameterError(f"engine must be 'local' or 'ray', got {engine!r}")
-    if engine == "local" and ray_options:
-        raise InvalidParameterError(f"{', '.join(sorted(ray_options))} apply to the ray engine only")
-    if engine == "ray":  # before any text is read
-        require("ray", "ray", "--engine ray", why="(with Ray Data)")
+    check_engine(engine, ray_options)
     corpus = scan_corpus(corpus_path, require_ids=engine == "ray")
     if corpus.needs_tagger and isinstance(params.get("tagger", "auto"), str):
         get_tagger(params.get("tagger", "auto"))  # a missing tagger package fails here, before any model loads
+    job = Job("sanitize", "documents", corpus.path, corpus.ids, SanitizeWorker,
+              todo=lambda done: (r for r in corpus.records() if r.id not in done),
+              dataset=lambda ray, done, size: corpus_dataset(ray, corpus, done, size),
+              run=run_fingerprint("sanitize", params))
+    return run_job(job, params, out=out, engine=engine, batch_size=batch_size, threads=threads, progress=progress,
+                   **ray_options)
+
+
+def run_job(job: Job, params: Mapping[str, Any], *, out: str | Path | None, engine: Engine, batch_size: int,
+            threads: int | None, progress: bool, **ray_options: Any) -> CorpusRun:
+    """Run ``job`` on ``engine`` with its workers' ``params``, into the resumable ``out`` (None: in memory)."""
 
     def run(sink: Any) -> Summary:
         if engine == "local":
-            return run_local(corpus, sink, params, batch_size=batch_size, threads=threads, progress=progress)
-        return run_ray(corpus, sink, params, batch_size=batch_size, threads=threads, progress=progress,
-                       **ray_options)
+            return run_local(job, sink, params, batch_size=batch_size, threads=threads, progress=progress)
+        return run_ray(job, sink, params, batch_size=batch_size, threads=threads, progress=progress, **ray_options)
 
     if out is None:
         sink = MemorySink()
         summary = run(sink)
-        return CorpusRun(summary, None, sink.lines(corpus))
-    with RunStore(out, corpus, run_fingerprint(params)) as store:
+        return CorpusRun(summary, None, sink.lines(job))
+    with RunStore(out, job, job.run) as store:
         summary = run(store)
         return CorpusRun(summary, store.finish(), None)
 
 
-def run_fingerprint(params: Mapping[str, Any]) -> dict[str, Any]:
-    """What a resumed run must share with the first: the job and every parameter that can change
-    a rewrite or its guarantee (not the engine, the workers or the device)."""
-    kept = {k: (v if isinstance(v, (str, int, float, bool, type(None))) else getattr(v, "name", type(v).__name__))
-            for k, v in params.items() if k not in _PLACEMENT}
-    return {"job": "sanitize", "parameters": kept}
+def run_fingerprint(job: str, params: Mapping[str, Any], *, inputs: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """What a resumed run must share with the first: the job, every parameter that can change an
+    output or its guarantee (not the engine, the workers, the batch size or the device), and
+    public facts about the input its work was planned from, if any (``inputs``)."""
+    kept = {k: _public(v) for k, v in params.items() if k not in _PLACEMENT}
+    run = {"job": job, "parameters": kept}
+    return run if inputs is None else {**run, "inputs": dict(inputs)}
 
+
+def _public(value: Any) -> Any:
+    """A parameter as JSON: itself, a list of them, or the name of an object (a backend, a tagger)."""
+    if isinstance(value, (str, int, float, bool, type(None))):
+        return value
+    if isinstance(value, (list, tuple)):
+        return [_public(v) for v in value]
+    return getattr(value, "name", type(value).__name__)

@@ -1,4 +1,5 @@
-"""The resumable output of a corpus run: every document written exactly once, none lost.
+"""The resumable output of a corpus run: every output (a document's rewrite, a synthetic text)
+written exactly once, none lost.
 
 Layout. ``--out FILE.jsonl`` or ``FILE.parquet``: the run works in ``FILE.jsonl.parts/`` and,
 when every document is done, assembles FILE in input order and removes the directory.
@@ -6,7 +7,9 @@ when every document is done, assembles FILE in input order and removes the direc
 order) and ``DIR/_SUCCESS`` marks a finished run. The work directory holds:
 
 - ``run.json``: the job and its parameters; a resume with other parameters is refused, so
-  one output never mixes rewrites made under different settings (or guarantees);
+  one output never mixes rewrites made under different settings (or guarantees). A job whose
+  work was planned from its input (synthesize's batches of references) also records public
+  facts about that input (``inputs``: the ids, in order), and a resume on another input is refused;
 - ``part-NNNNN.jsonl``: one append-only log per session of the run, one ``{id, text, report}``
   record per line, flushed and fsynced after every batch;
 - ``.lock``: an exclusive lock held while a run writes, so two runs never share a directory.
@@ -30,13 +33,21 @@ import shutil
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import Any, BinaryIO, Protocol
 
-from tokendp.engines.corpus import FORMATS, Corpus
+from tokendp.engines.corpus import FORMATS
 from tokendp.errors import InvalidInputError
 
 RUN_FILE, LOCK_FILE, SUCCESS_FILE = "run.json", ".lock", "_SUCCESS"
 log = logging.getLogger(__name__)
+
+
+class Outputs(Protocol):
+    """What a run writes: ``ids``, one per output in output order, planned from the input ``path``
+    (a :class:`~tokendp.engines.corpus.Corpus`: its documents)."""
+
+    path: Path
+    ids: Sequence[str | int]
 
 
 @dataclass(frozen=True)
@@ -60,15 +71,15 @@ class MemorySink:
         self.done.update(r.id for r in new)
         return len(new)
 
-    def lines(self, corpus: Corpus) -> list[str]:
-        """The output lines in input order."""
-        return [self._lines[i] for i in corpus.ids]
+    def lines(self, outputs: Outputs) -> list[str]:
+        """The output lines in output order."""
+        return [self._lines[i] for i in outputs.ids]
 
 
 class RunStore:
     """The work directory of one run (see the module docstring). Use as a context manager."""
 
-    def __init__(self, out: str | Path, corpus: Corpus, run: dict[str, Any]) -> None:
+    def __init__(self, out: str | Path, corpus: Outputs, run: dict[str, Any]) -> None:
         self.out = Path(out)
         self.final_format = FORMATS.get(self.out.suffix.lower())
         self.work = Path(f"{self.out}.parts") if self.final_format else self.out
@@ -119,6 +130,10 @@ class RunStore:
             _write_atomic(path, json.dumps(self.run, indent=2, sort_keys=True).encode())
             return
         before = json.loads(path.read_text(encoding="utf-8"))
+        if before.get("inputs") != self.run.get("inputs"):
+            raise InvalidInputError(f"{self.corpus.path} is not the input the run in {self.work} began with (its ids, "
+                                    "their order or their number differ), and that run's work was planned from it; "
+                                    "resume with the same input, or choose another --out")
         if before != self.run:
             keys = sorted(k for k in {*before.get("parameters", {}), *self.run.get("parameters", {})}
                           if before.get("parameters", {}).get(k) != self.run.get("parameters", {}).get(k))
@@ -135,8 +150,8 @@ class RunStore:
         new, seen = [], set()
         for rec in records:
             if rec.id not in self._expected:
-                raise InvalidInputError(f"the engine returned id {json.dumps(rec.id)}, which is not in "
-                                        f"{self.corpus.path} (was the corpus changed during the run?)")
+                raise InvalidInputError(f"the engine returned id {json.dumps(rec.id)}, which is not an output of "
+                                        f"this run on {self.corpus.path} (was it changed during the run?)")
             if rec.id not in self.done and rec.id not in seen:
                 new.append(rec)
                 seen.add(rec.id)
@@ -185,8 +200,8 @@ def _recover(part: Path, expected: set) -> set[str | int]:
             if doc_id is None:
                 break
             if doc_id not in expected:
-                raise InvalidInputError(f"{part} holds id {json.dumps(doc_id)}, which is not in the corpus; "
-                                        "resume with the same corpus, or choose another --out")
+                raise InvalidInputError(f"{part} holds id {json.dumps(doc_id)}, which is not an output of this run; "
+                                        "resume with the same input, or choose another --out")
             ids.add(doc_id)
             good += len(line)
     if good < part.stat().st_size:

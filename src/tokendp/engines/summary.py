@@ -1,5 +1,6 @@
-"""Progress and the end-of-run summary, the same for every engine: the driver consumes the
-workers' batch results, writes them and counts documents, tokens and seconds per worker."""
+"""Progress and the end-of-run summary, the same for every engine and job: the driver consumes
+the workers' batch results, writes them and counts outputs (documents, or synthetic texts),
+tokens and seconds per worker."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from tokendp.engines.job import Job
 from tokendp.engines.store import OutputRecord
 
 
@@ -25,7 +27,7 @@ class Sink(Protocol):
 
 @dataclass
 class WorkerStats:
-    """One worker's share: documents, generated tokens and seconds spent in its batches."""
+    """One worker's share: outputs, generated tokens and seconds spent in its batches."""
 
     documents: int = 0
     tokens: int = 0
@@ -38,8 +40,10 @@ class WorkerStats:
 
 @dataclass
 class Summary:
-    """A run: documents written now and skipped as already done, tokens, wall seconds, workers."""
+    """A run: outputs (``noun``: documents, texts) written now and skipped as already done,
+    tokens, wall seconds, workers."""
 
+    noun: str = "documents"
     documents: int = 0
     skipped: int = 0
     tokens: int = 0
@@ -47,30 +51,30 @@ class Summary:
     workers: dict[str, WorkerStats] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"documents": self.documents, "skipped": self.skipped, "tokens": self.tokens,
+        return {self.noun: self.documents, "skipped": self.skipped, "tokens": self.tokens,
                 "seconds": round(self.seconds, 3),
                 "tokens_per_second": round(self.tokens / self.seconds, 2) if self.seconds > 0 else 0.0,
-                "workers": {k: {"documents": w.documents, "tokens": w.tokens, "seconds": round(w.seconds, 3),
+                "workers": {k: {self.noun: w.documents, "tokens": w.tokens, "seconds": round(w.seconds, 3),
                                 "tokens_per_second": round(w.tokens_per_second, 2)}
                             for k, w in sorted(self.workers.items())}}
 
     def format(self) -> str:
         rate = self.tokens / self.seconds if self.seconds > 0 else 0.0
-        lines = [f"{self.documents} documents written ({self.skipped} already done), {self.tokens} tokens "
+        lines = [f"{self.documents} {self.noun} written ({self.skipped} already done), {self.tokens} tokens "
                  f"in {self.seconds:.1f} s: {rate:.1f} tokens/s"]
-        lines += [f"  worker {name}: {w.documents} documents, {w.tokens} tokens, {w.tokens_per_second:.1f} tokens/s"
+        lines += [f"  worker {name}: {w.documents} {self.noun}, {w.tokens} tokens, {w.tokens_per_second:.1f} tokens/s"
                   for name, w in sorted(self.workers.items())]
         return "\n".join(lines)
 
 
-def consume(batches: Iterable[BatchLike], sink: Sink, *, total: int, skipped: int,
-            progress: bool = True) -> Summary:
-    """Write every batch to ``sink`` as it arrives, with a progress bar on stderr; the summary."""
+def consume(batches: Iterable[BatchLike], sink: Sink, job: Job, *, skipped: int, progress: bool = True) -> Summary:
+    """Write every batch of ``job`` to ``sink`` as it arrives, with a progress bar on stderr; the
+    summary."""
     from tqdm import tqdm
 
-    summary = Summary(skipped=skipped)
+    summary = Summary(noun=job.noun, skipped=skipped)
     start = time.perf_counter()
-    with tqdm(total=total, initial=skipped, unit="doc", desc="sanitize", file=sys.stderr,
+    with tqdm(total=len(job.ids), initial=skipped, unit=job.noun.rstrip("s"), desc=job.name, file=sys.stderr,
               disable=not progress) as bar:
         for batch in batches:
             written = sink.write(batch.records)

@@ -1,11 +1,18 @@
-"""The worker both engines run: one model loaded once, batches of records rewritten with
-:func:`tokendp.sanitize.sanitize_batch`, one ``{id, text, report}`` line per document.
+"""The workers both engines run: one model loaded once, batches of items turned into output
+lines ``{id, text, report}``.
 
-Determinism: with a run seed, document ``id`` samples from its own generator seeded with
-``document_seed(seed, id)``; speculative decoding, which is on by default for a batch of one,
-is fixed off unless asked for, so a batch that happens to hold one document runs the same
-forward passes (and float32 rounding) as any other. Without a seed, every document is seeded
-from the OS.
+- :class:`SanitizeWorker`: corpus records rewritten with :func:`tokendp.sanitize.sanitize_batch`,
+  one line per document.
+- :class:`SynthesizeWorker`: whole batches of B references (planned on the driver,
+  :mod:`tokendp.engines.synthesis`) turned into one synthetic text each with a
+  :class:`tokendp.synthesize.Synthesizer`.
+
+Determinism: with a run seed, each output samples from its own generator, seeded with
+``document_seed(seed, id)`` (a document's id, a text's index in the partition), so neither the
+batch nor the worker matters. For sanitize, speculative decoding, which is on by default for a
+batch of one, is fixed off unless asked for, so a batch that happens to hold one document runs
+the same forward passes (and float32 rounding) as any other. Without a seed, every output is
+seeded from the OS.
 """
 
 from __future__ import annotations
@@ -15,6 +22,7 @@ import json
 import os
 import socket
 import time
+from abc import ABC, abstractmethod
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -22,17 +30,19 @@ from typing import Any
 import torch
 
 from tokendp.backends import load_backend
+from tokendp.engines.arrow import to_records
 from tokendp.engines.corpus import CorpusRecord
 from tokendp.engines.store import OutputRecord
 from tokendp.errors import TokenDPError
 from tokendp.generation import document_seed
 from tokendp.sanitize import sanitize_batch
+from tokendp.synthesize import ReferenceBatch, Synthesizer
 from tokendp.text.taggers import get_tagger, spans_from_json
 
 
 @dataclass(frozen=True)
 class BatchResult:
-    """A rewritten batch: its records, the tokens generated, the seconds spent and by whom."""
+    """A finished batch: its records, the tokens generated, the seconds spent and by whom."""
 
     records: list[OutputRecord]
     tokens: int
@@ -40,14 +50,39 @@ class BatchResult:
     worker: str
 
 
-class SanitizeWorker:
-    """Rewrites batches of corpus records with ``sanitize_batch``'s keyword arguments ``params``
-    (``model``, ``device`` and ``dtype`` load the backend once; ``seed`` is the run seed).
-    ``threads``: torch's intra-op threads in this process (None: leave torch's setting)."""
+class _Worker(ABC):
+    """What every worker shares: its torch threads (None: leave torch's setting), its name
+    (host:pid), the timing of each batch, and errors that name the batch's ids, never its text."""
 
-    def __init__(self, params: Mapping[str, Any], *, threads: int | None = None) -> None:
+    noun = "documents"
+
+    def __init__(self, threads: int | None) -> None:
         if threads is not None:
             torch.set_num_threads(threads)
+        self.name = f"{socket.gethostname()}:{os.getpid()}"
+
+    def __call__(self, items: Sequence[Any]) -> BatchResult:
+        start = time.perf_counter()
+        try:
+            records, tokens = self.run(items)
+        except TokenDPError as err:
+            ids = ", ".join(json.dumps(item.id) for item in items)
+            raise type(err)(f"{self.noun} {ids}: {err}") from None
+        return BatchResult(records, tokens, time.perf_counter() - start, self.name)
+
+    @abstractmethod
+    def run(self, items: Sequence[Any]) -> tuple[list[OutputRecord], int]:
+        """The items' output records and the tokens generated."""
+
+
+class SanitizeWorker(_Worker):
+    """Rewrites batches of corpus records with ``sanitize_batch``'s keyword arguments ``params``
+    (``model``, ``device`` and ``dtype`` load the backend once; ``seed`` is the run seed)."""
+
+    items = staticmethod(to_records)
+
+    def __init__(self, params: Mapping[str, Any], *, threads: int | None = None) -> None:
+        super().__init__(threads)
         params = dict(params)
         self.seed = params.pop("seed", None)
         self._tagger_spec = params.pop("tagger", "auto")
@@ -56,7 +91,6 @@ class SanitizeWorker:
         self.backend = load_backend(params.pop("model", "rewriter"), device=params.pop("device", None),
                                     dtype=params.pop("dtype", None))
         self.params = params
-        self.name = f"{socket.gethostname()}:{os.getpid()}"
 
     @functools.cached_property
     def tagger(self) -> Any:
@@ -64,18 +98,48 @@ class SanitizeWorker:
         spec = self._tagger_spec
         return get_tagger(spec) if isinstance(spec, str) else spec
 
-    def __call__(self, records: Sequence[CorpusRecord]) -> BatchResult:
-        start = time.perf_counter()
+    def run(self, records: Sequence[CorpusRecord]) -> tuple[list[OutputRecord], int]:
         seeds = None if self.seed is None else [document_seed(self.seed, r.id) for r in records]
         spans = [None if r.spans is None else spans_from_json(json.loads(r.spans), r.text) for r in records]
         tagger = self.tagger if any(s is None for s in spans) else None
-        try:
-            results = sanitize_batch([r.text for r in records], spans=spans, tagger=tagger, model=self.backend,
-                                     seed=seeds, **self.params)
-        except TokenDPError as err:
-            ids = ", ".join(json.dumps(r.id) for r in records)
-            raise type(err)(f"documents {ids}: {err}") from None
+        results = sanitize_batch([r.text for r in records], spans=spans, tagger=tagger, model=self.backend,
+                                 seed=seeds, **self.params)
         out = [OutputRecord(r.id, json.dumps({"id": r.id, **res.to_dict()}, ensure_ascii=False))
                for r, res in zip(records, results)]
-        tokens = sum(res.report.tokens_generated for res in results)
-        return BatchResult(out, tokens, time.perf_counter() - start, self.name)
+        return out, sum(res.report.tokens_generated for res in results)
+
+
+class SynthesizeWorker(_Worker):
+    """Writes the synthetic text of each whole reference batch with ``Synthesizer(**params)``
+    (``seed`` is the run seed): one line per text, its report the certificate and the ids of the
+    references it read. The model loads with the first batch."""
+
+    noun = "texts"
+
+    def __init__(self, params: Mapping[str, Any], *, threads: int | None = None) -> None:
+        super().__init__(threads)
+        params = dict(params)
+        self.seed = params.pop("seed", None)
+        self.synthesizer = Synthesizer(**params)
+
+    @staticmethod
+    def items(table: Any) -> list[ReferenceBatch]:
+        """A Ray block of :func:`reference_rows` back to the batches."""
+        return [ReferenceBatch(r["id"], tuple(json.loads(r["references"])), tuple(r["texts"]))
+                for r in table.to_pylist()]
+
+    def run(self, batches: Sequence[ReferenceBatch]) -> tuple[list[OutputRecord], int]:
+        texts = self.synthesizer(batches, seed=self.seed)
+        out = [OutputRecord(b.id, json.dumps({"id": b.id, "text": t.text, "report": _report(t)}, ensure_ascii=False))
+               for b, t in zip(batches, texts)]
+        return out, sum(t.tokens_generated for t in texts)
+
+
+def reference_rows(batches: Sequence[ReferenceBatch]) -> list[dict[str, Any]]:
+    """Reference batches as rows for a Ray dataset (the ids as JSON text: strings or integers)."""
+    return [{"id": b.id, "references": json.dumps(list(b.references)), "texts": list(b.texts)} for b in batches]
+
+
+def _report(text: Any) -> dict[str, Any]:
+    """A synthetic text's record minus its text: the certificate, the references' ids, diagnostics."""
+    return {k: v for k, v in text.to_dict().items() if k != "text"}

@@ -27,6 +27,7 @@ value, which the switch's grid absorbs (checked). The run costs the switch's eps
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 
 import torch
 from torch import Tensor
@@ -101,12 +102,14 @@ class AminEtAl:
         clip = self.effective_clip(batch_size=logits.shape[-2] - 1, vocab_size=logits.shape[-1])
         return self._statistic(self._average(logits, clip), logits, clip)
 
-    def step(self, logits: Tensor, *, docs: Tensor | None = None, generator: torch.Generator | None = None) -> MechanismStep:
+    def step(self, logits: Tensor, *, docs: Tensor | None = None,
+             generator: torch.Generator | Sequence[torch.Generator] | None = None) -> MechanismStep:
         """logits (..., 1+B, V) -> log-probabilities (..., V).
 
         With the switch, logits are (Na, 1+B, V) for the texts ``docs # (Na,)`` (indices into the
-        switch's runs; default all), ``generator`` gives the query noise, and the diagnostic
-        "private" (Na,) bool says which texts sampled the private average (the SVT's answers).
+        switch's runs; default all), ``generator`` gives the query noise (one stream, or one per
+        text), and the diagnostic "private" (Na,) bool says which texts sampled the private
+        average (the SVT's answers).
         """
         check_logits(logits, min_rows=2)
         clip = self.effective_clip(batch_size=logits.shape[-2] - 1, vocab_size=logits.shape[-1])

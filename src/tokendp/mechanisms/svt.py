@@ -21,13 +21,17 @@ Lap_Z(t) is the discrete Laplace distribution, P(z) proportional to exp(-|z|/t) 
 sampled exactly by :func:`discrete_laplace` from uniform integers of the generator (Canonne, Kamath
 and Steinke 2020, Algs. 1 and 2); comparisons are between int64 values. The integer scales come
 from :func:`tokendp.accounting.sparse_vector_discrete_noise`; the run is (eps1 + eps2)-DP per text.
-All work stays on the generator's device, with no loop over texts: the loops run over rejection
-rounds (a few dozen per call, each with one host synchronisation to test for the end).
+With one generator for all texts, all work stays on the generator's device, with no loop over
+texts: the loops run over rejection rounds (a few dozen per call, each with one host
+synchronisation to test for the end). With one generator per text (``Sequence``), text n's
+noise comes from its own stream, drawn text by text (as the sampler draws per-document
+streams), so that a text's output does not depend on which texts share its batch.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 
 import torch
 from torch import Tensor
@@ -111,6 +115,16 @@ def discrete_laplace(scale: int, shape: tuple[int, ...] | torch.Size, generator:
     return (_geometric(scale, size, generator, device) - _geometric(scale, size, generator, device)).view(shape)
 
 
+def _noise(scale: int, n: int, generator: torch.Generator | Sequence[torch.Generator], device: torch.device) -> Tensor:
+    """Lap_Z(scale) ``# (n,)`` int64 on ``device``: from one stream, or entry i from ``generator[i]``."""
+    if isinstance(generator, torch.Generator):
+        return discrete_laplace(scale, (n,), generator, device)
+    if len(generator) != n:
+        raise InvalidInputError(f"got {len(generator)} generators for {n} texts; give one per text")
+    noise = [discrete_laplace(scale, (1,), g).to(device) for g in generator]
+    return torch.cat(noise) if noise else torch.zeros(0, dtype=torch.int64, device=device)
+
+
 class SparseVectorSwitch:
     """Per-text sparse vector runs with a cap of c positive answers (module docstring).
 
@@ -122,13 +136,14 @@ class SparseVectorSwitch:
         epsilon: the pure-DP budget eps1 + eps2 of each run.
         max_positives: c, the positive answers a run may give before it stops.
         num_texts: N, the number of independent runs (one per text).
-        generator: the source of the threshold noise (drawn here, once).
+        generator: the source of the threshold noise (drawn here, once): one stream for all
+            runs, or one per run.
         threshold_share: eps1 / epsilon (None: the variance-optimal split of
             :func:`~tokendp.accounting.sparse_vector_noise`).
     """
 
     def __init__(self, *, threshold: float, sensitivity: float, epsilon: float, max_positives: int, num_texts: int,
-                 generator: torch.Generator, threshold_share: float | None = None) -> None:
+                 generator: torch.Generator | Sequence[torch.Generator], threshold_share: float | None = None) -> None:
         self.epsilon = float(epsilon)
         self.sensitivity = float(sensitivity)
         self.max_positives = check_count("max_positives", max_positives)
@@ -136,9 +151,9 @@ class SparseVectorSwitch:
         self.grid, self.steps = sparse_vector_grid(sensitivity=sensitivity)  # g, K
         self.threshold_scale, self.query_scale = sparse_vector_discrete_noise(
             steps=self.steps, epsilon=epsilon, max_positives=max_positives, threshold_share=threshold_share)
-        device = generator.device
+        device = generator.device if isinstance(generator, torch.Generator) else generator[0].device
         base = math.ceil(float(threshold) / self.grid)  # public: any integer is fine
-        self.noisy_threshold = base + discrete_laplace(self.threshold_scale, (n,), generator, device)  # (N,) int64
+        self.noisy_threshold = base + _noise(self.threshold_scale, n, generator, device)  # (N,) int64
         self.positives = torch.zeros(n, dtype=torch.int64, device=device)  # (N,)
 
     def to_grid(self, statistic: Tensor) -> Tensor:
@@ -147,15 +162,17 @@ class SparseVectorSwitch:
         q = torch.ceil(statistic.to(torch.float64) / self.grid).clamp_(-_LIMIT, _LIMIT)  # (...)
         return q.nan_to_num_(nan=float(_LIMIT)).to(torch.int64)
 
-    def decide(self, statistic: Tensor, generator: torch.Generator, docs: Tensor | None = None) -> Tensor:
+    def decide(self, statistic: Tensor, generator: torch.Generator | Sequence[torch.Generator],
+               docs: Tensor | None = None) -> Tensor:
         """One query per text: ``statistic # (Na,)`` of the texts ``docs # (Na,)`` (indices into
-        the N runs; default all N) -> ``positive # (Na,)`` bool, counted against the cap."""
+        the N runs; default all N) -> ``positive # (Na,)`` bool, counted against the cap.
+        ``generator``: one stream for the query noise of all Na texts, or one per text."""
         if docs is None:
             docs = torch.arange(self.positives.shape[0], device=self.positives.device)  # (N,)
         if statistic.shape != docs.shape:
             raise InvalidInputError(f"statistic has shape {tuple(statistic.shape)} but there are {docs.shape[0]} texts")
         docs = docs.to(self.positives.device)
-        noise = discrete_laplace(self.query_scale, statistic.shape, generator, self.positives.device)  # (Na,)
+        noise = _noise(self.query_scale, statistic.shape[0], generator, self.positives.device)  # (Na,)
         noisy = self.to_grid(statistic).to(self.positives.device) + noise  # (Na,) int64
         open_runs = self.positives[docs] < self.max_positives  # (Na,)
         positive = open_runs & (noisy >= self.noisy_threshold[docs])  # (Na,)
