@@ -253,7 +253,8 @@ class FusionJob:
             return [RowSequence.from_ids([c.original]) for c in self.contexts]
         if self.method == "public":
             return [RowSequence.from_ids([c.rows[0]]) for c in self.contexts]
-        return [RowSequence.from_ids(c.rows, public_prefix=c.public_prefix) for c in self.contexts]
+        return [RowSequence.from_ids(c.rows, public_prefix=c.public_prefix, public_length=c.public_length)
+                for c in self.contexts]
 
     def step(self, logits: torch.Tensor, docs: torch.Tensor, temperature: float) -> Any:
         """logits ``# (Na, R, V)`` -> the mechanism's step for the active documents ``docs``."""

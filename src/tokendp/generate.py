@@ -37,8 +37,8 @@ from tokendp.generation import generate as run_engine
 from tokendp.generation import make_generators
 from tokendp.logits_processors import PublicLogitsProcessor
 from tokendp.text.contexts import GroupSpec, placeholder_id, prompt_template
-from tokendp.text.prompts import (DEFAULT_GENERATE_INSTRUCTION, STAND_IN, QuestionPlace, build_prompt_contexts,
-                                  is_untrusted)
+from tokendp.text.prompts import (DEFAULT_GENERATE_INSTRUCTION, MAX_UNTRUSTED_TOKENS, STAND_IN, QuestionPlace,
+                                  build_prompt_contexts, is_untrusted)
 from tokendp.text.spans import Span
 
 DEFAULT_MAX_NEW_TOKENS = 128
@@ -61,6 +61,7 @@ class GenerateReport(FusionReport):
 
     untrusted: tuple[UntrustedReport, ...] = ()
     stand_in: str = STAND_IN
+    max_untrusted_tokens: int = MAX_UNTRUSTED_TOKENS
 
     def to_dict(self) -> dict[str, Any]:
         out = super().to_dict()
@@ -117,7 +118,8 @@ def generate_batch(
     beta: Budget = None, epsilon: Budget = None, delta: float = 1e-5, groups: GroupSpec = "by-label",
     max_new_tokens: int = DEFAULT_MAX_NEW_TOKENS, temperature: float = 0.7, seed: int | None = None,
     instruction: str = DEFAULT_GENERATE_INSTRUCTION, template: str | None = None, placeholder: str | None = None,
-    stand_in: str = STAND_IN, question: QuestionPlace = "last", stop: Sequence[str] = (),
+    stand_in: str = STAND_IN, max_untrusted_tokens: int = MAX_UNTRUSTED_TOKENS, question: QuestionPlace = "last",
+    stop: Sequence[str] = (),
     on_overlap: Literal["merge", "error"] = "merge",
     device: str | None = None, dtype: str | None = None, on_token: Callable[[int, int], None] | None = None,
     no_repeat_ngram_size: int = 0, repetition_penalty: float = 1.0,
@@ -149,6 +151,10 @@ def generate_batch(
             :data:`PLAIN_QA_TEMPLATE`. The model's paraphrase template is not used.
         placeholder: the string that hides a span token (default: the model's tokendp.json).
         stand_in: what every row but its own reads in place of an untrusted chunk.
+        max_untrusted_tokens: the tokens of an untrusted chunk its row reads (the rest is cut);
+            every row is laid out as long as a chunk's row can be, so that the batch's layout, and
+            with it the rounding of every other row's logits, does not depend on a chunk's length
+            (docs/privacy.md, "Equal rows, equal logits").
         question: where the prompt goes: after the documents (``"last"``), before them
             (``"first"``) or both; public layout, no effect on the guarantee.
         stop, on_overlap, device, dtype, on_token, no_repeat_ngram_size, repetition_penalty,
@@ -182,7 +188,7 @@ def generate_batch(
     ph = placeholder_id(tok, options=opts, placeholder=placeholder)
     contexts = [build_prompt_contexts(p, [(t, spans_of(t, s, tagger)) for t, s in d], c, tok, template=tpl,
                                       placeholder=ph, instruction=instruction, stand_in=stand_in, question=question,
-                                      groups=groups, on_overlap=on_overlap)
+                                      groups=groups, on_overlap=on_overlap, max_untrusted_tokens=max_untrusted_tokens)
                 for p, d, c in zip(prompts, docs, chunks)]
     for c in contexts:
         _check_fits(backend, c.rows, max_new_tokens)
@@ -203,7 +209,8 @@ def generate_batch(
             method, backend.name, job.alphas[i], job.delta, max_new_tokens, len(out.token_ids), out.stop_reason,
             _guarantee(method, max_new_tokens), tuple(g for g in reports if not is_untrusted(g.label)),
             job.diagnostics(i, out.diagnostics), decoding,
-            tuple(UntrustedReport(g.label, g.beta, g.epsilon) for g in reports if is_untrusted(g.label)), stand_in)
+            tuple(UntrustedReport(g.label, g.beta, g.epsilon) for g in reports if is_untrusted(g.label)), stand_in,
+            max_untrusted_tokens)
         results.append(GenerateResult(out.text, report))
     return results
 

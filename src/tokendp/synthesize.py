@@ -54,6 +54,7 @@ import functools
 import math
 import sys
 import types
+import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -83,6 +84,7 @@ from tokendp.text.prompt_pair import PromptPair, synthesis_prompts
 
 Method = Literal["invisibleink", "amin"]
 METHODS = ("invisibleink", "amin")
+MAX_REFERENCE_TOKENS = 256  # tokens of a reference its row reads; the rest is cut
 DEFAULT_MODEL = "smollm2"  # an instruction model: the prompt pair asks it for a new text of the kind shown
 
 
@@ -124,6 +126,7 @@ class SyntheticText:
     max_private_tokens: int | None = None
     switch_threshold: float | None = None
     private_tokens: int | None = None
+    max_reference_tokens: int = MAX_REFERENCE_TOKENS
 
     def to_dict(self) -> dict[str, Any]:
         out = asdict(self)
@@ -265,12 +268,19 @@ def _token_ids(tokenizer: Any, text: str) -> tuple[int, ...]:
     return tuple(tokenizer(text, add_special_tokens=False)["input_ids"]) if text else ()
 
 
-def batch_rows(references: Sequence[str], batch: Sequence[int], tokenizer: Any, prompts: PromptPair) -> RowSequence:
+def batch_rows(references: Sequence[str], batch: Sequence[int], tokenizer: Any, prompts: PromptPair, *,
+               max_reference_tokens: int = MAX_REFERENCE_TOKENS) -> RowSequence:
     """The 1 + B rows of one batch: the public prompt (no reference), then the private template
-    around each reference of the batch."""
-    rows = [prompts.public]
-    rows += [prompts.private.wrap(_token_ids(tokenizer, references[i])) for i in batch]
-    return RowSequence.from_ids(rows, public_prefix=prompts.public_prefix)
+    around each reference of the batch, cut to ``max_reference_tokens``. Every row is laid out
+    as long as a private row can be, so that no reference's length changes how the others' rows
+    (and the public row) are computed (docs/privacy.md, "Equal rows, equal logits")."""
+    ids = [_token_ids(tokenizer, references[i]) for i in batch]
+    if any(len(r) > max_reference_tokens for r in ids):
+        warnings.warn(f"a reference is longer than max_reference_tokens={max_reference_tokens} tokens and is cut "
+                      "there (--max-reference-tokens)", stacklevel=2)
+    rows = [prompts.public, *(prompts.private.wrap(r[:max_reference_tokens]) for r in ids)]
+    longest = max(len(prompts.public), len(prompts.private.wrap(())) + max_reference_tokens)
+    return RowSequence.from_ids(rows, public_prefix=prompts.public_prefix, public_length=longest)
 
 
 # ---------------------------------------------------------------------------- the job
@@ -387,6 +397,9 @@ class Synthesizer:
             hospital discharge note"); fills the instruction pair, and is required with it.
         public_document: with a template, what the public row shows instead of a reference (default: the model's
             ``tokendp.json`` placeholder, else nothing).
+        max_reference_tokens: the tokens of a reference its row reads (default 256; the rest is
+            cut, with a warning); every row is laid out this long, so that a reference's length cannot change
+            how the public row and the other references' rows are computed.
         concurrency: synthetic texts generated together (each 1 + B rows) in one batch.
         stop: extra stop strings (the model's tokendp.json "stop" always apply).
         device, dtype: where and how to run the model.
@@ -403,7 +416,8 @@ class Synthesizer:
     def __init__(self, *, epsilon: float, delta: float, batch_size: int, max_tokens: int, temperature: float = 1.0,
                  top_k: int | None = 100, method: Method = "invisibleink",
                  model: str | Path | HFBackend | None = None, prompt: str | None = None, domain: str | None = None,
-                 public_document: str | None = None, concurrency: int = 16, stop: Sequence[str] = (),
+                 public_document: str | None = None, max_reference_tokens: int = MAX_REFERENCE_TOKENS,
+                 concurrency: int = 16, stop: Sequence[str] = (),
                  device: str | None = None, dtype: str | None = None, svt_epsilon: float | None = None,
                  max_private_tokens: int | None = None, switch_threshold: float | None = None) -> None:
         if method == "amin" and top_k == 100:
@@ -411,8 +425,10 @@ class Synthesizer:
         _check_params(method, epsilon, delta, batch_size, max_tokens, temperature, top_k)
         self.switch = switch_params(method=method, max_tokens=max_tokens, svt_epsilon=svt_epsilon,
                                     max_private_tokens=max_private_tokens, switch_threshold=switch_threshold)
-        if isinstance(concurrency, bool) or not isinstance(concurrency, int) or concurrency < 1:
-            raise InvalidParameterError(f"concurrency must be an integer >= 1, got {concurrency!r}")
+        for name, value in (("concurrency", concurrency), ("max_reference_tokens", max_reference_tokens)):
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise InvalidParameterError(f"{name} must be an integer >= 1, got {value!r}")
+        self.max_reference_tokens = max_reference_tokens
         self.method, self.epsilon, self.delta, self.batch_size = method, epsilon, float(delta), batch_size
         self.max_tokens, self.temperature, self.top_k = max_tokens, float(temperature), top_k
         self.concurrency, self.stop = concurrency, list(stop)
@@ -433,6 +449,7 @@ class Synthesizer:
         switch = (None, None, None) if sw is None else (sw.svt_epsilon, sw.max_private_tokens, sw.threshold)
         return {"method": self.method, "epsilon": self.epsilon, "delta": self.delta, "batch_size": self.batch_size,
                 "max_tokens": self.max_tokens, "temperature": self.temperature, "top_k": self.top_k,
+                "max_reference_tokens": self.max_reference_tokens,
                 "model": str(model) if isinstance(model, (str, Path)) else model.name, "dtype": dtype,
                 "stop": list(self.stop), **dict(zip(("svt_epsilon", "max_private_tokens", "switch_threshold"), switch)),
                 **self._prompt}
@@ -456,8 +473,9 @@ class Synthesizer:
         if not batches:
             return []
         backend, prompts = self.backend, self.prompts
-        sequences = [batch_rows(b.texts, range(len(b.texts)), backend.tokenizer, prompts) for b in batches]
-        backend.check_fits(max(s.max_length for s in sequences), self.max_tokens)
+        sequences = [batch_rows(b.texts, range(len(b.texts)), backend.tokenizer, prompts,
+                                max_reference_tokens=self.max_reference_tokens) for b in batches]
+        backend.check_fits(max(s.max_length for s in sequences), self.max_tokens)  # positions: each row's own
         generators = make_generators(None if seed is None else [document_seed(seed, b.id) for b in batches],
                                      len(batches))
         job = _Job(self.method, self.clip, self.batch_size, self.temperature, self.top_k, self.epsilon, self.delta,
@@ -482,29 +500,32 @@ class Synthesizer:
             svt_epsilon=None if switch is None else switch.svt_epsilon,
             max_private_tokens=None if switch is None else switch.max_private_tokens,
             switch_threshold=None if switch is None else (self.clip if switch.threshold is None else switch.threshold),
-            private_tokens=private)
+            private_tokens=private, max_reference_tokens=self.max_reference_tokens)
 
 
-def synthesize(references: Sequence[str], *, num: int | None = None, seed: int | None = None,
-               on_token: Callable[[int, int], None] | None = None, **options: Any) -> list[SyntheticText]:
+def synthesize(references: Sequence[str], *, epsilon: float, delta: float, batch_size: int, max_tokens: int,
+               num: int | None = None, seed: int | None = None, on_token: Callable[[int, int], None] | None = None,
+               **options: Any) -> list[SyntheticText]:
     """Generate ``num`` synthetic texts, each (epsilon, delta)-DP per reference (module docstring).
 
     Args:
         references: the private texts; each is read by exactly one synthetic text.
+        epsilon, delta: the guarantee per reference (epsilon 0: public-model text).
+        batch_size: B, references averaged per synthetic text.
+        max_tokens: T, tokens per text, fixed before generation and all counted.
         num: how many texts (default floor(N / B), the most disjoint batches allow); text j reads
             references jB .. jB + B - 1 (:func:`partition`).
         seed: reproducible sampling (text j samples from ``document_seed(seed, j)``'s stream); None
             seeds every text from the OS.
         on_token: streaming callback ``(text index, token id)``.
-        options: the parameters, :class:`Synthesizer`'s: ``epsilon``, ``delta``, ``batch_size`` (B),
-            ``max_tokens`` (T), and optionally ``temperature``, ``top_k``, ``method``, ``model``,
-            ``prompt``, ``domain``, ``public_document``, ``concurrency``, ``stop``, ``device``,
+        options: the other parameters of :class:`Synthesizer`: ``temperature``, ``top_k``, ``method``, ``model``,
+            ``prompt``, ``domain``, ``public_document``, ``max_reference_tokens``, ``concurrency``, ``stop``, ``device``,
             ``dtype``, ``svt_epsilon``, ``max_private_tokens``, ``switch_threshold``.
 
     Returns:
         One :class:`SyntheticText` per batch, in batch order.
     """
-    synthesizer = Synthesizer(**options)
+    synthesizer = Synthesizer(epsilon=epsilon, delta=delta, batch_size=batch_size, max_tokens=max_tokens, **options)
     refs = _check_references(references)
     batches = partition(len(refs), batch_size=synthesizer.batch_size, num=num)
     return synthesizer([ReferenceBatch(j, batch, tuple(refs[i] for i in batch)) for j, batch in enumerate(batches)],

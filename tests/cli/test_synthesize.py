@@ -12,7 +12,7 @@ from tokendp.cli import main
 
 KEYS = {"text", "epsilon", "clip", "rho", "batch_size", "max_tokens", "topk_plus_mean", "delta", "method",
         "temperature", "top_k", "tokens_generated", "stop_reason", "references", "model", "svt_epsilon",
-        "max_private_tokens", "switch_threshold", "private_tokens"}
+        "max_private_tokens", "switch_threshold", "private_tokens", "max_reference_tokens"}
 
 
 @pytest.fixture()

@@ -246,7 +246,8 @@ class HFBackend:
         cache = self._new_cache()
         prefix_mask = self._prefill_prefixes(sequences, prefix_lens, row_sequence, cache, adapters is not None)
         suffixes = [r.ids[p:] for s, p in zip(sequences, prefix_lens) for r in s.rows]
-        ids, mask = _left_pad(suffixes, self._pad_id())
+        width = max(s.layout_length - p for s, p in zip(sequences, prefix_lens))  # public (RowSequence)
+        ids, mask = _left_pad(suffixes, self._pad_id(), width)
         row_prefix = torch.tensor(prefix_lens)[row_sequence]  # (Rtot,)
         positions = (row_prefix[:, None] + mask.cumsum(-1) - 1).clamp(min=0)  # (Rtot, S)
         full_mask = mask if prefix_mask is None else torch.cat([prefix_mask, mask], dim=1)
@@ -348,9 +349,11 @@ class HFBackend:
         return int(pad) if pad is not None else 0
 
 
-def _left_pad(rows: Sequence[Sequence[int]], pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """Left-pad token id rows: ids ``# (B, L)`` int64 and mask ``# (B, L)`` int64 (1 = real)."""
-    width = max(len(r) for r in rows)
+def _left_pad(rows: Sequence[Sequence[int]], pad_id: int, width: int | None = None
+              ) -> tuple[torch.Tensor, torch.Tensor]:
+    """Left-pad token id rows to ``width`` (default: the longest): ids ``# (B, L)`` int64 and
+    mask ``# (B, L)`` int64 (1 = real)."""
+    width = max(len(r) for r in rows) if width is None else width
     ids = torch.full((len(rows), width), pad_id, dtype=torch.long)
     mask = torch.zeros((len(rows), width), dtype=torch.long)
     for i, r in enumerate(rows):

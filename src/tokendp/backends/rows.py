@@ -37,10 +37,15 @@ class RowSequence:
     on the rows themselves: how far private rows happen to agree with the public one depends
     on private text, and so would the batch layout, and with it the rounding of the public
     row's logits (docs/privacy.md, "Equal rows, equal logits").
+
+    ``public_length``: the length every row is padded to, declared where the rows' own lengths
+    are private (a reference, an untrusted chunk: the job cuts them to a public number of
+    tokens); None: the longest row, for rows whose lengths are public.
     """
 
     rows: tuple[Row, ...]
     public_prefix: int = 0
+    public_length: int | None = None
 
     def __post_init__(self) -> None:
         if len(self.rows) == 0:
@@ -48,11 +53,13 @@ class RowSequence:
         first = self.rows[0].ids[:self.public_prefix]
         if self.public_prefix < 0 or any(r.ids[:self.public_prefix] != first for r in self.rows):
             raise ValueError(f"public_prefix {self.public_prefix} is not a prefix common to every row")
+        if self.public_length is not None and self.max_length > self.public_length:
+            raise ValueError(f"a row is longer than public_length {self.public_length}")
 
     @classmethod
     def from_ids(cls, rows: Sequence[Sequence[int]], adapter: str | None = None, *,
-                 public_prefix: int = 0) -> RowSequence:
-        return cls(tuple(Row(tuple(int(t) for t in r), adapter) for r in rows), public_prefix)
+                 public_prefix: int = 0, public_length: int | None = None) -> RowSequence:
+        return cls(tuple(Row(tuple(int(t) for t in r), adapter) for r in rows), public_prefix, public_length)
 
     def __len__(self) -> int:
         return len(self.rows)
@@ -60,6 +67,11 @@ class RowSequence:
     @property
     def max_length(self) -> int:
         return max(len(r.ids) for r in self.rows)
+
+    @property
+    def layout_length(self) -> int:
+        """The length the backend lays every row out in: ``public_length``, else the longest row."""
+        return self.max_length if self.public_length is None else self.public_length
 
     def shared_prefix_length(self) -> int:
         """Tokens at the start computed once for every row: the declared ``public_prefix``, at

@@ -49,6 +49,9 @@ def format_generate_report(report: dict[str, Any]) -> str:
 @click.option("--seed", type=int, default=None, help="Seed for reproducible sampling (default: from the OS).")
 @click.option("--stand-in", default="[document withheld]", show_default=True,
               help="What every row but its own reads in place of an untrusted chunk.")
+@click.option("--max-untrusted-tokens", type=click.IntRange(min=1), default=1024, show_default=True,
+              help="Tokens of each --untrusted chunk the model reads (the rest is cut). Every row is laid out "
+                   "this long, so that a chunk's length cannot change how the other rows are computed.")
 @click.option("--question", type=click.Choice(["last", "first", "both"]), default="last", show_default=True,
               help="Where the prompt goes: after the documents, before them (then shared by every row), or both.")
 @click.option("--method", type=click.Choice(["dp-fusion", "original", "public"]), default="dp-fusion",
@@ -62,7 +65,7 @@ def format_generate_report(report: dict[str, Any]) -> str:
 def generate(prompt: str, contexts: tuple[str, ...], spans_paths: tuple[str, ...], tagger: str,
              untrusted: tuple[str, ...], model: str, epsilon: float | None, beta: float | None, alpha: float | None,
              delta: float, groups: str, max_new_tokens: int, temperature: float, seed: int | None, stand_in: str,
-             question: str, method: str, no_repeat_ngram_size: int, repetition_penalty: float,
+             max_untrusted_tokens: int, question: str, method: str, no_repeat_ngram_size: int, repetition_penalty: float,
              speculative: bool | None, draft_tokens: int, as_json: bool,
              out_path: str | None) -> None:
     """Answer --prompt from --context documents (their spans protected, one group per label) and
@@ -91,7 +94,7 @@ def generate(prompt: str, contexts: tuple[str, ...], spans_paths: tuple[str, ...
         result = run(prompt, context=texts or None, spans=spans, untrusted=chunks or None, tagger=tagger,
                      model=model, method=method, alpha=alpha, beta=beta, epsilon=epsilon, delta=delta, groups=groups,
                      max_new_tokens=max_new_tokens, temperature=temperature, seed=seed, stand_in=stand_in,
-                     question=question, no_repeat_ngram_size=no_repeat_ngram_size,
+                     max_untrusted_tokens=max_untrusted_tokens, question=question, no_repeat_ngram_size=no_repeat_ngram_size,
                      repetition_penalty=repetition_penalty, speculative=speculative, draft_tokens=draft_tokens,
                      on_token=lambda doc, token: bar.update(1))
     if as_json:

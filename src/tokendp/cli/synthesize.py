@@ -62,6 +62,9 @@ def read_references(path: Path) -> list[str]:
 @click.option("--prompt", default=None,
               help="Instead of that pair: a plain template with {document} for every row (the public row gets it "
                    "around an empty document, or the model's placeholder).")
+@click.option("--max-reference-tokens", type=click.IntRange(min=1), default=256, show_default=True,
+              help="Tokens of each reference the model reads (the rest is cut). Every row is laid out this long, so "
+                   "that a reference's length cannot change how the other rows are computed.")
 @click.option("--device", default=None, help="torch device [default: cuda if available, else cpu].")
 @click.option("--concurrency", type=click.IntRange(min=1), default=16, show_default=True,
               help="Synthetic texts generated together (each 1 + B rows); with --engine, the texts of a worker's "
@@ -78,8 +81,8 @@ def read_references(path: Path) -> list[str]:
                    "and rerunning the same command resumes an interrupted run.")
 @library_errors
 def synthesize(references, references_option, epsilon, delta, batch_size, max_tokens, temperature, top_k, method,
-               svt_epsilon, max_private_tokens, switch_threshold, num, seed, model, domain, prompt, device, concurrency,
-               engine, address, workers, gpus_per_worker, threads, as_json, out_path) -> None:
+               svt_epsilon, max_private_tokens, switch_threshold, num, seed, model, domain, prompt, max_reference_tokens, device,
+               concurrency, engine, address, workers, gpus_per_worker, threads, as_json, out_path) -> None:
     """Generate synthetic texts from REFERENCES (.jsonl or .parquet, one {"text", "id"?} per line
     or row), each text (epsilon, delta)-DP per reference (InvisibleInk or Amin et al.).
 
@@ -94,7 +97,7 @@ def synthesize(references, references_option, epsilon, delta, batch_size, max_to
     params = dict(epsilon=epsilon, delta=delta, batch_size=batch_size, max_tokens=max_tokens, temperature=temperature,
                   top_k=100 if top_k is None else top_k, method=method, svt_epsilon=svt_epsilon,
                   max_private_tokens=max_private_tokens, switch_threshold=switch_threshold, seed=seed, model=model,
-                  domain=domain, prompt=prompt, device=device)
+                  domain=domain, prompt=prompt, max_reference_tokens=max_reference_tokens, device=device)
     if engine is not None:
         from tokendp.engines.synthesis import synthesize_corpus
 

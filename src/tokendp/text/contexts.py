@@ -72,7 +72,8 @@ class DocumentContexts:
     ``original`` is the document with nothing hidden (for comparisons without privacy).
     ``public_prefix``: the leading tokens before the first hidden one, which every row holds
     alike; a function of the template and the span positions only, which are public
-    (docs/privacy.md, "Equal rows, equal logits").
+    (docs/privacy.md, "Equal rows, equal logits"). ``public_length``: the length every row is
+    laid out in when some row's length is private (an untrusted chunk's), else None.
     """
 
     rows: tuple[tuple[int, ...], ...]
@@ -80,6 +81,7 @@ class DocumentContexts:
     document_tokens: int
     original: tuple[int, ...]
     public_prefix: int = 0
+    public_length: int | None = None
 
     @property
     def length(self) -> int:

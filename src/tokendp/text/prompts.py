@@ -24,13 +24,16 @@ Every piece (headers, each document, each chunk, the stand-in, the question) is 
 its own and the ids are concatenated, so a chunk whose text IS the stand-in gives a row equal,
 token for token, to the public row: the neighbour the guarantee compares with (docs/privacy.md,
 "Untrusted context"). A chunk's length is therefore not public (its row may be longer or
-shorter than the public row); span lengths in trusted documents are, as in sanitize.
+shorter than the public row); span lengths in trusted documents are, as in sanitize. So that the
+batch's layout stays public, each chunk is cut to ``max_untrusted_tokens`` (public) and every row
+is laid out as long as the longest a chunk's row can be (``DocumentContexts.public_length``).
 Untrusted text is tokenised with ``split_special_tokens``: a chunk that spells out a control
 token such as ``<|im_end|>`` reads as those characters, never as the token.
 """
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Sequence
 from typing import Any, Literal
 
@@ -45,6 +48,7 @@ HEADER = "Document {n}:\n"
 SEPARATOR = "\n\n"
 QUESTION = "Question: {prompt}"
 QUESTION_PLACES = ("last", "first", "both")
+MAX_UNTRUSTED_TOKENS = 1024  # tokens of an untrusted chunk the model reads; the rest is cut
 QuestionPlace = Literal["last", "first", "both"]
 _EMPTY = PromptTemplate((), ())
 
@@ -65,7 +69,8 @@ def build_prompt_contexts(prompt: str, contexts: Sequence[tuple[str, Sequence[Sp
                           tokenizer: Any, *, template: PromptTemplate, placeholder: int,
                           instruction: str = DEFAULT_GENERATE_INSTRUCTION, stand_in: str = STAND_IN,
                           question: QuestionPlace = "last", groups: GroupSpec = "by-label",
-                          on_overlap: Literal["merge", "error"] = "merge") -> DocumentContexts:
+                          on_overlap: Literal["merge", "error"] = "merge",
+                          max_untrusted_tokens: int = MAX_UNTRUSTED_TOKENS) -> DocumentContexts:
     """The rows of ``prompt`` over trusted ``contexts`` ((text, spans) each) and ``untrusted``
     chunks (see the module docstring). Groups: the span groups (sorted), then ``untrusted-j``.
     ``question``: the "Question: ..." line after the documents (``"last"``), before them, after
@@ -84,7 +89,13 @@ def build_prompt_contexts(prompt: str, contexts: Sequence[tuple[str, Sequence[Sp
     if clash:
         raise InvalidInputError(f"span group(s) {clash} use the prefix {UNTRUSTED_PREFIX!r} that untrusted chunks "
                                 "are named with; rename the group")
+    if isinstance(max_untrusted_tokens, bool) or not isinstance(max_untrusted_tokens, int) or max_untrusted_tokens < 1:
+        raise InvalidParameterError(f"max_untrusted_tokens must be an integer >= 1, got {max_untrusted_tokens!r}")
     chunks = [_ids(tokenizer, c, untrusted=True) for c in untrusted]
+    if any(len(c) > max_untrusted_tokens for c in chunks):
+        warnings.warn(f"an untrusted chunk is longer than max_untrusted_tokens={max_untrusted_tokens} tokens and is "
+                      "cut there (--max-untrusted-tokens)", stacklevel=2)
+        chunks = [c[:max_untrusted_tokens] for c in chunks]
     stand = _ids(tokenizer, stand_in, untrusted=True)
     if not stand:
         raise InvalidInputError("the stand-in for untrusted chunks is empty; give a short text such as "
@@ -110,8 +121,9 @@ def build_prompt_contexts(prompt: str, contexts: Sequence[tuple[str, Sequence[Sp
                       sum(g.n_tokens for d in docs for g in d.groups if g.name == n)) for n in names]
     info += [GroupInfo(untrusted_name(j), 1, len(ids)) for j, ids in enumerate(chunks)]
     rows = [row(), *(row(group=n) for n in names), *(row(chunk=j) for j in range(len(chunks)))]
+    longest = len(rows[0]) + max(0, max_untrusted_tokens - len(stand)) if chunks else None  # a chunk's row at most
     return DocumentContexts(tuple(rows), tuple(info), sum(d.document_tokens for d in docs), row(original=True),
-                            _public_prefix(len(template.before) + len(lead), head, docs, rows[0]))
+                            _public_prefix(len(template.before) + len(lead), head, docs, rows[0]), longest)
 
 
 def _public_prefix(start: int, head: Sequence[Sequence[int]], docs: Sequence[DocumentContexts],
