@@ -28,6 +28,8 @@ def _tagged(text):
     ("reference no. 4521 of the", "4521", "CODE"),
     ("passport AB1234567 was", "AB1234567", "CODE"),
     ("SSN 078-05-1120 is", "078-05-1120", "CODE"),
+    ("His hospital number is RX-448120.", "RX-448120", "CODE"),
+    ("Her ID: AB-12345 expired.", "AB-12345", "CODE"),
 ])
 def test_codes(text, expected, label):
     assert (expected, label) in _tagged(text)
@@ -77,6 +79,17 @@ def test_amounts_and_ages(text, expected, label):
     assert (expected, label) in _tagged(text)
 
 
+@pytest.mark.parametrize("text,expected", [
+    ("who lives at 27 Alder Road, Leeds.", "27 Alder Road"),
+    ("He lives at 12 High Street, York.", "12 High Street"),
+    ("at 221B Baker Street", "221B Baker Street"),
+    ("She lives at Hauptstraße 5 in Berlin.", "Hauptstraße 5"),
+    ("moved to Kungsgatan 12 in 2001", "Kungsgatan 12"),
+])
+def test_street_addresses(text, expected):
+    assert (expected, "LOC") in _tagged(text)
+
+
 @pytest.mark.parametrize("text", [
     "Write to jane.doe at example dot com.",       # no @
     "Call 12 34 now.",                             # too few digits for a phone
@@ -91,6 +104,8 @@ def test_amounts_and_ages(text, expected, label):
     "ABCDEF is a word",                            # letters only is not an ID code
     "he paid 24 to",                               # a number without a currency
     "three of the judges",                         # a count without a unit
+    "the number is small",                         # no identifier after "number is"
+    "take 2 Main courses",                         # no street word
 ])
 def test_near_misses_are_not_tagged(text):
     assert _tagged(text) == set()

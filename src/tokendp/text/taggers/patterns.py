@@ -33,6 +33,9 @@ _CURRENCY_WORDS = (r"euros?|pounds?(?: sterling)?|pence|dollars?|cents?|kronor|k
                    r"|zlotys?|zł|francs?|lire|lira|liras|marks?|Deutschmarks?|roubles?|rubles?"
                    r"|hryvnias?|forints?|korunas?|drachmas?|escudos?|pesetas?|schillings?|guilders?"
                    r"|markkas?|lei|levs?|leva|kunas?|yen|Turkish liras|new Turkish liras")
+_STREET = (r"Road|Rd\.?|Street|St\.|Avenue|Ave\.?|Lane|Drive|Way|Close|Crescent|Terrace|Gardens|Square"
+           r"|Boulevard|Grove|Place|Row|Walk|Mews|Parade|Hill")
+_STREET_SUFFIX = r"stra(?:ss|ß)e|gasse|weg|gatan|vägen|gade|vej|veien|straat|laan|steeg|utca|ulica"
 _MEASURE = (r"sq\.? ?m\.?|square met(?:re|er)s?|m²|m2|hectares?|ha|km|kilomet(?:re|er)s?|met(?:re|er)s?"
             r"|cm|mm|kg|kilograms?|grams?|g|tonnes?|tons?|litres?|liters?|per cent|percent|%")
 
@@ -114,8 +117,13 @@ RECOGNIZERS: tuple[Recognizer, ...] = (
         r"(?<!Law )(?<!Act )(?<!Decree )(?<!Protocol )(?<!Regulation )(?<!Rule )(?<!Article )"
         r"(?<!Directive )(?<!Ordinance )\b(?:[Nn]os?\.|[Nn]umbers?|[Rr]ef\.|[Ff]ile)\s+"
         r"(?P<v>[A-Z]{0,4}[0-9][\w./-]*[\w])"), 0.8),
+    Recognizer("stated_number", "CODE", _r(
+        r"\b(?:[Nn]umber|[Nn]o\.|ID|[Rr]eference) (?:is|was|:) (?P<v>[A-Z]{0,4}[-/]?\d[\w./-]*\w)"), 0.95),
     Recognizer("id_code", "CODE", _r(
         r"\b(?=[A-Z0-9./-]*\d)(?=[0-9./-]*[A-Z])[A-Z0-9](?:[A-Z0-9]|[./-](?=[A-Z0-9])){4,}\b"), 0.7),
+    Recognizer("street_address", "LOC", _r(
+        rf"(?<![Ii]n )(?<!since )(?<!of )\b\d{{1,5}}[A-Za-z]?,?\s(?:[A-Z][\w'’-]*\s){{1,3}}(?:{_STREET})(?!\w)"
+        rf"|\b[A-ZÄÖÜÅØÆ][\w-]*(?:{_STREET_SUFFIX})\s\d{{1,5}}[a-z]?\b"), 0.9),
     Recognizer("date_dmy", "DATETIME", _r(rf"\b{_DAY}(?: of)? {_MONTH},? {_YEAR}\b"), 0.95),
     Recognizer("date_mdy", "DATETIME", _r(rf"\b{_MONTH} {_DAY},? {_YEAR}\b"), 0.95),
     Recognizer("date_my", "DATETIME", _r(rf"\b(?:(?:early|mid|late)[- ])?{_MONTH},? {_YEAR}\b"), 0.9),
@@ -151,8 +159,8 @@ RECOGNIZERS: tuple[Recognizer, ...] = (
 
 
 class PatternTagger:
-    """Tags e-mails, URLs, phones, IBANs, cards, case/application numbers, ID codes, dates,
-    times, durations, amounts, measurements and ages with :data:`RECOGNIZERS`."""
+    """Tags e-mails, URLs, phones, IBANs, cards, case/application numbers, ID codes, street
+    addresses, dates, times, durations, amounts, measurements and ages with :data:`RECOGNIZERS`."""
 
     name = "patterns"
 
