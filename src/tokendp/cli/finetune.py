@@ -63,14 +63,16 @@ from tokendp.text.sensitivity import TIERS
               help="Seed of the privacy noise and the schedule's jitter [default: from the OS; set only to reproduce a test].")
 @click.option("--text-field", default="text", show_default=True, help="Field of each record that holds its text.")
 @click.option("--device", default=None, help="torch device [default: cuda if available, else cpu].")
+@click.option("--checkpoint-every", type=click.IntRange(min=1), default=200, show_default=True,
+              help="Steps between checkpoints (a rerun of the same command resumes from the last).")
 @click.option("--threads", type=click.IntRange(min=1), default=None,
               help="Torch CPU threads [default: torch's]; 1 is fastest on a shared, busy CPU.")
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
 @library_errors
 def finetune(data, method, out, base, epsilon, delta, noise_multiplier, tier, weight, sensitive_weight_target,
              sensitive_fraction, gamma, jitter, ceiling, epochs, steps, batch_size, lr, clip_norm, max_length, truncate, lora_r,
-             lora_alpha, canaries, canary_repeats, grad_sample_mode, seed, noise_seed, text_field, device, threads,
-             as_json) -> None:
+             lora_alpha, canaries, canary_repeats, grad_sample_mode, seed, noise_seed, text_field, device,
+             checkpoint_every, threads, as_json) -> None:
     """Fine-tune a causal LM on a private corpus, (epsilon, delta)-DP per record with dpsgd or atdp.
 
     The guarantee is per record (sample-level): a person with k records is covered only by group
@@ -103,7 +105,7 @@ def finetune(data, method, out, base, epsilon, delta, noise_multiplier, tier, we
                             truncate=truncate, lora_r=lora_r, lora_alpha=lora_alpha, epsilon=epsilon, delta=delta, noise_multiplier=noise_multiplier,
                             clip_norm=clip_norm, tier=tier, weight=0.2 if weight is None else weight, gamma=gamma, jitter=jitter,
                             ceiling=ceiling, canaries=canaries, canary_repeats=canary_repeats, seed=seed, noise_seed=noise_seed,
-                            grad_sample_mode=grad_sample_mode, text_field=text_field)
+                            grad_sample_mode=grad_sample_mode, text_field=text_field, checkpoint_every=checkpoint_every)
     start = time.monotonic()
     with tqdm(unit="step", desc=method, disable=None) as bar:
         def on_progress(p) -> None:
