@@ -146,6 +146,9 @@ def test_steps_and_truncate(tmp_path):
     assert privacy["epsilon"] <= 4.0
     long = build_records([SECRET * 40], tinylm.tokenizer(), max_length=32, truncate=True)[0]
     assert len(long.ids) == len(long.weights) == 32
+    again = finetune(texts=texts, out=tmp_path / "s", base=base, config=config,
+                     on_progress=lambda p: pytest.fail("a finished run trained again"))
+    assert again == json.loads(json.dumps(report))  # the finished run's report, nothing retrained
     with pytest.raises(InvalidParameterError, match="not both"):
         FinetuneConfig(method="none", epochs=2, steps=3).check()
     with pytest.raises(InvalidParameterError, match="more than one pass"):

@@ -245,6 +245,8 @@ def finetune(data: str | Path | None = None, *, out: str | Path, base: str = "ti
         saved = json.loads(plan_path.read_text(encoding="utf-8"))
         if saved["settings"] != settings:
             raise InvalidInputError(f"{root} holds a run with other data or settings; use a new --out (or the same settings to resume)")
+        if (root / REPORT_FILE).is_file():  # finished: its model is out; training again would be a second release
+            return json.loads((root / REPORT_FILE).read_text(encoding="utf-8"))
         plan = saved["plan"]
     else:  # one record per text: the plan needs only their number, and refuses an unreachable epsilon now
         draws = [] if noise is None else torch.rand(config.passes - 1, generator=noise, dtype=torch.float64).tolist()
