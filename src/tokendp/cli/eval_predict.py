@@ -65,7 +65,8 @@ def _adapter(spec: str):
                    "weight (max beta / alpha; at delta 1e-5 epsilon 1 and 3 are out of reach at alpha 3).")
 @click.option("--adapter", "adapters", multiple=True,
               help="Also score one LoRA adapter alone: NAME=DIR (non-private, e.g. a fine-tune on all shards) "
-                   "or NAME@EPSILON=DIR (e.g. a DP-SGD fine-tune and its certified epsilon). Repeatable.")
+                   "or NAME@EPSILON=DIR (e.g. a DP-SGD fine-tune; for `tokendp finetune`'s OUT/adapter the epsilon "
+                   "certified in OUT/finetune.json is used, per record). Repeatable; a NAME repeats at other epsilons.")
 @click.option("--queries", type=int, default=1024, show_default=True, help="T: positions scored (and charged).")
 @click.option("--window", type=int, default=128, show_default=True,
               help="Scored tokens per window; each position sees the earlier tokens of its window.")

@@ -138,9 +138,10 @@ class PredictEvalConfig:
             raise InvalidParameterError("pmixed needs at least one epsilon (--epsilon 1,3,8)")
         if not (isinstance(self.delta, (int, float)) and 0 < self.delta < 1):
             raise InvalidParameterError(f"delta must be in (0, 1), got {self.delta!r}")
-        names = [a.name for a in self.adapters]
-        if len(set(names)) != len(names) or set(names) & set(METHODS):
-            raise InvalidParameterError(f"adapter names must be distinct and not one of {', '.join(METHODS)}")
+        rows = [(a.name, a.epsilon) for a in self.adapters]  # one name at several epsilons: one line of the plot
+        if len(set(rows)) != len(rows) or {a.name for a in self.adapters} & set(METHODS):
+            raise InvalidParameterError("adapter rows must be distinct (a name repeats only at other epsilons, as in "
+                                        f"dp-sgd@8=... dp-sgd@3=...) and not named {', '.join(METHODS)}")
         return self
 
 
