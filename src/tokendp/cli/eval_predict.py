@@ -116,7 +116,8 @@ def eval_predict(ensemble_dir: Path, data: Path, out_dir: Path, methods: str, ep
     note = (f"T = {meta['queries']} positions of {data.name} in windows of {meta['window']} tokens, "
             f"N = {meta['ensemble_size']} members, delta = {meta['delta']:g}; this run took {meta['seconds_total']} s "
             "(windows in the cache are not recomputed). "
-            "Perplexity: teacher-forced, pooled over the T positions. epsilon: per shard for the T queries "
+            "Perplexity: teacher-forced, pooled over the T positions. epsilon: PMixED's per shard for the T queries, "
+            "an adapter's as its setting says (a `tokendp finetune` run's: per record, for the released model) "
             "(0: reads no private data; '-': no guarantee). The mean size of S and mean lambda are computed from the "
             "private ensemble: diagnostics, not part of the guarantee.")
     paths = write_tables(rows, out_dir, title="Prediction evaluation (PMixED)", note=note, csv_columns=CSV_COLUMNS,
