@@ -120,6 +120,9 @@ def test_config_errors(ens, heldout):
         PredictEvalConfig(**base, methods=("dp-sgd",)).check()
     with pytest.raises(InvalidParameterError, match="distinct"):
         PredictEvalConfig(**base, adapters=(AdapterMethod("public", "x"),)).check()
+    with pytest.raises(InvalidParameterError, match="distinct"):
+        PredictEvalConfig(**base, adapters=(AdapterMethod("d", "x", 8.0), AdapterMethod("d", "y", 8.0))).check()
+    PredictEvalConfig(**base, adapters=(AdapterMethod("d", "x", 8.0), AdapterMethod("d", "y", 3.0))).check()
     with pytest.raises(InvalidParameterError, match="window"):
         PredictEvalConfig(**base, window=0).check()
 
@@ -177,3 +180,61 @@ def test_an_added_adapter_reuses_the_cached_methods(ens, heldout, tmp_path, monk
                                progress=False)
     assert asked == [["fine-tuned"], ["fine-tuned"]]
     assert [r["ppl"] for r in rows[:2]] == [r["ppl"] for r in first]
+
+
+def _finetuned(tmp_path, method="dpsgd", epsilon=8.0):
+    """A `tokendp finetune` run on the tiny base with the ensemble's LoRA layout (r 4, alpha 32)."""
+    pytest.importorskip("opacus")
+    from tokendp.finetune import FinetuneConfig, finetune
+
+    private = {"epsilon": epsilon, "noise_seed": 0} if method != "none" else {}
+    config = FinetuneConfig(method=method, steps=2, batch_size=4, lora_r=4, lora_alpha=32.0, lr=0.05,
+                            max_length=16, truncate=True, **private)
+    out = tmp_path / f"{method}-{epsilon:g}"
+    report = finetune(texts=tinylm.CORPUS * 4, out=out, base=str(tinylm.model_dir()), config=config)
+    return out / "adapter", report
+
+
+def test_a_finetune_adapter_joins_the_table_at_its_certified_epsilon(ens, heldout, tmp_path):
+    """`tokendp finetune --method dpsgd` -> OUT/adapter loads beside the ensemble's members (same
+    base, same LoRA layout) and its row carries the epsilon its finetune.json certifies."""
+    (adapter, report), (adapter3, report3) = _finetuned(tmp_path), _finetuned(tmp_path, epsilon=3.0)
+    certified = report["privacy"]["epsilon"]
+    assert certified <= 8.0 and json.loads((adapter / "adapter_config.json").read_text())["r"] == 4
+    res = CliRunner().invoke(main, ["eval", "predict", "--ensemble", str(ens), "--data", str(heldout), "--no-plots",
+                                    "--out", str(tmp_path / "out"), "--queries", "16", "--window", "8",
+                                    "--methods", "public", "--adapter", f"dp-sgd@8={adapter}",
+                                    "--adapter", f"dp-sgd@3={adapter3}", "--json"])
+    assert res.exit_code == 0, res.output
+    public, dpsgd, dpsgd3 = json.loads(res.stdout[res.stdout.index("["):])
+    assert dpsgd["method"] == dpsgd3["method"] == "dp-sgd"  # one line of the plot
+    assert dpsgd["epsilon"] == certified and dpsgd3["epsilon"] == report3["privacy"]["epsilon"] <= 3.0
+    assert dpsgd["setting"] == f"dp-sgd (eps {certified:.3g} per record)"
+    assert math.isfinite(dpsgd["ppl"]) and dpsgd["ppl"] != public["ppl"]  # the trained adapter was read
+
+
+def test_a_finetune_certificate_is_never_overstated(tmp_path):
+    adapter, report = _finetuned(tmp_path)
+    certified = report["privacy"]["epsilon"]
+    assert mod.certified_adapter(AdapterMethod("d", str(adapter)), 1e-5) == \
+        AdapterMethod("d", str(adapter), certified, "record")
+    with pytest.raises(InvalidParameterError, match="more than the 1 claimed"):
+        mod.certified_adapter(AdapterMethod("d", str(adapter), 1.0), 1e-5)
+    with pytest.raises(InvalidParameterError, match="above this evaluation's"):
+        mod.certified_adapter(AdapterMethod("d", str(adapter), 8.0), 1e-6)
+    plain, _ = _finetuned(tmp_path, method="none")
+    with pytest.raises(InvalidParameterError, match="without DP"):
+        mod.certified_adapter(AdapterMethod("f", str(plain), 8.0), 1e-5)
+    assert mod.certified_adapter(AdapterMethod("f", str(plain)), 1e-5) == AdapterMethod("f", str(plain))
+
+
+def test_an_adapter_of_another_base_is_refused(tmp_path):
+    adapter, _ = _finetuned(tmp_path)
+    other = tmp_path / "other-base"
+    shutil.copytree(adapter, other)
+    config = json.loads((other / "adapter_config.json").read_text())
+    (other / "adapter_config.json").write_text(json.dumps({**config, "base_model_name_or_path": str(tmp_path)}))
+    members = {"shard-000": adapter}
+    mod.check_same_base(members, [AdapterMethod("same", str(adapter))])
+    with pytest.raises(InvalidInputError, match="trained on base model"):
+        mod.check_same_base(members, [AdapterMethod("other", str(other))])

@@ -131,6 +131,30 @@ def test_bad_input_fails_before_training(tmp_path):
         FinetuneConfig(method="dpsgd").check()
 
 
+def test_steps_and_truncate(tmp_path):
+    """--steps S is one pass of S Poisson-sampled steps, accounted as such; --truncate keeps a long
+    record's first tokens as one record instead of refusing it."""
+    base = str(tinylm.model_dir())
+    texts = [*TEXTS, SECRET * 40]
+    config = FinetuneConfig(method="dpsgd", steps=5, batch_size=6, lora_r=0, epsilon=4.0, max_length=32, truncate=True)
+    report = finetune(texts=texts, out=tmp_path / "s", base=base, config=config)
+    privacy = report["privacy"]
+    assert report["steps"] == report["steps_per_epoch"] == 5 and report["training"]["epochs"] == 1
+    assert report["training"]["truncate"] and privacy["sampling_rate"] == 6 / len(texts)
+    assert privacy["epsilon"] == pytest.approx(accounting.dp_sgd_epsilon(
+        sampling_rate=6 / len(texts), noise_multipliers=[privacy["noise_multiplier"]] * 5, delta=1e-5), rel=1e-9)
+    assert privacy["epsilon"] <= 4.0
+    long = build_records([SECRET * 40], tinylm.tokenizer(), max_length=32, truncate=True)[0]
+    assert len(long.ids) == len(long.weights) == 32
+    again = finetune(texts=texts, out=tmp_path / "s", base=base, config=config,
+                     on_progress=lambda p: pytest.fail("a finished run trained again"))
+    assert again == json.loads(json.dumps(report))  # the finished run's report, nothing retrained
+    with pytest.raises(InvalidParameterError, match="not both"):
+        FinetuneConfig(method="none", epochs=2, steps=3).check()
+    with pytest.raises(InvalidParameterError, match="more than one pass"):
+        finetune(texts=TEXTS, out=tmp_path / "n", base=base, config=FinetuneConfig(method="none", lora_r=0, steps=9, batch_size=6))
+
+
 def test_weights_mark_sensitive_tokens_and_w_one_is_the_plain_loss():
     tok = tinylm.tokenizer()
     text = TEXTS[0]

@@ -65,7 +65,8 @@ def _adapter(spec: str):
                    "weight (max beta / alpha; at delta 1e-5 epsilon 1 and 3 are out of reach at alpha 3).")
 @click.option("--adapter", "adapters", multiple=True,
               help="Also score one LoRA adapter alone: NAME=DIR (non-private, e.g. a fine-tune on all shards) "
-                   "or NAME@EPSILON=DIR (e.g. a DP-SGD fine-tune and its certified epsilon). Repeatable.")
+                   "or NAME@EPSILON=DIR (e.g. a DP-SGD fine-tune; for `tokendp finetune`'s OUT/adapter the epsilon "
+                   "certified in OUT/finetune.json is used, per record). Repeatable; a NAME repeats at other epsilons.")
 @click.option("--queries", type=int, default=1024, show_default=True, help="T: positions scored (and charged).")
 @click.option("--window", type=int, default=128, show_default=True,
               help="Scored tokens per window; each position sees the earlier tokens of its window.")
@@ -115,7 +116,8 @@ def eval_predict(ensemble_dir: Path, data: Path, out_dir: Path, methods: str, ep
     note = (f"T = {meta['queries']} positions of {data.name} in windows of {meta['window']} tokens, "
             f"N = {meta['ensemble_size']} members, delta = {meta['delta']:g}; this run took {meta['seconds_total']} s "
             "(windows in the cache are not recomputed). "
-            "Perplexity: teacher-forced, pooled over the T positions. epsilon: per shard for the T queries "
+            "Perplexity: teacher-forced, pooled over the T positions. epsilon: PMixED's per shard for the T queries, "
+            "an adapter's as its setting says (a `tokendp finetune` run's: per record, for the released model) "
             "(0: reads no private data; '-': no guarantee). The mean size of S and mean lambda are computed from the "
             "private ensemble: diagnostics, not part of the guarantee.")
     paths = write_tables(rows, out_dir, title="Prediction evaluation (PMixED)", note=note, csv_columns=CSV_COLUMNS,

@@ -17,7 +17,7 @@ from tokendp.text.sensitivity import TIERS
 @click.command("finetune")
 @click.option("--data", type=click.Path(exists=True, dir_okay=False, path_type=Path), required=True,
               help="Private corpus: JSONL, one record per line with a text field. Each record is one privacy unit and one "
-                   "training sequence (never split: a record longer than --max-length is an error).")
+                   "training sequence (never split: a record longer than --max-length is an error, or cut with --truncate).")
 @click.option("--method", type=click.Choice(["none", "dpsgd", "atdp"]), default="atdp", show_default=True,
               help="none: plain fine-tuning (no guarantee); dpsgd: DP-SGD; atdp: DP-SGD with per-token loss weights "
                    "(1 sensitive, --weight otherwise) and a rising, jittered, resetting noise multiplier.")
@@ -41,12 +41,16 @@ from tokendp.text.sensitivity import TIERS
 @click.option("--jitter", type=float, default=0.05, show_default=True, help="ATDP: relative jitter of each epoch's rise, in [0, 1).")
 @click.option("--ceiling", type=float, default=1.5, show_default=True,
               help="ATDP: reset the multiplier to sigma_0 when it would exceed ceiling * sigma_0.")
-@click.option("--epochs", type=int, default=3, show_default=True, help="Passes over the corpus (each of N/batch steps).")
+@click.option("--epochs", type=int, default=None, help="Passes over the corpus (each of N/batch steps) [default: 3].")
+@click.option("--steps", type=int, default=None,
+              help="Instead of --epochs: this many steps in all (one pass; DP samples every step's batch afresh).")
 @click.option("--batch-size", type=int, default=16, show_default=True,
               help="Expected batch size; DP samples each record with probability batch/N (Poisson).")
 @click.option("--lr", type=float, default=1e-3, show_default=True, help="AdamW learning rate.")
 @click.option("--clip-norm", type=float, default=1.0, show_default=True, help="C: each record's gradient is clipped to this norm.")
 @click.option("--max-length", type=int, default=256, show_default=True, help="Context: the most tokens a record may have.")
+@click.option("--truncate", is_flag=True,
+              help="Cut a record longer than --max-length to its first tokens (it stays one record) instead of refusing it.")
 @click.option("--lora-r", type=int, default=8, show_default=True, help="LoRA rank (peft, all linear layers); 0 trains every weight.")
 @click.option("--lora-alpha", type=float, default=16.0, show_default=True, help="LoRA alpha (scaling alpha / r).")
 @click.option("--canaries", type=int, default=0, show_default=True,
@@ -59,11 +63,16 @@ from tokendp.text.sensitivity import TIERS
               help="Seed of the privacy noise and the schedule's jitter [default: from the OS; set only to reproduce a test].")
 @click.option("--text-field", default="text", show_default=True, help="Field of each record that holds its text.")
 @click.option("--device", default=None, help="torch device [default: cuda if available, else cpu].")
+@click.option("--checkpoint-every", type=click.IntRange(min=1), default=200, show_default=True,
+              help="Steps between checkpoints (a rerun of the same command resumes from the last).")
+@click.option("--threads", type=click.IntRange(min=1), default=None,
+              help="Torch CPU threads [default: torch's]; 1 is fastest on a shared, busy CPU.")
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
 @library_errors
 def finetune(data, method, out, base, epsilon, delta, noise_multiplier, tier, weight, sensitive_weight_target,
-             sensitive_fraction, gamma, jitter, ceiling, epochs, batch_size, lr, clip_norm, max_length, lora_r, lora_alpha,
-             canaries, canary_repeats, grad_sample_mode, seed, noise_seed, text_field, device, as_json) -> None:
+             sensitive_fraction, gamma, jitter, ceiling, epochs, steps, batch_size, lr, clip_norm, max_length, truncate, lora_r,
+             lora_alpha, canaries, canary_repeats, grad_sample_mode, seed, noise_seed, text_field, device,
+             checkpoint_every, threads, as_json) -> None:
     """Fine-tune a causal LM on a private corpus, (epsilon, delta)-DP per record with dpsgd or atdp.
 
     The guarantee is per record (sample-level): a person with k records is covered only by group
@@ -88,11 +97,15 @@ def finetune(data, method, out, base, epsilon, delta, noise_multiplier, tier, we
     from tokendp.finetune import FinetuneConfig
     from tokendp.finetune import finetune as run
 
-    config = FinetuneConfig(method=method, epochs=epochs, batch_size=batch_size, lr=lr, max_length=max_length, lora_r=lora_r,
-                            lora_alpha=lora_alpha, epsilon=epsilon, delta=delta, noise_multiplier=noise_multiplier,
+    if threads is not None:
+        import torch
+
+        torch.set_num_threads(threads)
+    config = FinetuneConfig(method=method, epochs=epochs, steps=steps, batch_size=batch_size, lr=lr, max_length=max_length,
+                            truncate=truncate, lora_r=lora_r, lora_alpha=lora_alpha, epsilon=epsilon, delta=delta, noise_multiplier=noise_multiplier,
                             clip_norm=clip_norm, tier=tier, weight=0.2 if weight is None else weight, gamma=gamma, jitter=jitter,
                             ceiling=ceiling, canaries=canaries, canary_repeats=canary_repeats, seed=seed, noise_seed=noise_seed,
-                            grad_sample_mode=grad_sample_mode, text_field=text_field)
+                            grad_sample_mode=grad_sample_mode, text_field=text_field, checkpoint_every=checkpoint_every)
     start = time.monotonic()
     with tqdm(unit="step", desc=method, disable=None) as bar:
         def on_progress(p) -> None:

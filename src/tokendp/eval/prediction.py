@@ -38,7 +38,7 @@ import math
 import time
 import zlib
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -66,11 +66,44 @@ values per buffer)."""
 @dataclass(frozen=True)
 class AdapterMethod:
     """A LoRA adapter scored alone: ``name`` labels its row; ``epsilon`` is its certified
-    guarantee when it has one (e.g. DP-SGD), else None (non-private)."""
+    guarantee when it has one (e.g. DP-SGD), else None (non-private); ``unit`` is what that
+    epsilon protects when known (``record`` for a ``tokendp finetune`` run)."""
 
     name: str
     path: str
     epsilon: float | None = None
+    unit: str | None = None
+
+
+FINETUNE_REPORT = "finetune.json"
+"""The report ``tokendp finetune`` writes beside its ``adapter/`` directory."""
+
+
+def certified_adapter(adapter: AdapterMethod, delta: float) -> AdapterMethod:
+    """The adapter with the guarantee of its ``tokendp finetune`` report, when its directory is
+    a run's ``OUT/adapter`` (``OUT/finetune.json`` beside it): its row then shows the epsilon
+    the accountant certified, per record, never a number typed by hand. Refused: an epsilon for
+    a run trained without DP, an epsilon below the certified one, and a certificate at a delta
+    above the evaluation's (the table states one delta for every row). Any other directory is
+    taken as given (``NAME=DIR`` no guarantee, ``NAME@EPS=DIR`` the caller's epsilon)."""
+    path = Path(adapter.path).parent / FINETUNE_REPORT
+    if not path.is_file():
+        return adapter
+    report = json.loads(path.read_text(encoding="utf-8"))
+    privacy = report.get("privacy")
+    if privacy is None:
+        if adapter.epsilon is not None:
+            raise InvalidParameterError(f"--adapter {adapter.name}: {path} says it was trained without DP "
+                                        f"(method {report.get('method')}); drop @{adapter.epsilon:g}")
+        return adapter
+    certified, at = float(privacy["epsilon"]), float(privacy["delta"])
+    if at > delta:
+        raise InvalidParameterError(f"--adapter {adapter.name}: certified at delta {at:g}, above this evaluation's "
+                                    f"--delta {delta:g}; evaluate at --delta {at:g} or train at a smaller delta")
+    if adapter.epsilon is not None and adapter.epsilon < certified * (1 - 1e-9):
+        raise InvalidParameterError(f"--adapter {adapter.name}@{adapter.epsilon:g}: {path} certifies epsilon "
+                                    f"{certified:.6g}, more than the {adapter.epsilon:g} claimed")
+    return AdapterMethod(adapter.name, adapter.path, certified, "record")
 
 
 @dataclass(frozen=True)
@@ -105,9 +138,10 @@ class PredictEvalConfig:
             raise InvalidParameterError("pmixed needs at least one epsilon (--epsilon 1,3,8)")
         if not (isinstance(self.delta, (int, float)) and 0 < self.delta < 1):
             raise InvalidParameterError(f"delta must be in (0, 1), got {self.delta!r}")
-        names = [a.name for a in self.adapters]
-        if len(set(names)) != len(names) or set(names) & set(METHODS):
-            raise InvalidParameterError(f"adapter names must be distinct and not one of {', '.join(METHODS)}")
+        rows = [(a.name, a.epsilon) for a in self.adapters]  # one name at several epsilons: one line of the plot
+        if len(set(rows)) != len(rows) or {a.name for a in self.adapters} & set(METHODS):
+            raise InvalidParameterError("adapter rows must be distinct (a name repeats only at other epsilons, as in "
+                                        f"dp-sgd@8=... dp-sgd@3=...) and not named {', '.join(METHODS)}")
         return self
 
 
@@ -149,9 +183,34 @@ def make_settings(config: PredictEvalConfig, ensemble_size: int) -> list[Setting
                 out.append(Setting(f"pmixed q={q:g}", f"eps {eps:g}", certified, alpha=alpha, beta=beta,
                                    sample_rate=q))
     for i, a in enumerate(config.adapters):
-        out.append(Setting(a.name, a.name + ("" if a.epsilon is None else f" (eps {a.epsilon:g})"), a.epsilon,
+        out.append(Setting(a.name, a.name + _guarantee_label(a), a.epsilon,
                            adapter=adapter_name(i), source=_stamp(Path(a.path) / "adapter_model.safetensors")))
     return out
+
+
+def _recorded_base(adapter_dir: Path) -> str | None:
+    """The base model an adapter was trained on, as peft recorded it (None when unrecorded)."""
+    config = Path(adapter_dir) / "adapter_config.json"
+    recorded = json.loads(config.read_text(encoding="utf-8")).get("base_model_name_or_path") if config.is_file() else None
+    return str(Path(recorded).resolve()) if recorded and Path(recorded).is_dir() else recorded
+
+
+def check_same_base(members: dict[str, Path], adapters: Sequence[AdapterMethod]) -> None:
+    """Refuse an adapter whose recorded base model differs from the ensemble members': its
+    LoRA deltas would be read on weights it was not trained on (same shapes, wrong numbers)."""
+    bases = {b for b in map(_recorded_base, members.values()) if b}
+    for a in adapters:
+        own = _recorded_base(Path(a.path))
+        if own and bases and own not in bases:
+            raise InvalidInputError(f"--adapter {a.name}: trained on base model {own}, the ensemble on "
+                                    f"{', '.join(sorted(bases))}; train both on the same base")
+
+
+def _guarantee_label(adapter: AdapterMethod) -> str:
+    """" (eps 8)", " (eps 8 per record)" or "" (no guarantee), for an adapter row's setting."""
+    if adapter.epsilon is None:
+        return ""
+    return f" (eps {adapter.epsilon:.3g}" + (f" per {adapter.unit})" if adapter.unit else ")")
 
 
 def _stamp(path: Path) -> str:
@@ -248,10 +307,12 @@ def evaluate_prediction(config: PredictEvalConfig, out_dir: str | Path, *, backe
     """
     started = time.perf_counter()
     config = config.check()
+    config = replace(config, adapters=tuple(certified_adapter(a, config.delta) for a in config.adapters))
     manifest = read_manifest(config.ensemble)
     shards = manifest.shard_names
     settings = make_settings(config, len(shards))
     extra = {adapter_name(i): Path(a.path) for i, a in enumerate(config.adapters)}
+    check_same_base(manifest.adapter_dirs(config.ensemble), config.adapters)
     if backend is None:
         backend = load_model(config.base or manifest.base_model, device=device, dtype=dtype,
                              adapters={**manifest.adapter_dirs(config.ensemble), **extra})

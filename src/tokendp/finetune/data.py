@@ -47,12 +47,15 @@ def token_weights(offsets: Sequence[tuple[int, int]], spans: Sequence[Span], wei
     return tuple(1.0 if any(a < s.end and s.start < b for s in spans) else weight for a, b in offsets)
 
 
-def build_records(texts: Sequence[str], tokenizer: Any, *, max_length: int, weight: float = 1.0,
+def build_records(texts: Sequence[str], tokenizer: Any, *, max_length: int, weight: float = 1.0, truncate: bool = False,
                   detect: Callable[[str], list[Span]] | None = None, on_record: Callable[[int], None] | None = None) -> list[Record]:
     """Tokenise every text into one :class:`Record` (BOS/EOS as the tokenizer adds them).
 
     Raises before any training if a text is empty, has fewer than 2 tokens (no next-token loss)
     or more than ``max_length`` tokens; messages give the record's position, never its text.
+    With ``truncate`` a longer text keeps its first ``max_length`` tokens instead (as
+    ``ensemble train`` reads its shards): the cut record is still one record, one privacy unit,
+    and depends on its own text only.
     """
     if not texts:
         raise InvalidInputError("the corpus holds no records")
@@ -62,6 +65,8 @@ def build_records(texts: Sequence[str], tokenizer: Any, *, max_length: int, weig
     for i, text in enumerate(texts):
         encoded = tokenizer(text, return_offsets_mapping=detect is not None)
         ids = list(encoded["input_ids"])
+        if truncate:
+            ids = ids[:max_length]
         if len(ids) > max_length:
             raise InvalidInputError(
                 f"record {i + 1} has {len(ids)} tokens, more than the context of {max_length}; split long records "
@@ -71,7 +76,8 @@ def build_records(texts: Sequence[str], tokenizer: Any, *, max_length: int, weig
         if detect is None:
             weights = (1.0,) * len(ids)
         else:
-            weights = token_weights([tuple(o) for o in encoded["offset_mapping"]], detect(text), weight)
+            offsets = [tuple(o) for o in encoded["offset_mapping"]][:len(ids)]
+            weights = token_weights(offsets, detect(text), weight)
         records.append(Record(tuple(ids), weights))
         if on_record is not None:
             on_record(1)

@@ -31,6 +31,7 @@ CANARY_FILE = "canaries.json"
 PLAN_FILE = ".plan.json"
 ADAPTER_DIR = "adapter"
 FORMAT = "tokendp.finetune/1"
+DEFAULT_EPOCHS = 3
 
 
 @dataclass(frozen=True)
@@ -38,10 +39,12 @@ class FinetuneConfig:
     """Every parameter of a run; all public (none is computed from the corpus but its size)."""
 
     method: str = "atdp"
-    epochs: int = 3
+    epochs: int | None = None  # None: DEFAULT_EPOCHS, or one pass of ``steps`` steps
     batch_size: int = 16
     lr: float = 1e-3
     max_length: int = 256
+    steps: int | None = None  # instead of epochs: this many steps in all (one pass)
+    truncate: bool = False  # cut a record longer than max_length to its first tokens (still one record)
     lora_r: int = 8
     lora_alpha: float = 16.0
     epsilon: float | None = None
@@ -66,8 +69,13 @@ class FinetuneConfig:
         if self.method not in METHODS:
             raise InvalidParameterError(f"unknown method {self.method!r}; choose one of {', '.join(METHODS)}")
         check_tier(self.tier)
-        for name in ("epochs", "batch_size", "max_length", "checkpoint_every"):
+        if self.epochs is not None and self.steps is not None:
+            raise InvalidParameterError("give --epochs or --steps, not both")
+        for name in ("batch_size", "max_length", "checkpoint_every"):
             _integer(name, getattr(self, name), 1)
+        for name in ("epochs", "steps"):
+            if getattr(self, name) is not None:
+                _integer(name, getattr(self, name), 1)
         for name in ("lora_r", "canaries", "canary_repeats"):
             _integer(name, getattr(self, name), 0)
         for name in ("lr", "lora_alpha", "clip_norm"):
@@ -89,6 +97,11 @@ class FinetuneConfig:
             raise InvalidParameterError("--method none trains without DP: drop --epsilon and --noise-multiplier")
         return self
 
+    @property
+    def passes(self) -> int:
+        """Epochs of the schedule: ``epochs``, or 1 when the run is given as ``steps``."""
+        return 1 if self.steps is not None else (self.epochs or DEFAULT_EPOCHS)
+
 
 def _integer(name: str, value: Any, minimum: int) -> None:
     if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
@@ -108,13 +121,13 @@ def make_plan(config: FinetuneConfig, records: int, draws: list[float]) -> dict[
 
     private = config.method != "none"
     q = min(1.0, config.batch_size / records)
-    steps_per_epoch = max(1, round(records / config.batch_size)) if private else math.ceil(records / config.batch_size)
-    plan: dict[str, Any] = {"private": private, "records": records, "epochs": config.epochs, "steps_per_epoch": steps_per_epoch,
+    steps_per_epoch = _steps_per_epoch(config, records)
+    plan: dict[str, Any] = {"private": private, "records": records, "epochs": config.passes, "steps_per_epoch": steps_per_epoch,
                             "batch_size": config.batch_size, "sampling_rate": q if private else None}
     if not private:
         return plan
     atdp = config.method == "atdp"
-    multipliers = rise_and_reset(epochs=config.epochs, gamma=config.gamma if atdp else 0.0,
+    multipliers = rise_and_reset(epochs=config.passes, gamma=config.gamma if atdp else 0.0,
                                             ceiling=config.ceiling if atdp else 1.0, jitter=config.jitter if atdp else 0.0,
                                             draws=draws)
     common = {"multipliers": multipliers, "steps_per_epoch": steps_per_epoch, "sampling_rate": q, "delta": config.delta}
@@ -126,6 +139,19 @@ def make_plan(config: FinetuneConfig, records: int, draws: list[float]) -> dict[
                 sigma_per_epoch=(sigma0 * multipliers).tolist(),
                 epsilon=schedule_epsilon(noise_multiplier=sigma0, **common))
     return plan
+
+
+def _steps_per_epoch(config: FinetuneConfig, records: int) -> int:
+    """Steps of one epoch: ``steps`` when given, else N / batch (rounded for DP's Poisson
+    sampling, whose batches are batch-sized on average; every record once without DP). Without
+    DP, ``steps`` may not exceed one shuffled pass (use epochs for more)."""
+    full = math.ceil(records / config.batch_size)
+    if config.steps is None:
+        return max(1, round(records / config.batch_size)) if config.method != "none" else full
+    if config.method == "none" and config.steps > full:
+        raise InvalidParameterError(f"--steps {config.steps} is more than one pass over {records} records in batches of "
+                                    f"{config.batch_size} ({full} steps); use --epochs for more than one pass")
+    return config.steps
 
 
 # ------------------------------------------------------------------------------- model
@@ -219,9 +245,11 @@ def finetune(data: str | Path | None = None, *, out: str | Path, base: str = "ti
         saved = json.loads(plan_path.read_text(encoding="utf-8"))
         if saved["settings"] != settings:
             raise InvalidInputError(f"{root} holds a run with other data or settings; use a new --out (or the same settings to resume)")
+        if (root / REPORT_FILE).is_file():  # finished: its model is out; training again would be a second release
+            return json.loads((root / REPORT_FILE).read_text(encoding="utf-8"))
         plan = saved["plan"]
     else:  # one record per text: the plan needs only their number, and refuses an unreachable epsilon now
-        draws = [] if noise is None else torch.rand(config.epochs - 1, generator=noise, dtype=torch.float64).tolist()
+        draws = [] if noise is None else torch.rand(config.passes - 1, generator=noise, dtype=torch.float64).tolist()
         plan = make_plan(config, len(corpus), draws)
     phase("loading model")
     backend = load_base(base, device=device)
@@ -234,7 +262,7 @@ def finetune(data: str | Path | None = None, *, out: str | Path, base: str = "ti
     max_context = backend.max_context
     if max_context is not None and config.max_length > max_context:
         raise InvalidParameterError(f"--max-length {config.max_length} exceeds the model's context of {max_context} tokens")
-    records = build_records(corpus, backend.tokenizer, max_length=config.max_length,
+    records = build_records(corpus, backend.tokenizer, max_length=config.max_length, truncate=config.truncate,
                             weight=config.weight if config.method == "atdp" else 1.0, detect=detect)
     root.mkdir(parents=True, exist_ok=True)
     if not plan_path.is_file():
@@ -245,7 +273,7 @@ def finetune(data: str | Path | None = None, *, out: str | Path, base: str = "ti
     if not config.lora_r:
         model.requires_grad_(True)
     sigmas = tuple(s for s in plan.get("sigma_per_epoch", []) for _ in range(plan["steps_per_epoch"]))
-    run_plan = Plan(private=plan["private"], epochs=config.epochs, steps_per_epoch=plan["steps_per_epoch"],
+    run_plan = Plan(private=plan["private"], epochs=config.passes, steps_per_epoch=plan["steps_per_epoch"],
                     batch_size=config.batch_size, sampling_rate=plan["sampling_rate"] or 1.0, sigmas=sigmas,
                     clip_norm=config.clip_norm, lr=config.lr, epsilon_budget=plan.get("epsilon"),
                     delta=config.delta if plan["private"] else None)
@@ -266,11 +294,11 @@ def finetune(data: str | Path | None = None, *, out: str | Path, base: str = "ti
 
 
 def _report(config: FinetuneConfig, base: str, plan: dict[str, Any], trainer: Any, canaries: list) -> dict[str, Any]:
-    keep = ("epochs", "batch_size", "lr", "max_length", "clip_norm", "seed", "grad_sample_mode")
+    keep = ("batch_size", "lr", "max_length", "truncate", "clip_norm", "seed", "grad_sample_mode")
     report: dict[str, Any] = {
         "format": FORMAT, "method": config.method, "base": str(base), "records": plan["records"],
         "steps": trainer.step, "steps_per_epoch": plan["steps_per_epoch"],
-        "training": {k: getattr(config, k) for k in keep},
+        "training": {"epochs": config.passes, **{k: getattr(config, k) for k in keep}},
         "lora": ({"r": config.lora_r, "alpha": config.lora_alpha, "targets": "all-linear", "merged": True, "adapter": ADAPTER_DIR}
                  if config.lora_r else None),
         "train_seconds": round(trainer.elapsed, 1),
