@@ -7,7 +7,7 @@ import math
 import torch
 
 from tokendp.accounting import dp_fusion_epsilon
-from tokendp.fusion import FusionJob
+from tokendp.fusion import FusionJob, prepare_documents
 from tokendp.text.contexts import DocumentContexts, GroupInfo
 
 
@@ -17,9 +17,10 @@ def test_the_mechanism_gets_the_accounted_beta_exactly():
     beta = math.exp(-1.0)
     assert float(torch.tensor(beta, dtype=torch.float32)) > beta
     ctx = DocumentContexts(((1, 2, 3), (1, 4, 3)), (GroupInfo("PERSON", 1, 1),), 3, (1, 4, 3))
-    job = FusionJob("dp-fusion", [2.0], 1e-5, [ctx], [10], beta, None)
+    job = FusionJob("dp-fusion", 1e-5, prepare_documents("dp-fusion", 2.0, 1e-5, [ctx], [10], beta=beta, epsilon=None))
     seen = {}
     job.mechanisms[0].step = lambda logits, betas, **kw: seen.setdefault("betas", betas)
     job.step(torch.zeros(1, 2, 5), torch.tensor([0]), 1.0)
     assert seen["betas"].dtype == torch.float64 and seen["betas"].item() == beta
-    assert job.epsilons(0) == [dp_fusion_epsilon(alpha=2.0, beta=beta, groups=1, max_tokens=10, delta=1e-5)]
+    assert [g.epsilon for g in job.documents[0].groups] == [
+        dp_fusion_epsilon(alpha=2.0, beta=beta, groups=1, max_tokens=10, delta=1e-5)]

@@ -18,11 +18,12 @@ RANK = {
     "accounting": 2, "text": 2,
     "divergence": 3, "models": 3,
     "mechanisms": 4, "backends": 4, "sampling": 4, "logits_processors": 4, "drafts": 4,
-    "generation": 5, "ensemble": 5, "fusion": 5,
-    "sanitize": 6, "synthesize": 6, "predict": 6, "finetune": 6, "generate": 6,
-    "eval": 7,
-    "service": 8, "engines": 8,
-    "cli": 9, "__main__": 10,
+    "generation": 5, "ensemble": 5,
+    "fusion": 6,
+    "sanitize": 7, "synthesize": 7, "predict": 7, "finetune": 7, "generate": 7,
+    "eval": 8,
+    "service": 9, "engines": 9,
+    "cli": 10, "__main__": 11,
 }
 
 

@@ -1,17 +1,22 @@
 """The DP-Fusion job core that ``sanitize`` and ``generate`` share: budgets, order, ledgers, step.
 
 A job hands over the contexts of its documents (:class:`~tokendp.text.contexts.DocumentContexts`:
-row 0 public, row i showing only privacy group i) and T per document; :class:`FusionJob` fixes
-everything the guarantee depends on before the first token, from public parameters only:
+row 0 public, row i showing only privacy group i) and T per document; :func:`prepare_documents`
+fixes everything the guarantee depends on before the first token, from public parameters only
+(:class:`PreparedDocument`):
 
     beta_i     given, or dp_fusion_beta(epsilon_i, alpha, m, T, delta) (the largest beta meeting it)
     epsilon_i  dp_fusion_epsilon(alpha, beta_i, groups=m, max_tokens=T, delta)
 
 with m the number of groups of the document (docs/privacy.md, "DP-Fusion (document
-sanitization)"). It builds one :class:`~tokendp.accounting.Ledger` per document holding
-epsilon_i per group, the sequences for the engine, the step (the bound
-:class:`~tokendp.mechanisms.DPFusion` over the active documents, padded groups masked) and the
-charge (every group of every active document, before the token is sampled).
+sanitization)"). A :class:`PreparedFusion` holds the prepared documents with the backend and the
+decoding settings: what a job will certify is known, and every parameter checked, before it
+runs (the service reserves a request's budget from it: docs/service.md). :func:`run_fusion`
+then builds a :class:`FusionJob` from the prepared documents, unchanged: one
+:class:`~tokendp.accounting.Ledger` per document holding epsilon_i per group, the sequences for
+the engine, the step (the bound :class:`~tokendp.mechanisms.DPFusion` over the active documents,
+padded groups masked) and the charge (every group of every active document, before the token is
+sampled).
 
 ``method="original"`` reads the row with everything visible (no privacy, for comparison);
 ``method="public"`` reads row 0 only, so the output does not depend on any group: epsilon 0.
@@ -19,17 +24,20 @@ charge (every group of every active document, before the token is sampled).
 
 from __future__ import annotations
 
+import dataclasses
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any, Literal
 
 import torch
 
-from tokendp.accounting import Ledger, dp_fusion_beta, dp_fusion_epsilon
-from tokendp.backends import RowSequence
+from tokendp.accounting import Ledger, dp_fusion_beta, dp_fusion_epsilon, dp_fusion_rdp_per_token
+from tokendp.backends import HFBackend, RowSequence
 from tokendp.drafts import PromptLookup
 from tokendp.errors import InvalidInputError, InvalidParameterError
+from tokendp.generation import Generated, generate, make_generators
+from tokendp.logits_processors import PublicLogitsProcessor
 from tokendp.mechanisms import DPFusion, MechanismStep
 from tokendp.text.contexts import DocumentContexts
 from tokendp.text.spans import Span
@@ -41,6 +49,8 @@ DIAGNOSTICS_NOTE = ("data-dependent diagnostics, NOT part of the privacy guarant
                     "from the private text, so do not publish them with the output")
 ALPHA_GRID = (1.25, 1.5, 1.75, 2.0, 2.5, 3.0, 3.5, 4.0, 5.0, 6.0, 8.0, 10.0, 12.0, 16.0, 24.0, 32.0, 64.0)
 DEFAULT_ALPHA = 2.0
+MAX_ALPHA = 1024.0  # above this, alpha * beta and (alpha - 1) * divergence leave float64's useful range
+MIN_TEMPERATURE = 1e-3  # below this, logits / temperature overflow float32 (temperature 0: greedy)
 
 
 @dataclass(frozen=True)
@@ -93,12 +103,12 @@ def check_params(method: str, alpha: float | None, delta: float, temperature: fl
     """Validate a job's privacy parameters; messages name the parameter and what to do."""
     if method not in METHODS:
         raise InvalidParameterError(f"method must be one of {METHODS}, got {method!r}")
-    if alpha is not None and not (isinstance(alpha, (int, float)) and math.isfinite(alpha) and alpha > 1):
-        raise InvalidParameterError(f"alpha (the Renyi order) must be a finite number > 1, got {alpha!r}")
-    if not (isinstance(delta, (int, float)) and 0 < delta < 1):
+    if alpha is not None and not (_is_number(alpha) and 1 < alpha <= MAX_ALPHA):
+        raise InvalidParameterError(f"alpha (the Renyi order) must be a number in (1, {MAX_ALPHA:g}], got {alpha!r}; "
+                                    "typical choices are 2 to 10, or leave it out to let tokendp choose")
+    if not (_is_number(delta) and 0 < delta < 1):
         raise InvalidParameterError(f"delta must be in (0, 1), for example 1e-5; got {delta!r}")
-    if not (isinstance(temperature, (int, float)) and math.isfinite(temperature) and temperature >= 0):
-        raise InvalidParameterError(f"temperature must be a finite number >= 0, got {temperature!r}")
+    check_temperature(temperature)
     if method == "dp-fusion":
         if (beta is None) == (epsilon is None):
             raise InvalidParameterError("DP-Fusion needs exactly one of beta= or epsilon= "
@@ -106,6 +116,17 @@ def check_params(method: str, alpha: float | None, delta: float, temperature: fl
         if temperature == 0:
             raise InvalidParameterError("temperature 0 (greedy decoding) gives no privacy guarantee; "
                                         "use temperature > 0, or method='original' for a greedy comparison")
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def check_temperature(temperature: float) -> None:
+    """0 (greedy; refused by private methods) or a finite number >= :data:`MIN_TEMPERATURE`."""
+    if not (_is_number(temperature) and (temperature == 0 or temperature >= MIN_TEMPERATURE)):
+        raise InvalidParameterError(f"temperature must be 0 (greedy) or a finite number >= {MIN_TEMPERATURE:g}, "
+                                    f"got {temperature!r}")
 
 
 def per_group(value: Budget, names: Sequence[str], what: str) -> list[float]:
@@ -195,58 +216,145 @@ def spans_of(text: str, spans: Sequence[Span | Mapping] | None, tagger: Any) -> 
                                 "character offsets") from None
 
 
+# ---------------------------------------------------------------------------- preparation
+@dataclass(frozen=True)
+class PreparedDocument:
+    """One document ready to decode: its rows, T, the order alpha and, per group, beta_i and the
+    certified epsilon_i, all fixed from public parameters before the first token."""
+
+    context: DocumentContexts
+    max_new_tokens: int
+    alpha: float
+    betas: tuple[float, ...] | None  # None: original or public, which run no mechanism
+    groups: tuple[GroupReport, ...]  # the certificate, one entry per group of ``context``
+
+    def rdp(self) -> tuple[float | None, ...]:
+        """Per group, the Renyi divergence at order alpha that all T tokens may cost it:
+        T r_i (:func:`~tokendp.accounting.dp_fusion_rdp_per_token`); 0 when no token reads the
+        group (``public``), None when there is no guarantee (``original``)."""
+        if self.betas is None:
+            return tuple(None if g.epsilon is None else 0.0 for g in self.groups)
+        m = len(self.betas)
+        return tuple(self.max_new_tokens * dp_fusion_rdp_per_token(alpha=self.alpha, beta=b, groups=m)
+                     for b in self.betas)
+
+
+def prepare_documents(method: str, alpha: float | None, delta: float, contexts: Sequence[DocumentContexts],
+                      limits: Sequence[int], *, beta: Budget, epsilon: Budget) -> list[PreparedDocument]:
+    """Each document's order, betas and certificate (module docstring); every value the
+    guarantee rests on is checked here, before anything runs."""
+    alphas = resolve_alphas(method, alpha, contexts, limits, epsilon, delta=delta)
+    return [_prepare(method, a, delta, c, t, beta, epsilon) for c, a, t in zip(contexts, alphas, limits)]
+
+
+def _prepare(method: str, alpha: float, delta: float, ctx: DocumentContexts, t: int, beta: Budget,
+             epsilon: Budget) -> PreparedDocument:
+    if method != "dp-fusion":
+        value = 0.0 if method == "public" else None
+        reports = tuple(GroupReport(g.name, g.n_spans, g.n_tokens, value, value) for g in ctx.groups)
+        return PreparedDocument(ctx, t, float(alpha), None, reports)
+    betas = group_betas(ctx, alpha=alpha, delta=delta, max_tokens=t, beta=beta, epsilon=epsilon)
+    m = len(ctx.groups)
+    epsilons = [dp_fusion_epsilon(alpha=alpha, beta=b, groups=m, max_tokens=t, delta=delta) for b in betas]
+    if not all(math.isfinite(e) for e in epsilons):
+        raise InvalidParameterError(f"alpha {alpha:g} with these betas certifies no finite epsilon; "
+                                    "lower beta or choose alpha between 1.25 and 64")
+    reports = tuple(GroupReport(g.name, g.n_spans, g.n_tokens, b, e) for g, b, e in zip(ctx.groups, betas, epsilons))
+    return PreparedDocument(ctx, t, float(alpha), tuple(betas), reports)
+
+
+@dataclass(frozen=True)
+class Decoding:
+    """How a job decodes, the same for every document of a batch: public settings that do not
+    change the certificate (temperature enters the mechanism's input, not its bound)."""
+
+    temperature: float
+    stop: tuple[str, ...] = ()
+    no_repeat_ngram_size: int = 0
+    repetition_penalty: float = 1.0
+    speculative: bool | None = None
+    draft_tokens: int = 4
+
+    def __post_init__(self) -> None:  # the processor validates its own two settings
+        PublicLogitsProcessor(repetition_penalty=self.repetition_penalty,
+                              no_repeat_ngram_size=self.no_repeat_ngram_size)
+
+    def constraints(self) -> dict[str, Any]:
+        """The public decoding constraints, as the report lists them."""
+        return {"no_repeat_ngram_size": self.no_repeat_ngram_size, "repetition_penalty": self.repetition_penalty}
+
+
+@dataclass(frozen=True)
+class PreparedFusion:
+    """A DP-Fusion job that has passed every check and whose certificate is fixed: run it with
+    :func:`run_fusion`. Jobs with equal :meth:`settings` can run as one batch (:meth:`concat`)."""
+
+    method: str
+    delta: float
+    backend: HFBackend
+    documents: tuple[PreparedDocument, ...]
+    decoding: Decoding
+    placeholder: int  # the token that hides a private token (never guessed by the drafter)
+
+    def settings(self) -> tuple:
+        """Everything but the documents: equal settings may share a batch."""
+        return (type(self), self.method, self.delta, id(self.backend), self.decoding, self.placeholder)
+
+    @classmethod
+    def concat(cls, jobs: Sequence[PreparedFusion]) -> PreparedFusion:
+        """One job over the documents of ``jobs`` (equal settings), each document unchanged."""
+        if len({j.settings() for j in jobs}) != 1:
+            raise ValueError("only prepared jobs with equal settings can share a batch")
+        return dataclasses.replace(jobs[0], documents=tuple(d for j in jobs for d in j.documents))
+
+
+def run_fusion(prepared: PreparedFusion, *, seed: int | Sequence[int] | None = None,
+               on_token: Callable[[int, int], None] | None = None) -> tuple[FusionJob, list[Generated]]:
+    """Decode the prepared documents; the job (its ledgers and diagnostics) and the outputs."""
+    backend, d, n = prepared.backend, prepared.decoding, len(prepared.documents)
+    job = FusionJob(prepared.method, prepared.delta, prepared.documents)
+    outputs = generate(backend, job.sequences(), job.step, max_new_tokens=[doc.max_new_tokens for doc in job.documents],
+                       temperature=d.temperature, generator=make_generators(seed, n), eos_ids=backend.eos_token_ids,
+                       stop_strings=[*backend.options.get("stop", []), *d.stop], charge=job.charge, on_token=on_token,
+                       logits_processor=PublicLogitsProcessor(repetition_penalty=d.repetition_penalty,
+                                                              no_repeat_ngram_size=d.no_repeat_ngram_size),
+                       drafter=drafter(d.speculative, d.draft_tokens, n, prepared.placeholder))
+    return job, outputs
+
+
 # ---------------------------------------------------------------------------- the job
 class FusionJob:
-    """One batch of documents under one method: rows, the bound mechanisms, ledgers, epsilons.
+    """One batch of prepared documents under one method: rows, the bound mechanisms, ledgers.
 
-    Document i has its own Renyi order ``alphas[i]``; the documents of one order share one
+    Document i has its own Renyi order; the documents of one order share one
     :class:`~tokendp.mechanisms.DPFusion`, and a step runs each order's mechanism on its documents.
     """
 
-    def __init__(self, method: str, alphas: Sequence[float], delta: float, contexts: list[DocumentContexts],
-                 limits: list[int], beta: Budget, epsilon: Budget) -> None:
-        self.method, self.alphas, self.delta = method, [float(a) for a in alphas], float(delta)
-        self.contexts, self.limits = contexts, limits
-        self.betas = [group_betas(c, alpha=a, delta=delta, max_tokens=t, beta=beta, epsilon=epsilon)
-                      if method == "dp-fusion" else None for c, a, t in zip(contexts, self.alphas, limits)]
-        self.ledgers = [self._ledger(i) for i in range(len(contexts))]
+    def __init__(self, method: str, delta: float, documents: Sequence[PreparedDocument]) -> None:
+        self.method, self.delta, self.documents = method, float(delta), tuple(documents)
+        self.alphas = [d.alpha for d in self.documents]
+        self.contexts = [d.context for d in self.documents]
+        self.ledgers = [self._ledger(d) for d in self.documents]
         orders = sorted(set(self.alphas))
         self.mechanisms = [DPFusion(alpha=a) for a in orders] if method == "dp-fusion" else []
         self.order_of = torch.tensor([orders.index(a) for a in self.alphas])  # (N,): index into mechanisms
-        self.events = [self.mechanisms[int(k)].event(betas={g.name: x for g, x in zip(c.groups, b)}) if b else {}
-                       for c, b, k in zip(contexts, self.betas, self.order_of)]
-        width = max(max(len(c.groups) for c in contexts), 1)
+        self.events = [self.mechanisms[int(k)].event(betas={g.name: x for g, x in zip(d.context.groups, d.betas)})
+                       if d.betas else {} for d, k in zip(self.documents, self.order_of)]
+        width = max(max(len(c.groups) for c in self.contexts), 1)
         # float64, the accountant's beta exactly: a float32 beta can round up, above the charged cap
-        self.beta_t = torch.zeros((len(contexts), width), dtype=torch.float64)  # (N, m_max)
-        self.mask_t = torch.zeros((len(contexts), width), dtype=torch.bool)  # (N, m_max)
-        for i, b in enumerate(self.betas):
-            if b:
-                self.beta_t[i, :len(b)] = torch.tensor(b, dtype=torch.float64)
-                self.mask_t[i, :len(b)] = True
+        self.beta_t = torch.zeros((len(self.documents), width), dtype=torch.float64)  # (N, m_max)
+        self.mask_t = torch.zeros((len(self.documents), width), dtype=torch.bool)  # (N, m_max)
+        for i, d in enumerate(self.documents):
+            if d.betas:
+                self.beta_t[i, :len(d.betas)] = torch.tensor(d.betas, dtype=torch.float64)
+                self.mask_t[i, :len(d.betas)] = True
         self.padded = not bool(self.mask_t.all())  # else the mechanism needs no group mask
 
-    def epsilons(self, i: int) -> list[float | None]:
-        """Document i's certified epsilon per group (None: no guarantee, ``original``)."""
-        c, b = self.contexts[i], self.betas[i]
-        if self.method == "original":
-            return [None] * len(c.groups)
-        if self.method == "public":
-            return [0.0] * len(c.groups)
-        return [dp_fusion_epsilon(alpha=self.alphas[i], beta=x, groups=len(c.groups), max_tokens=self.limits[i],
-                                  delta=self.delta) for x in b]
-
-    def group_reports(self, i: int) -> tuple[GroupReport, ...]:
-        c = self.contexts[i]
-        betas = self.betas[i] or [0.0 if self.method == "public" else None] * len(c.groups)
-        return tuple(GroupReport(g.name, g.n_spans, g.n_tokens, b, e)
-                     for g, b, e in zip(c.groups, betas, self.epsilons(i)))
-
-    def _ledger(self, i: int) -> Ledger | None:
-        """Document i's ledger, holding its certified epsilon per group."""
-        c, betas = self.contexts[i], self.betas[i]
-        if betas is None or not c.groups:
+    def _ledger(self, doc: PreparedDocument) -> Ledger | None:
+        """A document's ledger, holding its certified epsilon per group."""
+        if doc.betas is None or not doc.groups:
             return None
-        return Ledger({g.name: e for g, e in zip(c.groups, self.epsilons(i))}, delta=self.delta)
+        return Ledger({g.label: g.epsilon for g in doc.groups}, delta=self.delta)
 
     def sequences(self) -> list[RowSequence]:
         if self.method == "original":

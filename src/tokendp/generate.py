@@ -31,14 +31,11 @@ from typing import Any, Literal
 
 from tokendp.backends import HFBackend, load_backend
 from tokendp.errors import InvalidInputError, InvalidParameterError
-from tokendp.fusion import (Budget, FusionJob, FusionReport, Method, TextResult, check_known_groups, check_params,
-                            drafter, resolve_alphas, spans_of)
-from tokendp.generation import generate as run_engine
-from tokendp.generation import make_generators
-from tokendp.logits_processors import PublicLogitsProcessor
+from tokendp.fusion import (Budget, Decoding, FusionReport, Method, PreparedFusion, TextResult, check_known_groups,
+                            check_params, prepare_documents, run_fusion, spans_of)
 from tokendp.text.contexts import GroupSpec, placeholder_id, prompt_template
 from tokendp.text.prompts import (DEFAULT_GENERATE_INSTRUCTION, MAX_UNTRUSTED_TOKENS, STAND_IN, QuestionPlace,
-                                  build_prompt_contexts, is_untrusted)
+                                  build_prompt_contexts)
 from tokendp.text.spans import Span
 
 DEFAULT_MAX_NEW_TOKENS = 128
@@ -143,7 +140,7 @@ def generate_batch(
             a mapping names span groups and untrusted chunks (``{"PERSON": 4, "untrusted-1": 1}``).
         max_new_tokens: T, fixed before generation and counted in full (default 128); the
             prompt with its documents must leave room for it in the model's context.
-        temperature: sampling temperature (default 0.7; > 0; 0 = greedy, only for original/public).
+        temperature: sampling temperature (default 0.7; >= 0.001; 0 = greedy, only for original/public).
         seed: seed for reproducible sampling; None seeds from the OS (``secrets``).
         instruction: the line before the documents (:data:`DEFAULT_GENERATE_INSTRUCTION`).
         template: a plain template with ``{document}`` around the whole body (instruction,
@@ -161,10 +158,43 @@ def generate_batch(
             speculative, draft_tokens: as for :func:`tokendp.sanitize.sanitize_batch` (drafts come
             from the public row: the prompt, trusted text and stand-ins).
     """
+    prepared = prepare_generate(
+        prompts, context=context, spans=spans, untrusted=untrusted, tagger=tagger, model=model, method=method,
+        alpha=alpha, beta=beta, epsilon=epsilon, delta=delta, groups=groups, max_new_tokens=max_new_tokens,
+        temperature=temperature, instruction=instruction, template=template, placeholder=placeholder,
+        stand_in=stand_in, max_untrusted_tokens=max_untrusted_tokens, question=question, stop=stop,
+        on_overlap=on_overlap, device=device, dtype=dtype, no_repeat_ngram_size=no_repeat_ngram_size,
+        repetition_penalty=repetition_penalty, speculative=speculative, draft_tokens=draft_tokens)
+    return run_generate(prepared, seed=seed, on_token=on_token)
+
+
+@dataclass(frozen=True)
+class PreparedGenerate(PreparedFusion):
+    """A :func:`prepare_generate` job: a prepared DP-Fusion job and the public layout it reports."""
+
+    stand_in: str = STAND_IN
+    max_untrusted_tokens: int = MAX_UNTRUSTED_TOKENS
+
+
+def prepare_generate(
+    prompts: Sequence[str], *, context: Sequence[str | Sequence[str] | None] | None = None,
+    spans: Sequence[Spans | Sequence[Spans | None] | None] | None = None,
+    untrusted: Sequence[str | Sequence[str] | None] | None = None, tagger: str | Any = "auto",
+    model: str | Path | HFBackend | None = None, method: Method = "dp-fusion", alpha: float | None = None,
+    beta: Budget = None, epsilon: Budget = None, delta: float = 1e-5, groups: GroupSpec = "by-label",
+    max_new_tokens: int = DEFAULT_MAX_NEW_TOKENS, temperature: float = 0.7,
+    instruction: str = DEFAULT_GENERATE_INSTRUCTION, template: str | None = None, placeholder: str | None = None,
+    stand_in: str = STAND_IN, max_untrusted_tokens: int = MAX_UNTRUSTED_TOKENS, question: QuestionPlace = "last",
+    stop: Sequence[str] = (), on_overlap: Literal["merge", "error"] = "merge", device: str | None = None,
+    dtype: str | None = None, no_repeat_ngram_size: int = 0, repetition_penalty: float = 1.0,
+    speculative: bool | None = None, draft_tokens: int = 4,
+) -> PreparedGenerate:
+    """Check every parameter, tag, build the rows and fix each prompt's certificate, without
+    generating anything (parameters as for :func:`generate_batch`)."""
     check_params(method, alpha, delta, temperature, beta, epsilon)
     if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int) or max_new_tokens < 1:
         raise InvalidParameterError(f"max_new_tokens must be an integer >= 1, got {max_new_tokens!r}")
-    processor = PublicLogitsProcessor(repetition_penalty=repetition_penalty, no_repeat_ngram_size=no_repeat_ngram_size)
+    decoding = Decoding(temperature, tuple(stop), no_repeat_ngram_size, repetition_penalty, speculative, draft_tokens)
     if isinstance(prompts, str):
         raise InvalidInputError("generate_batch takes a list of prompts; use generate() for one")
     n = len(prompts)
@@ -192,25 +222,28 @@ def generate_batch(
                 for p, d, c in zip(prompts, docs, chunks)]
     for c in contexts:
         _check_fits(backend, c.rows, max_new_tokens)
-    limits = [max_new_tokens] * n
     for budget, what in ((beta, "beta"), (epsilon, "epsilon")):
         check_known_groups(budget, {g.name for c in contexts for g in c.groups}, what)
-    alphas = resolve_alphas(method, alpha, contexts, limits, epsilon, delta=delta)
-    job = FusionJob(method, alphas, delta, contexts, limits, beta, epsilon)
-    outputs = run_engine(backend, job.sequences(), job.step, max_new_tokens=limits, temperature=temperature,
-                         generator=make_generators(seed, len(contexts)), eos_ids=backend.eos_token_ids,
-                         stop_strings=[*opts.get("stop", []), *stop], charge=job.charge, on_token=on_token,
-                         logits_processor=processor, drafter=drafter(speculative, draft_tokens, n, ph))
-    decoding = {"no_repeat_ngram_size": no_repeat_ngram_size, "repetition_penalty": repetition_penalty}
+    documents = prepare_documents(method, alpha, delta, contexts, [max_new_tokens] * n, beta=beta, epsilon=epsilon)
+    return PreparedGenerate(method, float(delta), backend, tuple(documents), decoding, ph, stand_in,
+                            max_untrusted_tokens)
+
+
+def run_generate(prepared: PreparedGenerate, *, seed: int | Sequence[int] | None = None,
+                 on_token: Callable[[int, int], None] | None = None) -> list[GenerateResult]:
+    """Answer the prompts of a :func:`prepare_generate` job; each report certifies exactly the
+    prepared groups (span groups in ``groups``, untrusted chunks in ``untrusted``)."""
+    job, outputs = run_fusion(prepared, seed=seed, on_token=on_token)
     results = []
-    for i, out in enumerate(outputs):
-        reports = job.group_reports(i)
+    for i, (doc, out) in enumerate(zip(prepared.documents, outputs)):
+        untrusted = [info.untrusted for info in doc.context.groups]
         report = GenerateReport(
-            method, backend.name, job.alphas[i], job.delta, max_new_tokens, len(out.token_ids), out.stop_reason,
-            _guarantee(method, max_new_tokens), tuple(g for g in reports if not is_untrusted(g.label)),
-            job.diagnostics(i, out.diagnostics), decoding,
-            tuple(UntrustedReport(g.label, g.beta, g.epsilon) for g in reports if is_untrusted(g.label)), stand_in,
-            max_untrusted_tokens)
+            prepared.method, prepared.backend.name, doc.alpha, prepared.delta, doc.max_new_tokens, len(out.token_ids),
+            out.stop_reason, _guarantee(prepared.method, doc.max_new_tokens),
+            tuple(g for g, u in zip(doc.groups, untrusted) if not u), job.diagnostics(i, out.diagnostics),
+            prepared.decoding.constraints(),
+            tuple(UntrustedReport(g.label, g.beta, g.epsilon) for g, u in zip(doc.groups, untrusted) if u),
+            prepared.stand_in, prepared.max_untrusted_tokens)
         results.append(GenerateResult(out.text, report))
     return results
 

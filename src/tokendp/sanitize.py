@@ -28,12 +28,11 @@ from typing import Any, Literal
 
 from tokendp.backends import HFBackend, load_backend
 from tokendp.errors import InvalidInputError, InvalidParameterError
-from tokendp.fusion import (Budget, FusionJob, FusionReport, Method, TextResult, check_params, drafter,
-                            resolve_alphas, spans_of)
+from tokendp.fusion import (Budget, Decoding, FusionReport, Method, PreparedFusion, TextResult, check_params,
+                            prepare_documents, run_fusion, spans_of)
 from tokendp.fusion import choose_alpha  # noqa: F401 (re-exported: tokendp.sanitize.choose_alpha)
-from tokendp.generation import generate, make_generators
-from tokendp.logits_processors import PublicLogitsProcessor
-from tokendp.text.contexts import DocumentContexts, GroupSpec, build_contexts, placeholder_id, prompt_template
+from tokendp.text.contexts import (DocumentContexts, GroupSpec, PromptTemplate, build_contexts, placeholder_id,
+                                   prompt_template)
 from tokendp.text.spans import Span
 
 
@@ -50,14 +49,17 @@ class SanitizeResult(TextResult):
 
 
 # ---------------------------------------------------------------------------- the job
-def _default_tokens(backend: HFBackend, ctx: DocumentContexts, requested: int | None) -> int:
-    """T: the requested value (checked against the context), else 1.2x the document + 16."""
+def _default_tokens(backend: HFBackend, ctx: DocumentContexts, requested: int | None, limit: int | None) -> int:
+    """T: the requested value (checked against ``limit`` and the context), else 1.2x the
+    document + 16, within ``limit`` and the context."""
     if requested is not None:
-        if not (isinstance(requested, int) and requested >= 1):
+        if isinstance(requested, bool) or not isinstance(requested, int) or requested < 1:
             raise InvalidParameterError(f"max_new_tokens must be an integer >= 1, got {requested!r}")
+        if limit is not None and requested > limit:
+            raise InvalidParameterError(f"max_new_tokens {requested} is above the limit of {limit}; ask for fewer tokens")
         backend.check_fits(ctx.length, requested)
         return requested
-    tokens = math.ceil(1.2 * ctx.document_tokens) + 16
+    tokens = min(math.ceil(1.2 * ctx.document_tokens) + 16, limit or math.inf)
     room = (backend.max_context or ctx.length + tokens) - ctx.length
     if room < 1:
         backend.check_fits(ctx.length, 1)
@@ -82,7 +84,7 @@ def sanitize_batch(
     speculative: bool | None = None, draft_tokens: int = 4,
 ) -> list[SanitizeResult]:
     """Rewrite many documents in one batch (one forward pass per generated token for all, or
-    fewer with ``speculative``).
+    fewer with ``speculative``): :func:`prepare_sanitize`, then :func:`run_sanitize`.
 
     Args:
         texts: the documents.
@@ -93,15 +95,16 @@ def sanitize_batch(
             rewriter adapter; ``"smollm2"``; ``"tiny"``, the embedded 4.5M model), a local model
             directory, a hub id (in the local cache), an ``HFBackend``, or None for ``tiny``.
         method: ``"dp-fusion"`` (private), ``"original"`` (no privacy), ``"public"`` (epsilon 0).
-        alpha: the Renyi order of the DP-Fusion bound (> 1). Default: with ``epsilon``, the
-            order that allows the largest beta (:func:`choose_alpha`); with ``beta``, 2.
+        alpha: the Renyi order of the DP-Fusion bound (in (1, 1024]). Default: with ``epsilon``,
+            the order that allows the largest beta (:func:`choose_alpha`); with ``beta``, 2.
         beta, epsilon: exactly one for DP-Fusion: per group (a number for all groups, or a
             mapping group -> value). With epsilon, beta_i is the largest beta meeting it.
         delta: the delta of every group's (epsilon, delta) guarantee.
-        groups: ``"by-label"``, ``"single"`` or a mapping label -> group.
+        groups: ``"by-label"``, ``"single"`` or a mapping label -> group. Labels and groups may
+            not start with ``untrusted-`` (any case): that prefix names generate's untrusted chunks.
         max_new_tokens: T, fixed before generation (default: 1.2x the document's tokens + 16,
             within the model's context); the certificate counts all T tokens.
-        temperature: sampling temperature (> 0; 0 = greedy, only for original/public).
+        temperature: sampling temperature (>= 0.001; 0 = greedy, only for original/public).
         seed: seed for reproducible sampling: an int (document i's random stream is seeded with
             ``tokendp.generation.document_seed(seed, i)``), one seed per document (the corpus
             engines pass ``document_seed(seed, document id)``), or None (from the OS, ``secrets``).
@@ -124,8 +127,31 @@ def sanitize_batch(
             one document, off for several, where a pass is as wide as the longest draft in
             the batch and was measured no faster on a CPU (docs/performance.md).
     """
+    prepared = prepare_sanitize(
+        texts, spans=spans, tagger=tagger, model=model, method=method, alpha=alpha, beta=beta, epsilon=epsilon,
+        delta=delta, groups=groups, max_new_tokens=max_new_tokens, temperature=temperature, instruction=instruction,
+        template=template, placeholder=placeholder, stop=stop, on_overlap=on_overlap, device=device, dtype=dtype,
+        no_repeat_ngram_size=no_repeat_ngram_size, repetition_penalty=repetition_penalty, speculative=speculative,
+        draft_tokens=draft_tokens)
+    return run_sanitize(prepared, seed=seed, on_token=on_token)
+
+
+def prepare_sanitize(
+    texts: Sequence[str], *, spans: Sequence[Sequence[Span | Mapping] | None] | None = None,
+    tagger: str | Any = "auto", model: str | Path | HFBackend | None = "rewriter", method: Method = "dp-fusion",
+    alpha: float | None = None, beta: Budget = None, epsilon: Budget = None, delta: float = 1e-5,
+    groups: GroupSpec = "by-label", max_new_tokens: int | None = None, max_new_tokens_limit: int | None = None,
+    temperature: float = 1.0, instruction: str | None = None, template: str | None = None,
+    placeholder: str | None = None, stop: Sequence[str] = (), on_overlap: Literal["merge", "error"] = "merge",
+    device: str | None = None, dtype: str | None = None, no_repeat_ngram_size: int = 0,
+    repetition_penalty: float = 1.0, speculative: bool | None = None, draft_tokens: int = 4,
+) -> PreparedFusion:
+    """Check every parameter, tag, build the rows and fix each document's certificate, without
+    generating anything (parameters as for :func:`sanitize_batch`; ``max_new_tokens_limit``:
+    the most T allowed, which caps the default and refuses a larger request). The result's
+    ``documents[i].groups`` is document i's certificate, which :func:`run_sanitize` reports."""
     check_params(method, alpha, delta, temperature, beta, epsilon)
-    processor = PublicLogitsProcessor(repetition_penalty=repetition_penalty, no_repeat_ngram_size=no_repeat_ngram_size)
+    decoding = Decoding(temperature, tuple(stop), no_repeat_ngram_size, repetition_penalty, speculative, draft_tokens)
     if isinstance(texts, str):
         raise InvalidInputError("sanitize_batch takes a list of documents; use sanitize() for one")
     if spans is not None and len(spans) != len(texts):
@@ -139,22 +165,35 @@ def sanitize_batch(
     tok, opts = backend.tokenizer, backend.options
     tpl = prompt_template(tok, options=opts, instruction=instruction, template=template)
     ph = placeholder_id(tok, options=opts, placeholder=placeholder)
-    contexts = [build_contexts(t, spans_of(t, None if spans is None else spans[i], tagger), tok,
-                               template=tpl, placeholder=ph, groups=groups, on_overlap=on_overlap)
-                for i, t in enumerate(texts)]
-    limits = [_default_tokens(backend, c, max_new_tokens) for c in contexts]
-    alphas = resolve_alphas(method, alpha, contexts, limits, epsilon, delta=delta)
-    job = FusionJob(method, alphas, delta, contexts, limits, beta, epsilon)
-    outputs = generate(backend, job.sequences(), job.step, max_new_tokens=limits,
-                       temperature=temperature, generator=make_generators(seed, len(contexts)),
-                       eos_ids=backend.eos_token_ids, stop_strings=[*opts.get("stop", []), *stop],
-                       charge=job.charge, on_token=on_token, logits_processor=processor,
-                       drafter=drafter(speculative, draft_tokens, len(texts), ph))
-    decoding = {"no_repeat_ngram_size": no_repeat_ngram_size, "repetition_penalty": repetition_penalty}
+    contexts = []
+    for i, text in enumerate(texts):
+        given = None if spans is None else spans[i]
+        if given is None:  # a document that cannot fit is refused before the tagger reads it
+            _check_document_fits(backend, tpl, text)
+        contexts.append(build_contexts(text, spans_of(text, given, tagger), tok, template=tpl, placeholder=ph,
+                                       groups=groups, on_overlap=on_overlap))
+    limits = [_default_tokens(backend, c, max_new_tokens, max_new_tokens_limit) for c in contexts]
+    documents = prepare_documents(method, alpha, delta, contexts, limits, beta=beta, epsilon=epsilon)
+    return PreparedFusion(method, float(delta), backend, tuple(documents), decoding, ph)
+
+
+def _check_document_fits(backend: HFBackend, template: PromptTemplate, text: str) -> None:
+    if not isinstance(text, str):
+        raise InvalidInputError("a document is not a string")
+    tokens = len(backend.tokenizer(text, add_special_tokens=False)["input_ids"])
+    backend.check_fits(len(template.before) + tokens + len(template.after), 1)
+
+
+def run_sanitize(prepared: PreparedFusion, *, seed: int | Sequence[int] | None = None,
+                 on_token: Callable[[int, int], None] | None = None) -> list[SanitizeResult]:
+    """Rewrite the documents of a :func:`prepare_sanitize` job; each report certifies exactly
+    the prepared document's groups."""
+    job, outputs = run_fusion(prepared, seed=seed, on_token=on_token)
     return [SanitizeResult(out.text, SanitizeReport(
-                method, backend.name, job.alphas[i], job.delta, limits[i], len(out.token_ids), out.stop_reason,
-                _guarantee(method, limits[i]), job.group_reports(i), job.diagnostics(i, out.diagnostics), decoding))
-            for i, out in enumerate(outputs)]
+                prepared.method, prepared.backend.name, doc.alpha, prepared.delta, doc.max_new_tokens,
+                len(out.token_ids), out.stop_reason, _guarantee(prepared.method, doc.max_new_tokens), doc.groups,
+                job.diagnostics(i, out.diagnostics), prepared.decoding.constraints()))
+            for i, (doc, out) in enumerate(zip(prepared.documents, outputs))]
 
 
 def _guarantee(method: str, limit: int) -> str:

@@ -82,7 +82,9 @@ def test_without_documents_the_prompt_is_the_whole_body():
 @pytest.mark.parametrize("kwargs, match", [
     (dict(prompt="  "), "prompt is empty"),
     (dict(untrusted=[""]), "untrusted chunk 1 is empty"),
-    (dict(contexts=[(LETTER, [Span(8, 19, "untrusted-9")])]), "prefix"),
+    (dict(contexts=[(LETTER, [Span(8, 19, "untrusted-9")])]), "untrusted chunks"),
+    (dict(contexts=[(LETTER, [Span(8, 19, "Untrusted-9")])]), "untrusted chunks"),
+    (dict(contexts=[(LETTER, [Span(8, 19, "PERSON")])], groups={"PERSON": "UNTRUSTED-x"}), "privacy group"),
     (dict(untrusted=[PAGE], stand_in=""), "stand-in"),
     (dict(contexts=[(LETTER, [Span(8, 99, "PERSON")])]), "past the end"),
 ])

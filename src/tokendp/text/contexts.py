@@ -26,7 +26,7 @@ separately and concatenated as ids, so template tokens never merge with document
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -40,6 +40,7 @@ DEFAULT_INSTRUCTION = (
 PLAIN_TEMPLATE = "{instruction}\n\nText:\n{document}\n\nParaphrase:\n"
 DEFAULT_PLACEHOLDER = "_"
 SINGLE_GROUP = "ALL"
+RESERVED_PREFIX = "untrusted-"  # names the untrusted chunks of generate; never a span label or group
 _SENTINEL = "\u2063TOKENDP_DOCUMENT\u2063"
 
 GroupSpec = Literal["by-label", "single"] | Mapping[str, str]
@@ -58,11 +59,13 @@ class PromptTemplate:
 
 @dataclass(frozen=True)
 class GroupInfo:
-    """A privacy group in one document: its name, how many spans and tokens it hides."""
+    """A privacy group in one document: its name, how many spans and tokens it hides, and whether
+    it is an untrusted chunk (set by the code that builds the rows, never read from a name)."""
 
     name: str
     n_spans: int
     n_tokens: int
+    untrusted: bool = False
 
 
 @dataclass(frozen=True)
@@ -154,7 +157,10 @@ def group_of_labels(labels: Sequence[str], groups: GroupSpec) -> dict[str, str]:
 
     ``"by-label"``: one group per label; ``"single"``: all labels in one group
     (:data:`SINGLE_GROUP`); a mapping ``label -> group`` must cover every label present.
+    Labels and group names in the reserved namespace (:data:`RESERVED_PREFIX`, any case) are
+    refused: that namespace names untrusted chunks, which no span may pose as.
     """
+    _check_not_reserved(labels, "span label")
     if groups == "by-label":
         return {lab: lab for lab in labels}
     if groups == "single":
@@ -165,7 +171,21 @@ def group_of_labels(labels: Sequence[str], groups: GroupSpec) -> dict[str, str]:
     missing = sorted(set(labels) - set(groups))
     if missing:
         raise InvalidInputError(f"span labels {missing} have no group in the groups mapping; add them")
-    return {lab: str(groups[lab]) for lab in labels}
+    out = {lab: str(groups[lab]) for lab in labels}
+    _check_not_reserved(out.values(), "privacy group")
+    return out
+
+
+def is_reserved(name: str) -> bool:
+    """Whether ``name`` is in the namespace of untrusted chunks (:data:`RESERVED_PREFIX`, any case)."""
+    return name.casefold().startswith(RESERVED_PREFIX)
+
+
+def _check_not_reserved(names: Iterable[str], what: str) -> None:
+    reserved = sorted({n for n in names if is_reserved(n)})
+    if reserved:
+        raise InvalidInputError(f"{what}(s) {reserved} start with {RESERVED_PREFIX!r} (in any case), which names "
+                                "untrusted chunks; rename them")
 
 
 # ---------------------------------------------------------------------------- validation

@@ -38,11 +38,11 @@ from collections.abc import Sequence
 from typing import Any, Literal
 
 from tokendp.errors import InvalidInputError, InvalidParameterError
-from tokendp.text.contexts import DocumentContexts, GroupInfo, GroupSpec, PromptTemplate, build_contexts
+from tokendp.text.contexts import (RESERVED_PREFIX, DocumentContexts, GroupInfo, GroupSpec, PromptTemplate,
+                                   build_contexts)
 from tokendp.text.spans import Span
 
 STAND_IN = "[document withheld]"
-UNTRUSTED_PREFIX = "untrusted-"
 DEFAULT_GENERATE_INSTRUCTION = "Answer the question using the documents below."
 HEADER = "Document {n}:\n"
 SEPARATOR = "\n\n"
@@ -55,7 +55,7 @@ _EMPTY = PromptTemplate((), ())
 
 def untrusted_name(j: int) -> str:
     """The group name of untrusted chunk j (0-based): ``untrusted-1``, ``untrusted-2``, ..."""
-    return f"{UNTRUSTED_PREFIX}{j + 1}"
+    return f"{RESERVED_PREFIX}{j + 1}"
 
 
 def _ids(tokenizer: Any, text: str, *, untrusted: bool = False) -> tuple[int, ...]:
@@ -84,11 +84,7 @@ def build_prompt_contexts(prompt: str, contexts: Sequence[tuple[str, Sequence[Sp
             raise InvalidInputError(f"untrusted chunk {j + 1} is empty or not a string")
     docs = [build_contexts(text, spans, tokenizer, template=_EMPTY, placeholder=placeholder, groups=groups,
                            on_overlap=on_overlap) for text, spans in contexts]
-    names = sorted({g.name for d in docs for g in d.groups})
-    clash = [n for n in names if n.startswith(UNTRUSTED_PREFIX)]
-    if clash:
-        raise InvalidInputError(f"span group(s) {clash} use the prefix {UNTRUSTED_PREFIX!r} that untrusted chunks "
-                                "are named with; rename the group")
+    names = sorted({g.name for d in docs for g in d.groups})  # never reserved: build_contexts refuses those
     if isinstance(max_untrusted_tokens, bool) or not isinstance(max_untrusted_tokens, int) or max_untrusted_tokens < 1:
         raise InvalidParameterError(f"max_untrusted_tokens must be an integer >= 1, got {max_untrusted_tokens!r}")
     chunks = [_ids(tokenizer, c, untrusted=True) for c in untrusted]
@@ -119,7 +115,7 @@ def build_prompt_contexts(prompt: str, contexts: Sequence[tuple[str, Sequence[Sp
 
     info = [GroupInfo(n, sum(g.n_spans for d in docs for g in d.groups if g.name == n),
                       sum(g.n_tokens for d in docs for g in d.groups if g.name == n)) for n in names]
-    info += [GroupInfo(untrusted_name(j), 1, len(ids)) for j, ids in enumerate(chunks)]
+    info += [GroupInfo(untrusted_name(j), 1, len(ids), untrusted=True) for j, ids in enumerate(chunks)]
     rows = [row(), *(row(group=n) for n in names), *(row(chunk=j) for j in range(len(chunks)))]
     longest = len(rows[0]) + max(0, max_untrusted_tokens - len(stand)) if chunks else None  # a chunk's row at most
     return DocumentContexts(tuple(rows), tuple(info), sum(d.document_tokens for d in docs), row(original=True),
@@ -139,7 +135,3 @@ def _public_prefix(start: int, head: Sequence[Sequence[int]], docs: Sequence[Doc
         at += d.document_tokens
     return at + len(head[len(docs)]) if len(head) > len(docs) else len(public)
 
-
-def is_untrusted(group: str) -> bool:
-    """Whether a group of :func:`build_prompt_contexts` is an untrusted chunk."""
-    return group.startswith(UNTRUSTED_PREFIX)
