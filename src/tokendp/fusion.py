@@ -36,7 +36,7 @@ from tokendp.accounting import Ledger, dp_fusion_beta, dp_fusion_epsilon, dp_fus
 from tokendp.backends import HFBackend, RowSequence
 from tokendp.drafts import PromptLookup
 from tokendp.errors import InvalidInputError, InvalidParameterError
-from tokendp.generation import Generated, generate, make_generators
+from tokendp.generation import Generated, check_temperature, generate, make_generators
 from tokendp.logits_processors import PublicLogitsProcessor
 from tokendp.mechanisms import DPFusion, MechanismStep
 from tokendp.text.contexts import DocumentContexts
@@ -50,7 +50,6 @@ DIAGNOSTICS_NOTE = ("data-dependent diagnostics, NOT part of the privacy guarant
 ALPHA_GRID = (1.25, 1.5, 1.75, 2.0, 2.5, 3.0, 3.5, 4.0, 5.0, 6.0, 8.0, 10.0, 12.0, 16.0, 24.0, 32.0, 64.0)
 DEFAULT_ALPHA = 2.0
 MAX_ALPHA = 1024.0  # above this, alpha * beta and (alpha - 1) * divergence leave float64's useful range
-MIN_TEMPERATURE = 1e-3  # below this, logits / temperature overflow float32 (temperature 0: greedy)
 
 
 @dataclass(frozen=True)
@@ -120,13 +119,6 @@ def check_params(method: str, alpha: float | None, delta: float, temperature: fl
 
 def _is_number(value: Any) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
-
-
-def check_temperature(temperature: float) -> None:
-    """0 (greedy; refused by private methods) or a finite number >= :data:`MIN_TEMPERATURE`."""
-    if not (_is_number(temperature) and (temperature == 0 or temperature >= MIN_TEMPERATURE)):
-        raise InvalidParameterError(f"temperature must be 0 (greedy) or a finite number >= {MIN_TEMPERATURE:g}, "
-                                    f"got {temperature!r}")
 
 
 def per_group(value: Budget, names: Sequence[str], what: str) -> list[float]:

@@ -39,7 +39,7 @@ from tokendp.accounting import Ledger, pmixed_beta, pmixed_epsilon
 from tokendp.backends import HFBackend, Row, RowSequence, load_model
 from tokendp.ensemble import Manifest, read_manifest
 from tokendp.errors import BudgetExceededError, InvalidInputError, InvalidParameterError
-from tokendp.generation import generate, make_generator
+from tokendp.generation import check_temperature, generate, make_generator
 from tokendp.mechanisms import MechanismStep, PMixED
 
 DIAGNOSTICS_NOTE = ("data-dependent diagnostics, NOT part of the privacy guarantee; they are computed "
@@ -108,8 +108,7 @@ def _check_params(epsilon: float | None, beta: float | None, delta: float, queri
     if not (isinstance(sample_rate, (int, float)) and 0 < sample_rate <= 1):
         raise InvalidParameterError(f"sample_rate (q, the probability that a member joins a token's sample) "
                                     f"must be in (0, 1], got {sample_rate!r}")
-    if not (isinstance(temperature, (int, float)) and math.isfinite(temperature) and temperature > 0):
-        raise InvalidParameterError(f"temperature must be a finite number > 0, got {temperature!r}")
+    check_temperature(temperature, greedy=False)
     for name, value in (("queries", queries), ("max_new_tokens", max_new_tokens), ("concurrency", concurrency)):
         if value is None and name == "max_new_tokens":
             continue
@@ -220,7 +219,7 @@ def predict(
         beta: the divergence cap per member (epsilon is then computed).
         alpha: the Renyi order of the mollifier and the accounting.
         sample_rate: q, the probability that each member joins a token's sample.
-        temperature: sampling temperature (> 0).
+        temperature: sampling temperature (>= 0.001).
         max_new_tokens: the most tokens per prompt (default: all that are left of T).
         seed: reproducible sampling; None seeds from the OS.
         base: the base model (directory or hub id), instead of the manifest's.

@@ -77,7 +77,7 @@ from tokendp.accounting import (
 )
 from tokendp.backends import HFBackend, RowSequence, load_backend
 from tokendp.errors import InvalidInputError, InvalidParameterError
-from tokendp.generation import Generated, document_seed, generate, make_generators
+from tokendp.generation import Generated, check_temperature, document_seed, generate, make_generators
 from tokendp.mechanisms import AminEtAl, InvisibleInk, SparseVectorSwitch
 from tokendp.mechanisms.base import MechanismStep
 from tokendp.text.prompt_pair import PromptPair, synthesis_prompts
@@ -146,9 +146,7 @@ def _check_params(method: str, epsilon: float, delta: float, batch_size: int, ma
     for name, value in (("batch_size", batch_size), ("max_tokens", max_tokens)):
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
             raise InvalidParameterError(f"{name} must be an integer >= 1, got {value!r}")
-    if not (isinstance(temperature, (int, float)) and math.isfinite(temperature) and temperature > 0):
-        raise InvalidParameterError(
-            f"temperature must be a finite number > 0 (the exponential mechanism needs it), got {temperature!r}")
+    check_temperature(temperature, greedy=False)  # the exponential mechanism needs tau > 0
     if top_k is not None and (isinstance(top_k, bool) or not isinstance(top_k, int) or top_k < 1):
         raise InvalidParameterError(f"top_k must be an integer >= 1 (or None for the whole vocabulary), got {top_k!r}")
     if method == "amin" and top_k is not None:
@@ -279,8 +277,13 @@ def batch_rows(references: Sequence[str], batch: Sequence[int], tokenizer: Any, 
         warnings.warn(f"a reference is longer than max_reference_tokens={max_reference_tokens} tokens and is cut "
                       "there (--max-reference-tokens)", stacklevel=2)
     rows = [prompts.public, *(prompts.private.wrap(r[:max_reference_tokens]) for r in ids)]
-    longest = max(len(prompts.public), len(prompts.private.wrap(())) + max_reference_tokens)
-    return RowSequence.from_ids(rows, public_prefix=prompts.public_prefix, public_length=longest)
+    return RowSequence.from_ids(rows, public_prefix=prompts.public_prefix,
+                                public_length=layout_length(prompts, max_reference_tokens))
+
+
+def layout_length(prompts: PromptPair, max_reference_tokens: int) -> int:
+    """The length every row of a batch is laid out in: the longest a private row can be (public)."""
+    return max(len(prompts.public), len(prompts.private.wrap(())) + max_reference_tokens)
 
 
 # ---------------------------------------------------------------------------- the job
@@ -463,6 +466,11 @@ class Synthesizer:
     def prompts(self) -> PromptPair:
         return synthesis_prompts(self.backend.tokenizer, options=self.backend.options, **self._prompt)
 
+    def check_fits(self) -> None:
+        """Refuse a layout (prompts and ``max_reference_tokens``, all public) that leaves the
+        model no room for T tokens, before any reference is read."""
+        self.backend.check_fits(layout_length(self.prompts, self.max_reference_tokens), self.max_tokens)
+
     def __call__(self, batches: Sequence[ReferenceBatch], *, seed: int | None = None,
                  on_token: Callable[[int, int], None] | None = None) -> list[SyntheticText]:
         """The texts of ``batches``, in their order, ``concurrency`` at a time; ``on_token(position
@@ -472,10 +480,10 @@ class Synthesizer:
                 raise InvalidInputError(f"batch {b.id} holds {len(b.texts)} references, not batch_size {self.batch_size}")
         if not batches:
             return []
+        self.check_fits()
         backend, prompts = self.backend, self.prompts
         sequences = [batch_rows(b.texts, range(len(b.texts)), backend.tokenizer, prompts,
                                 max_reference_tokens=self.max_reference_tokens) for b in batches]
-        backend.check_fits(max(s.max_length for s in sequences), self.max_tokens)  # positions: each row's own
         generators = make_generators(None if seed is None else [document_seed(seed, b.id) for b in batches],
                                      len(batches))
         job = _Job(self.method, self.clip, self.batch_size, self.temperature, self.top_k, self.epsilon, self.delta,
@@ -526,10 +534,15 @@ def synthesize(references: Sequence[str], *, epsilon: float, delta: float, batch
         One :class:`SyntheticText` per batch, in batch order.
     """
     synthesizer = Synthesizer(epsilon=epsilon, delta=delta, batch_size=batch_size, max_tokens=max_tokens, **options)
+    return synthesizer(reference_batches(references, batch_size=synthesizer.batch_size, num=num), seed=seed,
+                       on_token=on_token)
+
+
+def reference_batches(references: Sequence[str], *, batch_size: int, num: int | None = None) -> list[ReferenceBatch]:
+    """The disjoint batches of :func:`partition` with their texts: text j reads batch j."""
     refs = _check_references(references)
-    batches = partition(len(refs), batch_size=synthesizer.batch_size, num=num)
-    return synthesizer([ReferenceBatch(j, batch, tuple(refs[i] for i in batch)) for j, batch in enumerate(batches)],
-                       seed=seed, on_token=on_token)
+    return [ReferenceBatch(j, batch, tuple(refs[i] for i in batch))
+            for j, batch in enumerate(partition(len(refs), batch_size=batch_size, num=num))]
 
 
 def _topk_plus_mean(out: Generated) -> float | None:

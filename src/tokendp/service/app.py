@@ -5,7 +5,9 @@ minute (429 rate_limited), and sees only its own tenant's budget. Jobs go throug
 :class:`~tokendp.service.batching.Worker`; the endpoints only wait for them. /v1/sanitize
 answers JSON, or server-sent events when the body has ``"stream": true`` or the Accept header
 asks for ``text/event-stream``: ``token`` events (``{"text": new text}``), then one ``result``
-(the JSON answer) or ``error`` event. Budget refusals come before the stream starts (403).
+(the JSON answer) or ``error`` event. Every refusal (budget, parameters, input) comes before the
+stream starts, as a plain 4xx; no token is sent before the job's charges have been checked
+against its reservation.
 """
 
 from __future__ import annotations
@@ -73,7 +75,7 @@ def create_app(db: str | Path, *, model: str = "rewriter", tagger: str = "auto",
         try:
             return await asyncio.wrap_future(job.future)
         except Exception as err:
-            raise errors.to_api_error(err) from None
+            raise errors.to_api_error(err, charged=job.charged) from None
 
     @app.get("/healthz", tags=["service"])
     async def healthz() -> dict[str, Any]:
@@ -151,7 +153,7 @@ def _events(job: Job) -> Iterator[str]:
     if error is None:
         yield _event("result", job.future.result())
     else:
-        api = errors.to_api_error(error)
+        api = errors.to_api_error(error, charged=job.charged)
         yield _event("error", errors.error_body(api.code, api.message, **api.extra))
 
 

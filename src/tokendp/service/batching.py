@@ -3,13 +3,17 @@
 Requests become :class:`Job` objects on a queue. The worker takes every job waiting (up to
 ``max_queue_take``), plans each one and reserves its budget (:mod:`tokendp.service.plans`,
 :meth:`~tokendp.service.store.BudgetStore.reserve`), then runs the admitted jobs: sanitize jobs
-whose :meth:`~tokendp.service.plans.Plan.batch_key` is equal share one ``sanitize_batch`` call
+whose :meth:`~tokendp.service.plans.Plan.batch_key` is equal share one ``run_sanitize`` call
 (one forward pass per generated token for all their documents), up to ``max_batch`` documents;
 every other job runs alone. All model, tokenizer and tagger work happens on this one thread.
 
-Streaming: ``sanitize_batch``'s ``on_token(doc_index, token_id)`` decodes the document's tokens
-so far (here, on the worker thread: the tokenizer is not shared across threads) and puts the new
-text on its job's queue; :data:`END` follows the last piece (after the result or error is set).
+Before a batch decodes, each job's charges are recomputed from the prepared job that is about to
+run and compared with its reservation as the store recorded it (:meth:`Plan.check`), so a
+streamed request sends no token before its certificate has been checked.
+
+Streaming: the run's ``on_token(doc_index, token_id)`` decodes the document's tokens so far
+(here, on the worker thread: the tokenizer is not shared across threads) and puts the new text on
+its job's queue; :data:`END` follows the last piece (after the result or error is set).
 """
 
 from __future__ import annotations
@@ -47,6 +51,7 @@ class Job:
     tokens: queue.Queue | None = None  # streamed text pieces, then END
     plan: Plan | None = None
     reservation: int | None = None
+    charged: bool = False  # whether the job's reservation stands (set by the worker)
 
     def admit(self) -> None:
         self.admitted.set_result(True)
@@ -144,12 +149,14 @@ class Worker:
                 if job.kind == "tag":
                     job.done({"spans": [s.to_dict() for s in self.tagger.tag(job.request.text)]})
                     continue
-                job.plan = self._plan(job)
+                job.plan = self._plan(job)  # every check of the request; nothing is reserved before it passes
                 job.reservation = self.store.reserve(job.tenant, job.kind, job.plan.charges)
-                job.admit()
-                admitted.append(job)
             except Exception as err:
                 job.done(error=err)
+                continue
+            job.charged = True
+            job.admit()
+            admitted.append(job)
         for batch in batches(admitted, self.max_batch):
             self._generate(batch)
 
@@ -161,67 +168,94 @@ class Worker:
         return plan_synthesize(job.request, self.backend, max_tokens=self.max_tokens)
 
     def _generate(self, batch: list[Job]) -> None:
-        """Run one batch; a job whose certificate matches its plan gets its result and is marked
-        spent, any other is marked failed (its reservation stays spent) and gets the error."""
+        """Run one batch of reserved jobs. Each job's charges are checked against its reservation
+        (as the store recorded it) before the first token; each report against the prepared
+        certificate after the last. A job that fails keeps its reservation spent if it sampled a
+        token, and has it voided if it sampled none (nothing was released)."""
+        ready = []
+        for job in batch:
+            try:
+                job.plan.check(self.store.reserved(job.reservation))
+                ready.append(job)
+            except Exception as err:
+                log.error("request %s withheld before generation: %s", job.reservation, type(err).__name__)
+                self._end(job, error=err, sampled=False)
+        if not ready:
+            return
+        kind, sampled = ready[0].kind, [False] * len(ready)
+        streams = [_TextStream(j.tokens, self.backend.tokenizer) if j.tokens is not None else None for j in ready]
+
+        def on_token(i: int, token: int) -> None:
+            i = i if kind == "sanitize" else 0  # only sanitize batches jobs; the others' index is a text's
+            sampled[i] = True
+            if streams[i] is not None:
+                streams[i](token)
+
         try:
-            results = _RUNNERS[batch[0].kind](self.backend, batch)
+            results = _RUNNERS[kind](self.backend, ready, on_token)
         except Exception as err:
-            log.error("%s batch of %d failed: %s", batch[0].kind, len(batch), type(err).__name__)
-            results = [err] * len(batch)
-        for job, result in zip(batch, results):
+            log.error("%s batch of %d failed: %s", kind, len(ready), type(err).__name__)
+            results = [err] * len(ready)
+        for job, result, any_token in zip(ready, results, sampled):
             error = result if isinstance(result, Exception) else None
             if error is None:
                 try:
-                    for report in result.pop("_reports"):
-                        job.plan.verify(report)
+                    job.plan.verify(result["texts"] if kind == "synthesize" else [result["report"]])
                 except Exception as err:
                     log.error("request %s withheld: %s", job.reservation, type(err).__name__)
                     error = err
-            try:
+            self._end(job, result, error, any_token)
+
+    def _end(self, job: Job, result: Any = None, error: BaseException | None = None, sampled: bool = True) -> None:
+        try:
+            if error is not None and not sampled:
+                self.store.void(job.reservation)
+                job.charged = False
+            else:
                 self.store.finish(job.reservation, "failed" if error else "spent")
-            finally:  # a state that cannot be written stays "reserved", which counts all the same
-                job.done(result if error is None else None, error)
+        finally:  # a state that cannot be written stays "reserved", which counts all the same
+            job.done(result if error is None else None, error)
 
 
-def _run_sanitize(backend: Any, batch: list[Job]) -> list[dict]:
-    from tokendp.generation import document_seed
-    from tokendp.sanitize import sanitize_batch
+class _TextStream:
+    """A streaming job's tokens decoded as they come (on the worker thread: the tokenizer is not
+    shared across threads); each new piece of text goes on the job's queue."""
 
-    ids: list[list[int]] = [[] for _ in batch]
-    shown = [""] * len(batch)
+    def __init__(self, pieces: queue.Queue, tokenizer: Any) -> None:
+        self.pieces, self.tokenizer, self.ids, self.shown = pieces, tokenizer, [], ""
 
-    def on_token(i: int, token: int) -> None:
-        if batch[i].tokens is None:
-            return
-        ids[i].append(token)
-        text = backend.tokenizer.decode(ids[i], skip_special_tokens=True)
+    def __call__(self, token: int) -> None:
+        self.ids.append(token)
+        text = self.tokenizer.decode(self.ids, skip_special_tokens=True)
         if not text.endswith("\ufffd"):  # wait for the rest of a multi-byte character
-            batch[i].tokens.put(text[len(shown[i]):] if text.startswith(shown[i]) else text)
-            shown[i] = text
+            self.pieces.put(text[len(self.shown):] if text.startswith(self.shown) else text)
+            self.shown = text
 
-    common = {k: v for k, v in batch[0].plan.params.items() if k not in ("spans", "seed")}
+
+def _run_sanitize(backend: Any, batch: list[Job], on_token: Callable[[int, int], None]) -> list[dict]:
+    from tokendp.fusion import PreparedFusion
+    from tokendp.generation import document_seed
+    from tokendp.sanitize import run_sanitize
+
     # A request's seed gives the stream `tokendp sanitize --seed` gives its one document; no seed: the OS's.
-    seeds = [secrets.randbits(63) if j.plan.params["seed"] is None else document_seed(j.plan.params["seed"], 0)
-             for j in batch]
-    results = sanitize_batch([j.request.text for j in batch], spans=[j.plan.params["spans"] for j in batch],
-                             model=backend, on_token=on_token, seed=seeds, **common)
-    return [{"id": j.request.id, **r.to_dict(), "_reports": [r.report.to_dict()]} for j, r in zip(batch, results)]
+    seeds = [secrets.randbits(63) if j.request.seed is None else document_seed(j.request.seed, 0) for j in batch]
+    results = run_sanitize(PreparedFusion.concat([j.plan.job for j in batch]), seed=seeds, on_token=on_token)
+    return [{"id": j.request.id, **r.to_dict()} for j, r in zip(batch, results)]
 
 
-def _run_generate(backend: Any, batch: list[Job]) -> list[dict]:
-    from tokendp.generate import generate_batch
+def _run_generate(backend: Any, batch: list[Job], on_token: Callable[[int, int], None]) -> list[dict]:
+    from tokendp.generate import run_generate
 
     (job,) = batch
-    (result,) = generate_batch([job.request.prompt], model=backend, **job.plan.params)
-    return [{"id": job.request.id, **result.to_dict(), "_reports": [result.report.to_dict()]}]
+    (result,) = run_generate(job.plan.job, seed=job.request.seed, on_token=on_token)
+    return [{"id": job.request.id, **result.to_dict()}]
 
 
-def _run_synthesize(backend: Any, batch: list[Job]) -> list[dict]:
-    from tokendp.synthesize import synthesize
-
+def _run_synthesize(backend: Any, batch: list[Job], on_token: Callable[[int, int], None]) -> list[dict]:
     (job,) = batch
-    texts = [t.to_dict() for t in synthesize(job.request.references, model=backend, **job.plan.params)]
-    return [{"id": job.request.id, "texts": texts, "_reports": texts}]
+    prepared = job.plan.job
+    texts = prepared.synthesizer(list(prepared.batches), seed=job.request.seed, on_token=on_token)
+    return [{"id": job.request.id, "texts": [t.to_dict() for t in texts]}]
 
 
 _RUNNERS = {"sanitize": _run_sanitize, "generate": _run_generate, "synthesize": _run_synthesize}

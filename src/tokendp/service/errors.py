@@ -34,8 +34,9 @@ def error_body(code: str, message: str, **extra) -> dict:
     return {"error": {"code": code, "message": message, **extra}}
 
 
-def to_api_error(err: BaseException) -> APIError:
-    """The APIError for an exception raised by a job, a plan or the store."""
+def to_api_error(err: BaseException, *, charged: bool = False) -> APIError:
+    """The APIError for an exception raised by a job, a plan or the store; ``charged``: whether
+    the request's reservation stands (a job that failed after it sampled a token)."""
     if isinstance(err, APIError):
         return err
     if isinstance(err, BudgetRefused):
@@ -51,11 +52,13 @@ def to_api_error(err: BaseException) -> APIError:
         return APIError(400, "invalid_input", str(err))
     if isinstance(err, ModelUnavailable):
         return APIError(503, "model_unavailable", f"the server's model failed to load ({err}); see the server's log")
+    spent = ("the reservation stays spent" if charged
+             else "nothing was generated and nothing was charged")
     if isinstance(err, AccountingMismatch):
-        return APIError(500, "accounting_mismatch", "the output was withheld: its certificate differs from the "
-                        "reservation (which stays spent); please report this")
+        return APIError(500, "accounting_mismatch", f"the output was withheld: its certificate differs from the "
+                        f"reservation; {spent}; please report this", charged=charged)
     log.error("internal error: %s", type(err).__name__)
-    return APIError(500, "internal_error", "internal error; the request's reservation, if any, stays spent")
+    return APIError(500, "internal_error", f"internal error; {spent}", charged=charged)
 
 
 def install(app: FastAPI) -> None:

@@ -10,7 +10,9 @@ the write lock, so two requests can never both fit into the last room of a budge
 
 A reservation counts as spent from the moment it is committed, whatever happens next:
 :meth:`finish` only records how the request ended (``spent`` or ``failed``), and
-:meth:`recover` marks reservations left by a crash ``interrupted``. No state is ever refunded.
+:meth:`recover` marks reservations left by a crash ``interrupted``. The one exception is
+:meth:`void`: a request that failed before it sampled any token released nothing, and the
+worker removes its charges (a crash is never voided: what it had streamed is unknown).
 """
 
 from __future__ import annotations
@@ -86,6 +88,20 @@ class BudgetStore:
                 "INSERT INTO charges (request_id, tenant, document, grp, kind, alpha, value) VALUES (?, ?, ?, ?, ?, ?, ?)",
                 [(rid, tenant.name, d, g, c.kind, c.alpha, c.value) for (d, g), c in charges.items()])
         return rid
+
+    def reserved(self, reservation: int) -> dict[Unit, Charge]:
+        """The charges a reservation recorded, as the database holds them."""
+        rows = self.conn.execute("SELECT document, grp, kind, value, alpha FROM charges WHERE request_id = ?",
+                                 (reservation,)).fetchall()
+        return {(r["document"], r["grp"]): Charge(r["kind"], r["value"], r["alpha"]) for r in rows}
+
+    def void(self, reservation: int) -> None:
+        """Remove the charges of a reservation whose request failed before it sampled any token
+        (nothing was generated, so nothing was released); the request is kept as ``void``."""
+        with immediate(self.conn) as conn:
+            if conn.execute("UPDATE requests SET state = 'void', finished = ? WHERE id = ? AND state = 'reserved'",
+                            (now(), reservation)).rowcount:
+                conn.execute("DELETE FROM charges WHERE request_id = ?", (reservation,))
 
     def finish(self, reservation: int, state: str) -> None:
         """Record how a request ended (``spent`` or ``failed``); its charges stay either way."""

@@ -1,0 +1,88 @@
+"""The worker between reservation and release, in process (tiny model, a real SQLite store):
+the pre-generation check against the stored reservation, and what a failure leaves charged."""
+
+from __future__ import annotations
+
+import queue
+
+import pytest
+
+from tokendp.service import batching
+from tokendp.service.batching import END, Job, Worker
+from tokendp.service.composition import Charge
+from tokendp.service.keys import create_key
+from tokendp.service.plans import AccountingMismatch
+from tokendp.service.schemas import SanitizeRequest
+from tokendp.service.store import BudgetStore
+
+from tests.service.conftest import LETTER, PERSONS
+
+
+@pytest.fixture()
+def worker(tmp_path):
+    from tokendp.backends import load_backend
+    from tokendp.text.taggers import get_tagger
+
+    store = BudgetStore(tmp_path / "service.db")
+    _, tenant = create_key(store.conn, "t", budget=100.0)
+    worker = Worker(lambda: (load_backend("tiny"), get_tagger("patterns")), store, max_tokens=32)
+    worker.start()
+    yield worker, store, tenant
+    worker.stop()
+
+
+def submit(worker, tenant, stream=True) -> tuple[Job, list]:
+    request = SanitizeRequest(id="doc", text=LETTER, spans=PERSONS, epsilon=2, max_new_tokens=6, stream=stream)
+    job = worker.submit(Job("sanitize", request, tenant, tokens=queue.Queue() if stream else None))
+    job.future.exception(timeout=300)  # wait for the result or the error
+    pieces = []
+    while job.tokens is not None and (piece := job.tokens.get(timeout=5)) is not END:
+        pieces.append(piece)
+    return job, pieces
+
+
+def test_a_reservation_that_differs_from_the_job_streams_no_token_and_is_voided(worker, monkeypatch):
+    worker, store, tenant = worker
+    real = store.reserved
+    monkeypatch.setattr(store, "reserved", lambda rid: {k: Charge(c.kind, c.value / 2, c.alpha)
+                                                         for k, c in real(rid).items()})
+    job, pieces = submit(worker, tenant)
+    assert isinstance(job.future.exception(), AccountingMismatch)
+    assert pieces == [] and job.charged is False
+    assert store.units(tenant, "doc") == [] and store.requests(tenant) == {"void": 1}
+
+
+def test_a_failure_before_the_first_token_charges_nothing(worker, monkeypatch):
+    worker, store, tenant = worker
+
+    def broken(backend, batch, on_token):
+        raise RuntimeError("prefill failed")
+
+    monkeypatch.setitem(batching._RUNNERS, "sanitize", broken)
+    job, pieces = submit(worker, tenant)
+    assert isinstance(job.future.exception(), RuntimeError) and pieces == [] and job.charged is False
+    assert store.units(tenant, "doc") == [] and store.requests(tenant) == {"void": 1}
+
+
+def test_a_failure_after_a_token_keeps_the_reservation_spent(worker, monkeypatch):
+    worker, store, tenant = worker
+
+    def broken(backend, batch, on_token):
+        on_token(0, 5)
+        raise RuntimeError("failed mid-way")
+
+    monkeypatch.setitem(batching._RUNNERS, "sanitize", broken)
+    job, _ = submit(worker, tenant)
+    assert isinstance(job.future.exception(), RuntimeError) and job.charged is True
+    (unit,) = store.units(tenant, "doc")
+    assert unit.spent == pytest.approx(2.0) and store.requests(tenant) == {"failed": 1}
+
+
+def test_a_job_that_runs_is_charged_exactly_what_its_report_certifies(worker):
+    worker, store, tenant = worker
+    job, pieces = submit(worker, tenant)
+    result = job.future.result()
+    assert "".join(pieces).strip() and job.charged is True
+    (unit,) = store.units(tenant, "doc")
+    assert unit.spent == pytest.approx(result["report"]["groups"][0]["epsilon"], rel=1e-12)
+    assert store.requests(tenant) == {"spent": 1}
