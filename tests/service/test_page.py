@@ -4,77 +4,131 @@ With TOKENDP_UPDATE_SCREENSHOT=1 the final screenshot replaces docs/service/page
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 from pathlib import Path
 
 import pytest
 
-from tests.service.conftest import LETTER
+from tests.service.conftest import LETTER, auth
 
 pytestmark = pytest.mark.slow
 playwright = pytest.importorskip("playwright.sync_api", reason="playwright is not installed (the dev extra)")
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 SCREENSHOT = Path(__file__).resolve().parents[2] / "docs" / "service" / "page.png"
+# Astral characters (two UTF-16 code units, one Python code point) before and inside the spans.
+ASTRAL = ("Dear 😀 Dr Helen Marsh, 👩‍⚕️ I write about my patient 𠀀 Mr Tomas Lindqvist and his wife 𠮷田 Hana, "
+          "admitted on 2 June 2024.")
 
-SELECT = """([doc, needle]) => {
+SELECT = """([doc, needle, before]) => {
   const root = document.getElementById(doc);
+  const from = root.textContent.indexOf(needle) - before, to = from + before + needle.length;
+  const range = document.createRange();
   const walker = document.createTreeWalker(root, NodeFilter.SHOW_TEXT);
-  for (let node = walker.nextNode(); node; node = walker.nextNode()) {
-    const at = node.textContent.indexOf(needle);
-    if (at >= 0) {
-      const range = document.createRange();
-      range.setStart(node, at);
-      range.setEnd(node, at + needle.length);
-      window.getSelection().removeAllRanges();
-      window.getSelection().addRange(range);
-      return true;
-    }
+  for (let node = walker.nextNode(), at = 0; node; at += node.length, node = walker.nextNode()) {
+    if (at <= from && from <= at + node.length) range.setStart(node, from - at);
+    if (at <= to && to <= at + node.length) { range.setEnd(node, to - at); break; }
   }
-  return false;
+  window.getSelection().removeAllRanges();
+  window.getSelection().addRange(range);
+  return from + before >= 0;
 }"""
+MARKS = "() => [...document.querySelectorAll('#doc mark')].map((m) => m.textContent)"
 
 
-@pytest.mark.skipif(CHROMIUM is None, reason="no chromium on PATH: apt-get install chromium (Playwright's own download is not used)")
-def test_the_page_tags_edits_spans_rewrites_streaming_and_shows_report_and_budget(service, tmp_path):
-    server, keys = service
+@pytest.fixture(scope="module")
+def browser():
+    if CHROMIUM is None:
+        pytest.skip("no chromium on PATH: apt-get install chromium (Playwright's own download is not used)")
     with playwright.sync_playwright() as p:
         browser = p.chromium.launch(executable_path=CHROMIUM, headless=True, args=["--no-sandbox"])
-        try:
-            page = browser.new_page(viewport={"width": 1280, "height": 900})
-            page.goto(server.url + "/")
-            page.fill("#key", keys["page"])
-            page.fill("#doc-id", "page-letter")
-            page.fill("#text", LETTER)
-            page.click("#tag")
-            page.wait_for_selector("#doc mark[data-label=DATETIME]")
-            assert page.locator("#doc mark[data-label=PERSON]").count() == 2
+        yield browser
+        browser.close()
 
-            # remove the date, add it back from a selection, relabel it and back
-            page.locator("#spans tbody tr", has_text="2 June 2024").get_by_role("button", name="remove").click()
-            assert page.locator("#doc mark[data-label=DATETIME]").count() == 0
-            assert page.evaluate(SELECT, ["doc", "2 June 2024"])
-            page.select_option("#new-label", "DATETIME")
-            page.click("#add-span")
-            assert page.locator("#doc mark[data-label=DATETIME]").inner_text() == "2 June 2024"
-            page.locator("#spans tbody tr", has_text="2 June 2024").locator("select").select_option("MISC")
-            assert page.locator("#doc mark[data-label=MISC]").count() == 1
-            page.locator("#spans tbody tr", has_text="2 June 2024").locator("select").select_option("DATETIME")
 
-            page.fill("#groups input[data-group=PERSON]", "6")
-            page.fill("#groups input[data-group=DATETIME]", "4")
-            page.fill("#max-tokens", "32")
-            page.click("#run")
-            page.wait_for_selector("#report tbody tr >> nth=1", timeout=120_000)
-            page.wait_for_selector("#budget tbody tr >> nth=1", timeout=60_000)
-            assert page.inner_text("#output").strip()
-            report = page.inner_text("#report")
-            assert "PERSON" in report and "DATETIME" in report and "6.000" in report and "4.000" in report
-            assert "page-letter" in page.inner_text("#budget")
-            assert page.inner_text("#error") == ""
-            page.screenshot(path=str(tmp_path / "page.png"), full_page=True)
-        finally:
-            browser.close()
+def select(page, needle: str, before: int = 0) -> None:
+    """Select ``needle`` in the document view, widened by ``before`` UTF-16 code units to the left."""
+    assert page.evaluate(SELECT, ["doc", needle, before])
+
+
+def add_span(page, needle: str, label: str, before: int = 0) -> None:
+    select(page, needle, before)
+    page.select_option("#new-label", label)
+    page.click("#add-span")
+
+
+def test_the_page_tags_edits_spans_rewrites_streaming_and_shows_report_and_budget(service, browser, tmp_path):
+    server, keys = service
+    page = browser.new_page(viewport={"width": 1280, "height": 900})
+    page.goto(server.url + "/")
+    page.fill("#key", keys["page"])
+    page.fill("#doc-id", "page-letter")
+    page.fill("#text", LETTER)
+    page.click("#tag")
+    page.wait_for_selector("#doc mark[data-label=DATETIME]")
+    assert page.locator("#doc mark[data-label=PERSON]").count() == 2
+
+    # remove the date, add it back from a selection, relabel it and back
+    page.locator("#spans tbody tr", has_text="2 June 2024").get_by_role("button", name="remove").click()
+    assert page.locator("#doc mark[data-label=DATETIME]").count() == 0
+    add_span(page, "2 June 2024", "DATETIME")
+    assert page.locator("#doc mark[data-label=DATETIME]").inner_text() == "2 June 2024"
+    page.locator("#spans tbody tr", has_text="2 June 2024").locator("select").select_option("MISC")
+    assert page.locator("#doc mark[data-label=MISC]").count() == 1
+    page.locator("#spans tbody tr", has_text="2 June 2024").locator("select").select_option("DATETIME")
+
+    page.fill("#groups input[data-group=PERSON]", "6")
+    page.fill("#groups input[data-group=DATETIME]", "4")
+    page.fill("#max-tokens", "32")
+    page.click("#run")
+    page.wait_for_selector("#report tbody tr >> nth=1", timeout=120_000)
+    page.wait_for_selector("#budget tbody tr >> nth=1", timeout=60_000)
+    assert page.inner_text("#output").strip()
+    report = page.inner_text("#report")
+    assert "PERSON" in report and "DATETIME" in report and "6.000" in report and "4.000" in report
+    assert "page-letter" in page.inner_text("#budget")
+    assert page.inner_text("#error") == ""
+    page.screenshot(path=str(tmp_path / "page.png"), full_page=True)
     if os.environ.get("TOKENDP_UPDATE_SCREENSHOT") == "1":
         SCREENSHOT.parent.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(tmp_path / "page.png", SCREENSHOT)
+
+
+def test_the_page_converts_offsets_between_utf16_and_code_points_with_emoji_and_astral_cjk(service, browser):
+    """JavaScript counts UTF-16 code units, the server code points: a span after an emoji must
+    still cover exactly the name, both for /v1/tag's spans shown and for the spans sent."""
+    httpx = pytest.importorskip("httpx")
+    server, keys = service
+    page = browser.new_page(viewport={"width": 1280, "height": 900})
+    sent = []
+    page.on("request", lambda r: sent.append(json.loads(r.post_data)) if r.url.endswith("/v1/sanitize") else None)
+    page.goto(server.url + "/")
+    page.fill("#key", keys["page"])
+    page.fill("#doc-id", "astral-letter")
+    page.set_input_files("#file", files=[{"name": "letter.txt", "mimeType": "text/plain",
+                                          "buffer": ASTRAL.encode()}])
+    page.wait_for_function("(text) => document.getElementById('text').value === text", arg=ASTRAL)
+    page.click("#tag")
+    page.wait_for_selector("#doc mark[data-label=DATETIME]")
+    tagged = httpx.post(server.url + "/v1/tag", json={"text": ASTRAL}, headers=auth(keys["page"])).json()["spans"]
+    assert page.evaluate(MARKS) == [ASTRAL[s["start"]:s["end"]] for s in tagged]
+    assert "2 June 2024" in page.evaluate(MARKS)
+
+    add_span(page, "Helen Marsh", "PERSON")          # after 😀: replaces the tagger's "Dr Helen Marsh"
+    add_span(page, "𠮷田 Hana", "PERSON")             # a span with an astral character inside
+    add_span(page, " Dr", "MISC", before=1)          # starts inside 😀's surrogate pair: widened to all of 😀
+    assert page.evaluate(MARKS) == ["😀 Dr", "Helen Marsh", "Mr Tomas Lindqvist", "𠮷田 Hana", "2 June 2024"]
+    assert page.locator("#spans tbody tr td:first-child").all_inner_texts() == page.evaluate(MARKS)
+
+    page.fill("#max-tokens", "16")
+    page.click("#run")
+    page.wait_for_selector("#report tbody tr >> nth=2", timeout=120_000)
+    assert page.inner_text("#error") == ""
+    [body] = sent
+    assert body["text"] == ASTRAL
+    assert sorted((s["label"], ASTRAL[s["start"]:s["end"]]) for s in body["spans"]) == [
+        ("DATETIME", "2 June 2024"), ("MISC", "😀 Dr"), ("PERSON", "Helen Marsh"),
+        ("PERSON", "Mr Tomas Lindqvist"), ("PERSON", "𠮷田 Hana")]
+    rows = [row.split("\t")[:2] for row in page.locator("#report tbody tr").all_inner_texts()]
+    assert dict(rows) == {"DATETIME": "1", "MISC": "1", "PERSON": "3"}
