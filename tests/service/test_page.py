@@ -132,3 +132,20 @@ def test_the_page_converts_offsets_between_utf16_and_code_points_with_emoji_and_
         ("PERSON", "Mr Tomas Lindqvist"), ("PERSON", "𠮷田 Hana")]
     rows = [row.split("\t")[:2] for row in page.locator("#report tbody tr").all_inner_texts()]
     assert dict(rows) == {"DATETIME": "1", "MISC": "1", "PERSON": "3"}
+
+
+def test_spans_the_tagger_found_for_an_older_text_are_not_laid_on_an_edited_one(service, browser):
+    server, keys = service
+    page = browser.new_page()
+    held = []
+    page.route("**/v1/tag", lambda route: held.append(route))
+    page.goto(server.url + "/")
+    page.fill("#key", keys["page"])
+    page.fill("#text", LETTER)
+    page.click("#tag")
+    while not held:
+        page.wait_for_timeout(20)
+    page.fill("#text", "P.S. " + LETTER)
+    held[0].continue_()
+    page.wait_for_selector("#error:has-text('changed while the tagger ran')")
+    assert page.evaluate(MARKS) == []

@@ -143,9 +143,12 @@ $("key").onchange = () => { sessionStorage.setItem("tokendp-key", $("key").value
 $("tag").onclick = async () => {
   showError("");
   setText($("text").value);
-  const response = await fetch("/v1/tag", { method: "POST", headers: headers(), body: JSON.stringify({ text: state.text }) });
+  const text = state.text;
+  const response = await fetch("/v1/tag", { method: "POST", headers: headers(), body: JSON.stringify({ text }) });
   if (!response.ok) { showError(await failure(response)); return; }
-  state.spans = fromPoints(state.text, (await response.json()).spans);
+  const { spans } = await response.json();
+  if (text !== state.text) { showError("The document changed while the tagger ran: find the private spans again."); return; }
+  state.spans = fromPoints(text, spans);
   render();
 };
 
