@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from tests.service.conftest import LETTER, auth
+from tokendp.service.headers import CSP
 
 pytestmark = pytest.mark.slow
 playwright = pytest.importorskip("playwright.sync_api", reason="playwright is not installed (the dev extra)")
@@ -35,6 +36,8 @@ SELECT = """([doc, needle, before]) => {
   return from + before >= 0;
 }"""
 MARKS = "() => [...document.querySelectorAll('#doc mark')].map((m) => m.textContent)"
+WATCH_CSP = """window.cspViolations = [];
+document.addEventListener("securitypolicyviolation", (e) => window.cspViolations.push(e.effectiveDirective));"""
 
 
 @pytest.fixture(scope="module")
@@ -45,6 +48,32 @@ def browser():
         browser = p.chromium.launch(executable_path=CHROMIUM, headless=True, args=["--no-sandbox"])
         yield browser
         browser.close()
+
+
+def open_page(browser, server, key: str):
+    """(page, console): the page with ``key`` filled in, after checking the hardening headers of it
+    and its static files; ``console`` collects its Content-Security-Policy errors (the page's
+    ``cspViolations`` its securitypolicyviolation events, Trusted Types included)."""
+    page = browser.new_page(viewport={"width": 1280, "height": 900})
+    page.add_init_script(WATCH_CSP)
+    console = []
+    page.on("console", lambda m: console.append(m.text) if "Content Security Policy" in m.text else None)
+    loaded = []
+    page.on("response", lambda r: loaded.append(r) if r.url.startswith(server.url) else None)
+    page.goto(server.url + "/")
+    page.wait_for_load_state("load")
+    assert {r.url.removeprefix(server.url) for r in loaded} >= {"/", "/static/app.js", "/static/style.css"}
+    for response in loaded:
+        assert response.headers["x-content-type-options"] == "nosniff"
+        if response.url.removeprefix(server.url) in ("/", "/static/app.js", "/static/style.css"):
+            assert response.headers["content-security-policy"] == CSP and response.headers["x-frame-options"] == "DENY"
+            assert response.headers["referrer-policy"] == "no-referrer"
+    page.fill("#key", key)
+    return page, console
+
+
+def csp_violations(page, console: list[str]) -> list[str]:
+    return page.evaluate("window.cspViolations") + console
 
 
 def select(page, needle: str, before: int = 0) -> None:
@@ -60,9 +89,7 @@ def add_span(page, needle: str, label: str, before: int = 0) -> None:
 
 def test_the_page_tags_edits_spans_rewrites_streaming_and_shows_report_and_budget(service, browser, tmp_path):
     server, keys = service
-    page = browser.new_page(viewport={"width": 1280, "height": 900})
-    page.goto(server.url + "/")
-    page.fill("#key", keys["page"])
+    page, console = open_page(browser, server, keys["page"])
     page.fill("#doc-id", "page-letter")
     page.fill("#text", LETTER)
     page.click("#tag")
@@ -89,6 +116,7 @@ def test_the_page_tags_edits_spans_rewrites_streaming_and_shows_report_and_budge
     assert "PERSON" in report and "DATETIME" in report and "6.000" in report and "4.000" in report
     assert "page-letter" in page.inner_text("#budget")
     assert page.inner_text("#error") == ""
+    assert csp_violations(page, console) == []
     page.screenshot(path=str(tmp_path / "page.png"), full_page=True)
     if os.environ.get("TOKENDP_UPDATE_SCREENSHOT") == "1":
         SCREENSHOT.parent.mkdir(parents=True, exist_ok=True)
@@ -100,11 +128,9 @@ def test_the_page_converts_offsets_between_utf16_and_code_points_with_emoji_and_
     still cover exactly the name, both for /v1/tag's spans shown and for the spans sent."""
     httpx = pytest.importorskip("httpx")
     server, keys = service
-    page = browser.new_page(viewport={"width": 1280, "height": 900})
+    page, console = open_page(browser, server, keys["page"])
     sent = []
     page.on("request", lambda r: sent.append(json.loads(r.post_data)) if r.url.endswith("/v1/sanitize") else None)
-    page.goto(server.url + "/")
-    page.fill("#key", keys["page"])
     page.fill("#doc-id", "astral-letter")
     page.set_input_files("#file", files=[{"name": "letter.txt", "mimeType": "text/plain",
                                           "buffer": ASTRAL.encode()}])
@@ -132,15 +158,14 @@ def test_the_page_converts_offsets_between_utf16_and_code_points_with_emoji_and_
         ("PERSON", "Mr Tomas Lindqvist"), ("PERSON", "𠮷田 Hana")]
     rows = [row.split("\t")[:2] for row in page.locator("#report tbody tr").all_inner_texts()]
     assert dict(rows) == {"DATETIME": "1", "MISC": "1", "PERSON": "3"}
+    assert csp_violations(page, console) == []
 
 
 def test_spans_the_tagger_found_for_an_older_text_are_not_laid_on_an_edited_one(service, browser):
     server, keys = service
-    page = browser.new_page()
+    page, _ = open_page(browser, server, keys["page"])
     held = []
     page.route("**/v1/tag", lambda route: held.append(route))
-    page.goto(server.url + "/")
-    page.fill("#key", keys["page"])
     page.fill("#text", LETTER)
     page.click("#tag")
     while not held:
@@ -149,3 +174,21 @@ def test_spans_the_tagger_found_for_an_older_text_are_not_laid_on_an_edited_one(
     held[0].continue_()
     page.wait_for_selector("#error:has-text('changed while the tagger ran')")
     assert page.evaluate(MARKS) == []
+
+
+def test_the_csp_blocks_inline_style_foreign_fetches_and_html_sinks_in_the_browser(service, browser):
+    """The control for the tests above: a violation is seen when there is one."""
+    server, keys = service
+    page, console = open_page(browser, server, keys["page"])
+    page.evaluate("""() => {
+      const style = document.createElement("style");
+      style.textContent = "body { background: red }";
+      document.head.append(style);
+    }""")
+    page.evaluate("fetch('http://example.invalid/').catch(() => null)")
+    assert page.evaluate("() => { try { document.body.innerHTML = '<b>x</b>'; return 'set'; } "
+                         "catch { return 'refused'; } }") == "refused"
+    page.wait_for_function("window.cspViolations.length >= 3")
+    assert {"style-src-elem", "connect-src", "require-trusted-types-for"} <= set(page.evaluate("window.cspViolations"))
+    assert page.evaluate("getComputedStyle(document.body).backgroundColor") != "rgb(255, 0, 0)"
+    assert any("Content Security Policy" in m for m in console)

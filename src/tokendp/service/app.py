@@ -27,6 +27,7 @@ from tokendp.accounting import (amin_clip, amin_epsilon, dp_fusion_beta, dp_fusi
 from tokendp.service import errors
 from tokendp.service.batching import END, Job, Worker
 from tokendp.service.errors import APIError
+from tokendp.service.headers import SecurityHeaders
 from tokendp.service.keys import Tenant, authenticate, hash_key
 from tokendp.service.limits import BodyLimit, Limits, RateLimiter
 from tokendp.service.schemas import (AccountRequest, GenerateRequest, SanitizeRequest, SynthesizeRequest,
@@ -133,7 +134,7 @@ def create_app(db: str | Path, *, model: str = "rewriter", tagger: str = "auto",
         return FileResponse(STATIC / "index.html")
 
     app.mount("/static", StaticFiles(directory=STATIC), name="static")
-    return BodyLimit(app, limits.max_body_bytes)
+    return SecurityHeaders(BodyLimit(app, limits.max_body_bytes))
 
 
 def _load(model: str, tagger: str) -> tuple[Any, Any]:
