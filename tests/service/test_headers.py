@@ -1,4 +1,4 @@
-"""Security headers, on the app in process (no model is loaded)."""
+"""Security headers and the docs switch, on the app in process (no model is loaded)."""
 
 from __future__ import annotations
 
@@ -47,3 +47,13 @@ def test_a_body_refused_by_the_size_limit_says_nosniff_too(tmp_path):
     response = client(tmp_path).post("/v1/tag", content=b"x" * 2_000_000, headers={"content-type": "application/json"})
     assert response.status_code == 413 and response.headers["x-content-type-options"] == "nosniff"
 
+
+def test_docs_and_redoc_are_off_by_default_and_the_openapi_schema_stays(tmp_path):
+    app = client(tmp_path)
+    assert app.get("/docs").status_code == 404 and app.get("/redoc").status_code == 404
+    assert app.get("/openapi.json").json()["info"]["title"] == "tokendp"
+
+
+def test_docs_are_served_when_asked_for(tmp_path):
+    app = client(tmp_path, docs=True)
+    assert app.get("/docs").status_code == 200 and app.get("/redoc").status_code == 200
