@@ -35,6 +35,7 @@ SELECT = """([doc, needle, before]) => {
   window.getSelection().addRange(range);
   return from + before >= 0;
 }"""
+PAGE_FILES = {"/", "/static/app.js", "/static/style.css"}
 MARKS = "() => [...document.querySelectorAll('#doc mark')].map((m) => m.textContent)"
 WATCH_CSP = """window.cspViolations = [];
 document.addEventListener("securitypolicyviolation", (e) => window.cspViolations.push(e.effectiveDirective));"""
@@ -62,10 +63,10 @@ def open_page(browser, server, key: str):
     page.on("response", lambda r: loaded.append(r) if r.url.startswith(server.url) else None)
     page.goto(server.url + "/")
     page.wait_for_load_state("load")
-    assert {r.url.removeprefix(server.url) for r in loaded} >= {"/", "/static/app.js", "/static/style.css"}
+    assert {r.url.removeprefix(server.url) for r in loaded} >= PAGE_FILES
     for response in loaded:
         assert response.headers["x-content-type-options"] == "nosniff"
-        if response.url.removeprefix(server.url) in ("/", "/static/app.js", "/static/style.css"):
+        if response.url.removeprefix(server.url) in PAGE_FILES:
             assert response.headers["content-security-policy"] == CSP and response.headers["x-frame-options"] == "DENY"
             assert response.headers["referrer-policy"] == "no-referrer"
     page.fill("#key", key)
