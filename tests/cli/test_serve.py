@@ -7,6 +7,7 @@ import json
 import sqlite3
 import sys
 
+import pytest
 from click.testing import CliRunner
 
 from tokendp.cli import main
@@ -60,3 +61,16 @@ def test_serve_without_the_serve_extra_says_what_to_install(tmp_path, monkeypatc
     monkeypatch.setitem(sys.modules, "fastapi", None)
     result = CliRunner().invoke(main, ["serve", "--db", str(tmp_path / "s.db")])
     assert result.exit_code == 2 and 'pip install "tokendp[serve]"' in result.output
+
+
+@pytest.mark.parametrize("args, status", [([], 404), (["--docs"], 200)])
+def test_serve_offers_the_swagger_ui_only_with_docs(tmp_path, monkeypatch, args, status):
+    uvicorn = pytest.importorskip("uvicorn", reason="the serve extra is not installed")
+    pytest.importorskip("httpx", reason="the service tests need httpx (the dev extra)")
+    client = pytest.importorskip("fastapi.testclient", reason="the serve extra is not installed")
+    served = []
+    monkeypatch.setattr(uvicorn, "run", lambda app, **_: served.append(app))
+    result = CliRunner().invoke(main, ["serve", "--db", str(tmp_path / "s.db"), *args])
+    assert result.exit_code == 0, result.output
+    docs = client.TestClient(served[0]).get("/docs")
+    assert docs.status_code == status and (status == 404 or "swagger-ui" in docs.text)

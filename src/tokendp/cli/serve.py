@@ -34,12 +34,16 @@ def _db(path: str | None) -> str:
               help="Requests per key per minute (429 rate_limited above it).")
 @click.option("--max-batch", type=click.IntRange(min=1), default=8, show_default=True,
               help="Most documents batched onto the model in one forward pass.")
+@click.option("--docs", is_flag=True,
+              help="Also serve the Swagger UI at /docs and ReDoc at /redoc. They load their scripts from a CDN "
+                   "into this origin, where the page keeps the API key: off unless you trust that CDN. "
+                   "The OpenAPI schema is always at /openapi.json.")
 @click.option("--log-level", type=click.Choice(["critical", "error", "warning", "info"]), default="info",
               show_default=True)
 @library_errors
 def serve(host: str, port: int, db: str | None, model: str, tagger: str, max_body_bytes: int, max_new_tokens: int,
-          rate_limit: int, max_batch: int, log_level: str) -> None:
-    """Serve the HTTP API and the web page (OpenAPI docs at /docs).
+          rate_limit: int, max_batch: int, docs: bool, log_level: str) -> None:
+    """Serve the HTTP API and the web page (OpenAPI schema at /openapi.json, Swagger UI with --docs).
 
     Every /v1 call needs `Authorization: Bearer KEY` (make one with `tokendp keys create`).
     Each (tenant, document id, privacy group) has the tenant's lifetime budget: a request
@@ -60,7 +64,7 @@ def serve(host: str, port: int, db: str | None, model: str, tagger: str, max_bod
     hf_logging.set_verbosity_error()
     limits = Limits(max_body_bytes=max_body_bytes, max_new_tokens=max_new_tokens, requests_per_minute=rate_limit,
                     max_batch=max_batch)
-    app = create_app(_db(db), model=model, tagger=tagger, limits=limits, version=__version__)
+    app = create_app(_db(db), model=model, tagger=tagger, limits=limits, version=__version__, docs=docs)
     uvicorn.run(app, host=host, port=port, log_level=log_level)
 
 

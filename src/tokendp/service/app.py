@@ -29,6 +29,7 @@ from tokendp.accounting import (amin_clip, amin_epsilon, dp_fusion_beta, dp_fusi
 from tokendp.service import errors
 from tokendp.service.batching import END, Job, Worker
 from tokendp.service.errors import APIError
+from tokendp.service.headers import SecurityHeaders
 from tokendp.service.keys import Tenant, authenticate, hash_key
 from tokendp.service.limits import BodyLimit, Limits, RateLimiter
 from tokendp.service.schemas import (AccountRequest, GenerateRequest, SanitizeRequest, SynthesizeRequest,
@@ -39,9 +40,10 @@ STATIC = Path(__file__).parent / "static"
 
 
 def create_app(db: str | Path, *, model: str = "rewriter", tagger: str = "auto", limits: Limits = Limits(),
-               version: str = "dev"):
-    """The ASGI app (FastAPI wrapped in the body-size limit) for ``tokendp serve``; ``version``
-    is tokendp's, shown by /healthz and the OpenAPI docs."""
+               version: str = "dev", docs: bool = False):
+    """The ASGI app (FastAPI wrapped in the body-size limit and the security headers) for
+    ``tokendp serve``; ``version`` is tokendp's, shown by /healthz and /openapi.json. ``docs``
+    serves the Swagger UI at /docs and ReDoc at /redoc, which load their scripts from a CDN."""
     store = BudgetStore(db)
     worker = Worker(lambda: _load(model, tagger), store, max_tokens=limits.max_new_tokens, max_batch=limits.max_batch)
     rate = RateLimiter(limits.requests_per_minute)
@@ -54,6 +56,7 @@ def create_app(db: str | Path, *, model: str = "rewriter", tagger: str = "auto",
         worker.stop()
 
     app = FastAPI(title="tokendp", version=version, lifespan=lifespan,
+                  docs_url="/docs" if docs else None, redoc_url="/redoc" if docs else None,
                   description="Token-level differential privacy with a durable privacy budget per "
                               "(tenant, document id, privacy group). Budget semantics: docs/service.md.")
     errors.install(app)
@@ -135,7 +138,7 @@ def create_app(db: str | Path, *, model: str = "rewriter", tagger: str = "auto",
         return FileResponse(STATIC / "index.html")
 
     app.mount("/static", StaticFiles(directory=STATIC), name="static")
-    return BodyLimit(app, limits.max_body_bytes)
+    return SecurityHeaders(BodyLimit(app, limits.max_body_bytes))
 
 
 def _load(model: str, tagger: str) -> tuple[Any, Any]:

@@ -71,7 +71,7 @@ def install(app: FastAPI) -> None:
     @app.exception_handler(RequestValidationError)
     async def _invalid(_: Request, err: RequestValidationError) -> JSONResponse:
         fields = [{"field": ".".join(str(p) for p in e.get("loc", ())), "rule": e.get("msg", "")} for e in err.errors()]
-        return JSONResponse(error_body("invalid_request", "the request body does not match the schema (see /docs)",
+        return JSONResponse(error_body("invalid_request", "the request body does not match the schema (see /openapi.json)",
                                        fields=fields), status_code=422)
 
     @app.exception_handler(StarletteHTTPException)

@@ -89,7 +89,39 @@ function selectionOffsets() {
   before.setStart(doc, 0);
   before.setEnd(range.startContainer, range.startOffset);
   const start = before.toString().length;
-  return { start, end: start + range.toString().length };
+  return snapOut(state.text, { start, end: start + range.toString().length });
+}
+
+// Offsets. The server counts code points (Python str indices); JavaScript strings and the DOM count
+// UTF-16 code units, two for every astral character (emoji, CJK Extension B). state.spans hold code
+// units; spans are converted where they cross the API: fromPoints for /v1/tag's, toPoints for /v1/sanitize.
+function pointStarts(text) {  // [i]: the code unit where code point i starts; the last entry is text.length
+  const starts = [0];
+  for (const ch of text) starts.push(starts.at(-1) + ch.length);
+  return starts;
+}
+
+function bisect(sorted, x) {  // the first index whose value is >= x
+  let lo = 0, hi = sorted.length;
+  while (lo < hi) { const mid = (lo + hi) >> 1; if (sorted[mid] < x) lo = mid + 1; else hi = mid; }
+  return lo;
+}
+
+function fromPoints(text, spans) {
+  const starts = pointStarts(text);
+  return spans.map(({ start, end, label }) => ({ start: starts[start], end: starts[end], label }));
+}
+
+function toPoints(text, spans) {
+  const starts = pointStarts(text);
+  return spans.map(({ start, end, label }) => ({ start: bisect(starts, start), end: bisect(starts, end), label }));
+}
+
+// True if code unit i is the second half of a surrogate pair: a selection there splits a character.
+const insidePair = (text, i) => i > 0 && text.codePointAt(i - 1) > 0xffff;
+
+function snapOut(text, { start, end }) {  // widen a selection to whole characters, so that it never leaks half of one
+  return { start: insidePair(text, start) ? start - 1 : start, end: insidePair(text, end) ? end + 1 : end };
 }
 
 $("add-span").onclick = () => {
@@ -111,9 +143,12 @@ $("key").onchange = () => { sessionStorage.setItem("tokendp-key", $("key").value
 $("tag").onclick = async () => {
   showError("");
   setText($("text").value);
-  const response = await fetch("/v1/tag", { method: "POST", headers: headers(), body: JSON.stringify({ text: state.text }) });
+  const text = state.text;
+  const response = await fetch("/v1/tag", { method: "POST", headers: headers(), body: JSON.stringify({ text }) });
   if (!response.ok) { showError(await failure(response)); return; }
-  state.spans = (await response.json()).spans.map(({ start, end, label }) => ({ start, end, label }));
+  const { spans } = await response.json();
+  if (text !== state.text) { showError("The document changed while the tagger ran: find the private spans again."); return; }
+  state.spans = fromPoints(text, spans);
   render();
 };
 
@@ -143,7 +178,7 @@ $("run").onclick = async () => {
   showError("");
   setText($("text").value);
   const body = {
-    id: $("doc-id").value.trim(), text: state.text, spans: state.spans, epsilon: epsilons(),
+    id: $("doc-id").value.trim(), text: state.text, spans: toPoints(state.text, state.spans), epsilon: epsilons(),
     max_new_tokens: Number($("max-tokens").value), temperature: Number($("temperature").value), stream: true,
   };
   $("run").disabled = true;
