@@ -114,3 +114,11 @@ def test_a_stream_sends_its_first_token_only_after_the_reservation(server):
             elif line.startswith("data: ") and events[-1] == "result":
                 assert json.loads(line[6:])["id"] == "streamed"
     assert events[-1] == "result" and "token" in events
+
+
+def test_the_access_log_holds_no_query_string_and_so_no_document_id(server):
+    server, key = server
+    r = httpx.get(server.url + "/v1/budget", params={"id": "Zebedee-Quartermaine-1987"}, headers=auth(key), timeout=60)
+    assert r.status_code == 200
+    log = server.log.read_text(errors="replace")
+    assert "GET /v1/budget HTTP" in log and "Zebedee" not in log and "Quartermaine" not in log

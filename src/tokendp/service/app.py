@@ -26,7 +26,7 @@ from fastapi.staticfiles import StaticFiles
 
 from tokendp.accounting import (amin_clip, amin_epsilon, dp_fusion_beta, dp_fusion_epsilon, invisibleink_clip,
                                 invisibleink_epsilon)
-from tokendp.service import errors
+from tokendp.service import errors, logs
 from tokendp.service.batching import END, Job, Worker
 from tokendp.service.errors import APIError
 from tokendp.service.headers import SecurityHeaders
@@ -50,6 +50,7 @@ def create_app(db: str | Path, *, model: str = "rewriter", tagger: str = "auto",
 
     @asynccontextmanager
     async def lifespan(_: FastAPI):
+        logs.install()
         store.recover()
         worker.start()
         yield
