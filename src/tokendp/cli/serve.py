@@ -10,8 +10,8 @@ from tokendp import __version__
 from tokendp.cli._common import library_errors
 
 DEFAULT_DB = "tokendp-service.db"
-DB_HELP = ("The SQLite file (WAL mode) holding tenants, key hashes and every unit's charges "
-           f"[default: $TOKENDP_DB, else ./{DEFAULT_DB}].")
+DB_HELP = ("The SQLite file (WAL mode) holding tenants, key hashes and every unit's charges; created, or "
+           f"tightened, to mode 0600 (owner only) [default: $TOKENDP_DB, else ./{DEFAULT_DB}].")
 
 
 def _db(path: str | None) -> str:
