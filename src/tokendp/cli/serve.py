@@ -27,7 +27,9 @@ def _db(path: str | None) -> str:
               help="The one model every request runs on: rewriter, smollm2, tiny, a directory or a hub id.")
 @click.option("--tagger", default="auto", show_default=True, help="Tagger for requests that give no spans.")
 @click.option("--max-body-bytes", type=click.IntRange(min=1), default=1_000_000, show_default=True,
-              help="Larger request bodies are refused (413 body_too_large).")
+              help="Larger request bodies are refused (413 body_too_large): the bytes received are counted, "
+                   "whatever the framing (Content-Length or chunked). A request with both Content-Length and "
+                   "Transfer-Encoding is refused (400 ambiguous_length).")
 @click.option("--max-new-tokens", type=click.IntRange(min=1), default=512, show_default=True,
               help="Most tokens (T) one request may ask for; T is charged in full to the budget.")
 @click.option("--rate-limit", type=click.IntRange(min=1), default=60, show_default=True,

@@ -40,29 +40,82 @@ class RateLimiter:
             return None
 
 
+class BodyTooLarge(Exception):
+    """More body bytes arrived than the limit allows."""
+
+
 class BodyLimit:
-    """ASGI middleware: a request with a body must say its size (Content-Length; else 411
-    length_required) and stay within ``max_bytes`` (else 413 body_too_large), checked before
-    anything is read."""
+    """ASGI middleware that bounds the bytes a request body may hold, whatever its framing.
+
+    A request that carries both Content-Length and Transfer-Encoding is refused (400
+    ambiguous_length): RFC 9112 section 6.1 lets the server pick Transfer-Encoding, so the
+    declared length would mean nothing, and a proxy in front may have framed it the other way.
+    A declared Content-Length above the limit is refused before anything is read; every body,
+    declared or chunked, is then read here while its bytes are counted, and refused (413
+    body_too_large) as soon as the count passes the limit, so no framing can carry more to the
+    app. The app reads the counted body from memory: it would buffer it for JSON anyway. Both
+    refusals close the connection, since the rest of the body is left unread."""
 
     def __init__(self, app, max_bytes: int) -> None:
         self.app, self.max_bytes = app, max_bytes
 
     async def __call__(self, scope, receive, send):
-        if scope["type"] == "http" and scope["method"] in ("POST", "PUT", "PATCH"):
-            headers = dict(scope["headers"])
-            length = headers.get(b"content-length")
-            if length is None or not length.isdigit():
-                if headers.get(b"transfer-encoding") is not None:
-                    return await _refuse(send, 411, "length_required", "send the body with a Content-Length")
-            elif int(length) > self.max_bytes:
-                return await _refuse(send, 413, "body_too_large",
-                                     f"the request body is above this server's limit of {self.max_bytes} bytes")
-        return await self.app(scope, receive, send)
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+        names = {name.lower() for name, _ in scope["headers"]}
+        if b"content-length" in names and b"transfer-encoding" in names:
+            return await _refuse(send, 400, "ambiguous_length",
+                                 "send either Content-Length or Transfer-Encoding, not both (RFC 9112, 6.1)")
+        if self._declared(scope) > self.max_bytes:
+            return await self._too_large(send)
+        try:
+            messages = await self._read(receive)
+        except BodyTooLarge:
+            return await self._too_large(send)
+        if messages[-1]["type"] == "http.disconnect":
+            return None
+        return await self.app(scope, _replay(messages, receive), send)
+
+    @staticmethod
+    def _declared(scope) -> int:
+        """The Content-Length the client declared (0 if none; the server checked its syntax)."""
+        value = dict(scope["headers"]).get(b"content-length", b"0")
+        return int(value) if value.isdigit() else 0
+
+    async def _read(self, receive) -> list[dict]:
+        """Every message of the body, up to the last one or a disconnect; raise BodyTooLarge as
+        soon as the bytes received pass the limit."""
+        messages, count = [], 0
+        while True:
+            message = await receive()
+            messages.append(message)
+            if message["type"] != "http.request":
+                return messages
+            count += len(message.get("body", b""))
+            if count > self.max_bytes:
+                raise BodyTooLarge
+            if not message.get("more_body", False):
+                return messages
+
+    async def _too_large(self, send) -> None:
+        await _refuse(send, 413, "body_too_large", f"the request body is above this server's limit of "
+                      f"{self.max_bytes} bytes (--max-body-bytes)")
+
+
+def _replay(messages: list[dict], receive):
+    """A receive() that gives the body's messages again, then waits on the real one (where a
+    streaming response learns that its client went away)."""
+    pending = deque(messages)
+
+    async def replayed():
+        return pending.popleft() if pending else await receive()
+
+    return replayed
 
 
 async def _refuse(send, status: int, code: str, message: str) -> None:
     body = json.dumps({"error": {"code": code, "message": message}}).encode()
     await send({"type": "http.response.start", "status": status,
-                "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]})
+                "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode()),
+                            (b"connection", b"close")]})
     await send({"type": "http.response.body", "body": body})
