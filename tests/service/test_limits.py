@@ -1,11 +1,14 @@
-"""The limits on their own: the body-size middleware over a fake ASGI exchange."""
+"""The limits on their own: the body-size middleware over a fake ASGI exchange, and the
+one-minute windows (per tenant for requests, per address for failed authentication)."""
 
 from __future__ import annotations
 
 import asyncio
 import json
 
-from tokendp.service.limits import BodyLimit
+import pytest
+
+from tokendp.service.limits import BodyLimit, RateLimiter
 
 
 def exchange(headers: dict[str, str], chunks: list[bytes], max_bytes: int = 100):
@@ -56,3 +59,28 @@ def test_both_framings_at_once_are_refused_before_reading():
 def test_a_body_within_the_limit_reaches_the_app_whole_under_either_framing():
     assert exchange({"content-length": "100"}, [b"a" * 60, b"b" * 40]) == (200, b"a" * 60 + b"b" * 40, 2)
     assert exchange({"transfer-encoding": "chunked"}, [b"a" * 60, b"b" * 40]) == (200, b"a" * 60 + b"b" * 40, 2)
+
+
+def test_the_window_admits_per_minute_then_says_how_long_to_wait():
+    rate = RateLimiter(2)
+    assert rate.admit("acme", now=0.0) is None and rate.admit("acme", now=10.0) is None
+    assert rate.admit("acme", now=20.0) == pytest.approx(40.0)
+    assert rate.admit("other", now=20.0) is None
+    assert rate.admit("acme", now=60.5) is None  # the request at 0 left the window
+
+
+def test_failures_are_recorded_and_checked_apart():
+    failures = RateLimiter(2)
+    failures.record("10.0.0.1", now=0.0)
+    assert failures.blocked("10.0.0.1", now=1.0) is None  # checking counts nothing
+    failures.record("10.0.0.1", now=2.0)
+    assert failures.blocked("10.0.0.1", now=3.0) == pytest.approx(57.0)
+    assert failures.blocked("10.0.0.2", now=3.0) is None
+    assert failures.blocked("10.0.0.1", now=62.5) is None
+
+
+def test_idle_keys_are_forgotten_once_the_table_is_full():
+    rate = RateLimiter(1, max_keys=10)
+    for i in range(100):
+        rate.record(f"10.0.0.{i}", now=float(i))
+    assert len(rate._times) <= 10 + 60  # at most the keys of the last minute beyond the bound

@@ -33,14 +33,18 @@ def _db(path: str | None) -> str:
 @click.option("--max-new-tokens", type=click.IntRange(min=1), default=512, show_default=True,
               help="Most tokens (T) one request may ask for; T is charged in full to the budget.")
 @click.option("--rate-limit", type=click.IntRange(min=1), default=60, show_default=True,
-              help="Requests per key per minute (429 rate_limited above it).")
+              help="Requests per tenant per minute, all its keys together (429 rate_limited above it).")
+@click.option("--max-auth-failures", type=click.IntRange(min=1), default=10, show_default=True,
+              help="Failed authentication attempts (a key that matches none) per client address per minute; "
+                   "above it every /v1 request from that address is refused (429 auth_rate_limited, with "
+                   "Retry-After) before its key is looked up.")
 @click.option("--max-batch", type=click.IntRange(min=1), default=8, show_default=True,
               help="Most documents batched onto the model in one forward pass.")
 @click.option("--log-level", type=click.Choice(["critical", "error", "warning", "info"]), default="info",
               show_default=True)
 @library_errors
 def serve(host: str, port: int, db: str | None, model: str, tagger: str, max_body_bytes: int, max_new_tokens: int,
-          rate_limit: int, max_batch: int, log_level: str) -> None:
+          rate_limit: int, max_auth_failures: int, max_batch: int, log_level: str) -> None:
     """Serve the HTTP API and the web page (OpenAPI docs at /docs).
 
     Every /v1 call needs `Authorization: Bearer KEY` (make one with `tokendp keys create`).
@@ -61,7 +65,7 @@ def serve(host: str, port: int, db: str | None, model: str, tagger: str, max_bod
     hf_logging.disable_progress_bar()
     hf_logging.set_verbosity_error()
     limits = Limits(max_body_bytes=max_body_bytes, max_new_tokens=max_new_tokens, requests_per_minute=rate_limit,
-                    max_batch=max_batch)
+                    max_batch=max_batch, auth_failures_per_minute=max_auth_failures)
     app = create_app(_db(db), model=model, tagger=tagger, limits=limits, version=__version__)
     uvicorn.run(app, host=host, port=port, log_level=log_level)
 

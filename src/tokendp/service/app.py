@@ -27,7 +27,7 @@ from tokendp.accounting import (amin_clip, amin_epsilon, dp_fusion_beta, dp_fusi
 from tokendp.service import errors
 from tokendp.service.batching import END, Job, Worker
 from tokendp.service.errors import APIError
-from tokendp.service.keys import Tenant, authenticate, hash_key
+from tokendp.service.keys import Tenant, authenticate
 from tokendp.service.limits import BodyLimit, Limits, RateLimiter
 from tokendp.service.schemas import (AccountRequest, GenerateRequest, SanitizeRequest, SynthesizeRequest,
                                      TagRequest)
@@ -42,7 +42,7 @@ def create_app(db: str | Path, *, model: str = "rewriter", tagger: str = "auto",
     is tokendp's, shown by /healthz and the OpenAPI docs."""
     store = BudgetStore(db)
     worker = Worker(lambda: _load(model, tagger), store, max_tokens=limits.max_new_tokens, max_batch=limits.max_batch)
-    rate = RateLimiter(limits.requests_per_minute)
+    rate, failures = RateLimiter(limits.requests_per_minute), RateLimiter(limits.auth_failures_per_minute)
 
     @asynccontextmanager
     async def lifespan(_: FastAPI):
@@ -57,15 +57,26 @@ def create_app(db: str | Path, *, model: str = "rewriter", tagger: str = "auto",
     errors.install(app)
 
     def tenant(request: Request) -> Tenant:
+        """The key's tenant, within its rate. An address with too many failed attempts in the
+        last minute is refused before its key is looked up; the rate is the tenant's, so that a
+        new key does not open a new window."""
+        address = request.client.host if request.client else ""
+        wait = failures.blocked(address)
+        if wait is not None:
+            raise _too_many("auth_rate_limited", f"more than {limits.auth_failures_per_minute} failed authentication "
+                            "attempts in a minute from this address", wait)
         scheme, _, key = request.headers.get("authorization", "").partition(" ")
-        found = authenticate(store.conn, key.strip()) if scheme.lower() == "bearer" and key.strip() else None
+        key = key.strip() if scheme.lower() == "bearer" else ""
+        found = authenticate(store.conn, key) if key else None
         if found is None:
+            if key:  # a key that matches none: a guess, or a revoked key
+                failures.record(address)
             raise APIError(401, "unauthorized", "send Authorization: Bearer <key> with a key from `tokendp keys create`",
                            headers={"WWW-Authenticate": "Bearer"})
-        wait = rate.admit(hash_key(key.strip()))
+        wait = rate.admit(found.name)
         if wait is not None:
-            raise APIError(429, "rate_limited", f"more than {limits.requests_per_minute} requests in a minute for this key",
-                           headers={"Retry-After": str(int(wait) + 1)}, retry_after=round(wait, 1))
+            raise _too_many("rate_limited", f"more than {limits.requests_per_minute} requests in a minute for this "
+                            "tenant", wait)
         return found
 
     async def run(job: Job) -> Any:
@@ -134,6 +145,10 @@ def create_app(db: str | Path, *, model: str = "rewriter", tagger: str = "auto",
 
     app.mount("/static", StaticFiles(directory=STATIC), name="static")
     return BodyLimit(app, limits.max_body_bytes)
+
+
+def _too_many(code: str, message: str, wait: float) -> APIError:
+    return APIError(429, code, message, headers={"Retry-After": str(int(wait) + 1)}, retry_after=round(wait, 1))
 
 
 def _load(model: str, tagger: str) -> tuple[Any, Any]:

@@ -1,4 +1,5 @@
-"""Request limits: body size (an ASGI middleware) and requests per key per minute."""
+"""Request limits: body size (an ASGI middleware), requests per tenant per minute, and failed
+authentication attempts per client address per minute."""
 
 from __future__ import annotations
 
@@ -7,6 +8,8 @@ import threading
 import time
 from collections import deque
 from dataclasses import dataclass
+
+WINDOW_S = 60.0
 
 
 @dataclass(frozen=True)
@@ -17,27 +20,58 @@ class Limits:
     max_new_tokens: int = 512
     requests_per_minute: int = 60
     max_batch: int = 8
+    auth_failures_per_minute: int = 10
 
 
 class RateLimiter:
-    """A sliding one-minute window of request times per key (in memory, per process)."""
+    """A sliding one-minute window of event times per key (in memory, per process).
 
-    def __init__(self, per_minute: int) -> None:
-        self.per_minute = per_minute
+    Keys whose window has emptied are dropped once more than ``max_keys`` are held, so a client
+    that rotates addresses cannot grow the table without bound."""
+
+    def __init__(self, per_minute: int, max_keys: int = 10_000) -> None:
+        self.per_minute, self.max_keys = per_minute, max_keys
         self._times: dict[str, deque[float]] = {}
         self._lock = threading.Lock()
 
     def admit(self, key: str, now: float | None = None) -> float | None:
-        """None if admitted, else the seconds until the oldest request leaves the window."""
+        """Count one event for ``key`` and return None if the window had room; else count
+        nothing and return the seconds until the oldest event leaves the window."""
         now = time.monotonic() if now is None else now
         with self._lock:
-            times = self._times.setdefault(key, deque())
-            while times and times[0] <= now - 60:
-                times.popleft()
-            if len(times) >= self.per_minute:
-                return max(0.0, times[0] + 60 - now)
-            times.append(now)
-            return None
+            times = self._window(key, now)
+            wait = self._wait(times, now)
+            if wait is None:
+                times.append(now)
+            return wait
+
+    def blocked(self, key: str, now: float | None = None) -> float | None:
+        """Like :meth:`admit` without counting: None while ``key`` has room, else the wait."""
+        now = time.monotonic() if now is None else now
+        with self._lock:
+            return self._wait(self._window(key, now), now)
+
+    def record(self, key: str, now: float | None = None) -> None:
+        """Count one event for ``key`` whether or not the window has room."""
+        now = time.monotonic() if now is None else now
+        with self._lock:
+            self._window(key, now).append(now)
+
+    def _window(self, key: str, now: float) -> deque[float]:
+        """``key``'s event times within the last minute (older ones are dropped)."""
+        if len(self._times) > self.max_keys:
+            self._forget_idle(now)
+        times = self._times.setdefault(key, deque())
+        while times and times[0] <= now - WINDOW_S:
+            times.popleft()
+        return times
+
+    def _wait(self, times: deque[float], now: float) -> float | None:
+        return None if len(times) < self.per_minute else max(0.0, times[0] + WINDOW_S - now)
+
+    def _forget_idle(self, now: float) -> None:
+        for key in [k for k, times in self._times.items() if not times or times[-1] <= now - WINDOW_S]:
+            del self._times[key]
 
 
 class BodyTooLarge(Exception):
