@@ -32,6 +32,7 @@ from tokendp.service.limits import BodyLimit, Limits, RateLimiter
 from tokendp.service.schemas import (AccountRequest, GenerateRequest, SanitizeRequest, SynthesizeRequest,
                                      TagRequest)
 from tokendp.service.store import BudgetStore
+from tokendp.service.tagging import Tagging
 
 STATIC = Path(__file__).parent / "static"
 
@@ -43,12 +44,15 @@ def create_app(db: str | Path, *, model: str = "rewriter", tagger: str = "auto",
     store = BudgetStore(db)
     worker = Worker(lambda: _load(model, tagger), store, max_tokens=limits.max_new_tokens, max_batch=limits.max_batch)
     rate, failures = RateLimiter(limits.requests_per_minute), RateLimiter(limits.auth_failures_per_minute)
+    tagging = Tagging(tagger)
 
     @asynccontextmanager
     async def lifespan(_: FastAPI):
         store.recover()
         worker.start()
+        tagging.start()
         yield
+        tagging.stop()
         worker.stop()
 
     app = FastAPI(title="tokendp", version=version, lifespan=lifespan,
@@ -95,8 +99,15 @@ def create_app(db: str | Path, *, model: str = "rewriter", tagger: str = "auto",
 
     @app.post("/v1/tag", tags=["v1"])
     async def tag(body: TagRequest, who: Tenant = Depends(tenant)) -> dict[str, Any]:
-        """The server's tagger's spans: ``{"spans": [{start, end, label, score, source}]}``."""
-        return await run(Job("tag", body, who))
+        """The server's tagger's spans: ``{"spans": [{start, end, label, score, source}]}``. Runs in
+        the tagger's own process (service/tagging.py), at most ``--max-tag-chars`` characters."""
+        if len(body.text) > limits.max_tag_chars:
+            raise APIError(413, "text_too_long", f"/v1/tag takes at most {limits.max_tag_chars} characters on this "
+                           "server (--max-tag-chars); tag the document in parts")
+        try:
+            return {"spans": await tagging.tag(body.text)}
+        except Exception as err:
+            raise errors.to_api_error(err) from None
 
     @app.post("/v1/sanitize", tags=["v1"])
     async def sanitize(body: SanitizeRequest, request: Request, who: Tenant = Depends(tenant)):

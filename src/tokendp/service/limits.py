@@ -20,6 +20,7 @@ class Limits:
     max_new_tokens: int = 512
     requests_per_minute: int = 60
     max_batch: int = 8
+    max_tag_chars: int = 100_000
     auth_failures_per_minute: int = 10
 
 
