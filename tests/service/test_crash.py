@@ -43,7 +43,7 @@ def test_a_reservation_survives_kill_9_during_generation_and_counts_after_restar
         again = httpx.post(server.url + "/v1/sanitize", json={**LONG, "stream": False}, headers=auth(key))
         assert again.status_code == 403 and again.json()["error"]["code"] == "budget_exceeded"
 
-        # requests per key per minute: 2 calls so far, the limit is 5
+        # requests per tenant per minute: 2 calls so far, the limit is 5
         codes = [httpx.get(server.url + "/v1/budget", headers=auth(key)).status_code for _ in range(4)]
         assert codes == [200, 200, 200, 429]
         limited = httpx.get(server.url + "/v1/budget", headers=auth(key))

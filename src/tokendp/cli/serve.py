@@ -10,8 +10,8 @@ from tokendp import __version__
 from tokendp.cli._common import library_errors
 
 DEFAULT_DB = "tokendp-service.db"
-DB_HELP = ("The SQLite file (WAL mode) holding tenants, key hashes and every unit's charges "
-           f"[default: $TOKENDP_DB, else ./{DEFAULT_DB}].")
+DB_HELP = ("The SQLite file (WAL mode) holding tenants, key hashes and every unit's charges; created, or "
+           f"tightened, to mode 0600 (owner only) [default: $TOKENDP_DB, else ./{DEFAULT_DB}].")
 
 
 def _db(path: str | None) -> str:
@@ -25,13 +25,23 @@ def _db(path: str | None) -> str:
 @click.option("--db", "db", type=click.Path(dir_okay=False), default=None, help=DB_HELP)
 @click.option("--model", default="rewriter", show_default=True,
               help="The one model every request runs on: rewriter, smollm2, tiny, a directory or a hub id.")
-@click.option("--tagger", default="auto", show_default=True, help="Tagger for requests that give no spans.")
+@click.option("--tagger", default="auto", show_default=True,
+              help="Tagger for /v1/tag and for requests that give no spans.")
 @click.option("--max-body-bytes", type=click.IntRange(min=1), default=1_000_000, show_default=True,
-              help="Larger request bodies are refused (413 body_too_large).")
+              help="Larger request bodies are refused (413 body_too_large): the bytes received are counted, "
+                   "whatever the framing (Content-Length or chunked). A request with both Content-Length and "
+                   "Transfer-Encoding is refused (400 ambiguous_length).")
 @click.option("--max-new-tokens", type=click.IntRange(min=1), default=512, show_default=True,
               help="Most tokens (T) one request may ask for; T is charged in full to the budget.")
 @click.option("--rate-limit", type=click.IntRange(min=1), default=60, show_default=True,
-              help="Requests per key per minute (429 rate_limited above it).")
+              help="Requests per tenant per minute, all its keys together (429 rate_limited above it).")
+@click.option("--max-auth-failures", type=click.IntRange(min=1), default=10, show_default=True,
+              help="Failed authentication attempts (a key that matches none) per client address per minute; "
+                   "above it every /v1 request from that address is refused (429 auth_rate_limited, with "
+                   "Retry-After) before its key is looked up.")
+@click.option("--max-tag-chars", type=click.IntRange(min=1), default=100_000, show_default=True,
+              help="Most characters one /v1/tag request may hold (413 text_too_long above it); tagging runs in "
+                   "its own process, beside the model.")
 @click.option("--max-batch", type=click.IntRange(min=1), default=8, show_default=True,
               help="Most documents batched onto the model in one forward pass.")
 @click.option("--docs", is_flag=True,
@@ -42,7 +52,8 @@ def _db(path: str | None) -> str:
               show_default=True)
 @library_errors
 def serve(host: str, port: int, db: str | None, model: str, tagger: str, max_body_bytes: int, max_new_tokens: int,
-          rate_limit: int, max_batch: int, docs: bool, log_level: str) -> None:
+          rate_limit: int, max_auth_failures: int, max_tag_chars: int, max_batch: int, docs: bool,
+          log_level: str) -> None:
     """Serve the HTTP API and the web page (OpenAPI schema at /openapi.json, Swagger UI with --docs).
 
     Every /v1 call needs `Authorization: Bearer KEY` (make one with `tokendp keys create`).
@@ -63,7 +74,7 @@ def serve(host: str, port: int, db: str | None, model: str, tagger: str, max_bod
     hf_logging.disable_progress_bar()
     hf_logging.set_verbosity_error()
     limits = Limits(max_body_bytes=max_body_bytes, max_new_tokens=max_new_tokens, requests_per_minute=rate_limit,
-                    max_batch=max_batch)
+                    max_batch=max_batch, max_tag_chars=max_tag_chars, auth_failures_per_minute=max_auth_failures)
     app = create_app(_db(db), model=model, tagger=tagger, limits=limits, version=__version__, docs=docs)
     uvicorn.run(app, host=host, port=port, log_level=log_level)
 

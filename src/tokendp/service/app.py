@@ -30,11 +30,12 @@ from tokendp.service import errors, logs
 from tokendp.service.batching import END, Job, Worker
 from tokendp.service.errors import APIError
 from tokendp.service.headers import SecurityHeaders
-from tokendp.service.keys import Tenant, authenticate, hash_key
+from tokendp.service.keys import Tenant, authenticate
 from tokendp.service.limits import BodyLimit, Limits, RateLimiter
 from tokendp.service.schemas import (AccountRequest, GenerateRequest, SanitizeRequest, SynthesizeRequest,
                                      TagRequest)
 from tokendp.service.store import BudgetStore
+from tokendp.service.tagging import Tagging
 
 STATIC = Path(__file__).parent / "static"
 
@@ -46,14 +47,17 @@ def create_app(db: str | Path, *, model: str = "rewriter", tagger: str = "auto",
     serves the Swagger UI at /docs and ReDoc at /redoc, which load their scripts from a CDN."""
     store = BudgetStore(db)
     worker = Worker(lambda: _load(model, tagger), store, max_tokens=limits.max_new_tokens, max_batch=limits.max_batch)
-    rate = RateLimiter(limits.requests_per_minute)
+    rate, failures = RateLimiter(limits.requests_per_minute), RateLimiter(limits.auth_failures_per_minute)
+    tagging = Tagging(tagger)
 
     @asynccontextmanager
     async def lifespan(_: FastAPI):
         logs.install()
         store.recover()
         worker.start()
+        tagging.start()
         yield
+        tagging.stop()
         worker.stop()
 
     app = FastAPI(title="tokendp", version=version, lifespan=lifespan,
@@ -63,15 +67,26 @@ def create_app(db: str | Path, *, model: str = "rewriter", tagger: str = "auto",
     errors.install(app)
 
     def tenant(request: Request) -> Tenant:
+        """The key's tenant, within its rate. An address with too many failed attempts in the
+        last minute is refused before its key is looked up; the rate is the tenant's, so that a
+        new key does not open a new window."""
+        address = request.client.host if request.client else ""
+        wait = failures.blocked(address)
+        if wait is not None:
+            raise _too_many("auth_rate_limited", f"more than {limits.auth_failures_per_minute} failed authentication "
+                            "attempts in a minute from this address", wait)
         scheme, _, key = request.headers.get("authorization", "").partition(" ")
-        found = authenticate(store.conn, key.strip()) if scheme.lower() == "bearer" and key.strip() else None
+        key = key.strip() if scheme.lower() == "bearer" else ""
+        found = authenticate(store.conn, key) if key else None
         if found is None:
+            if key:  # a key that matches none: a guess, or a revoked key
+                failures.record(address)
             raise APIError(401, "unauthorized", "send Authorization: Bearer <key> with a key from `tokendp keys create`",
                            headers={"WWW-Authenticate": "Bearer"})
-        wait = rate.admit(hash_key(key.strip()))
+        wait = rate.admit(found.name)
         if wait is not None:
-            raise APIError(429, "rate_limited", f"more than {limits.requests_per_minute} requests in a minute for this key",
-                           headers={"Retry-After": str(int(wait) + 1)}, retry_after=round(wait, 1))
+            raise _too_many("rate_limited", f"more than {limits.requests_per_minute} requests in a minute for this "
+                            "tenant", wait)
         return found
 
     async def run(job: Job) -> Any:
@@ -90,8 +105,15 @@ def create_app(db: str | Path, *, model: str = "rewriter", tagger: str = "auto",
 
     @app.post("/v1/tag", tags=["v1"])
     async def tag(body: TagRequest, who: Tenant = Depends(tenant)) -> dict[str, Any]:
-        """The server's tagger's spans: ``{"spans": [{start, end, label, score, source}]}``."""
-        return await run(Job("tag", body, who))
+        """The server's tagger's spans: ``{"spans": [{start, end, label, score, source}]}``. Runs in
+        the tagger's own process (service/tagging.py), at most ``--max-tag-chars`` characters."""
+        if len(body.text) > limits.max_tag_chars:
+            raise APIError(413, "text_too_long", f"/v1/tag takes at most {limits.max_tag_chars} characters on this "
+                           "server (--max-tag-chars); tag the document in parts")
+        try:
+            return {"spans": await tagging.tag(body.text)}
+        except Exception as err:
+            raise errors.to_api_error(err) from None
 
     @app.post("/v1/sanitize", tags=["v1"])
     async def sanitize(body: SanitizeRequest, request: Request, who: Tenant = Depends(tenant)):
@@ -140,6 +162,10 @@ def create_app(db: str | Path, *, model: str = "rewriter", tagger: str = "auto",
 
     app.mount("/static", StaticFiles(directory=STATIC), name="static")
     return SecurityHeaders(BodyLimit(app, limits.max_body_bytes))
+
+
+def _too_many(code: str, message: str, wait: float) -> APIError:
+    return APIError(429, code, message, headers={"Retry-After": str(int(wait) + 1)}, retry_after=round(wait, 1))
 
 
 def _load(model: str, tagger: str) -> tuple[Any, Any]:

@@ -5,7 +5,9 @@ Requests become :class:`Job` objects on a queue. The worker takes every job wait
 :meth:`~tokendp.service.store.BudgetStore.reserve`), then runs the admitted jobs: sanitize jobs
 whose :meth:`~tokendp.service.plans.Plan.batch_key` is equal share one ``run_sanitize`` call
 (one forward pass per generated token for all their documents), up to ``max_batch`` documents;
-every other job runs alone. All model, tokenizer and tagger work happens on this one thread.
+every other job runs alone. All model, tokenizer and tagger work happens on this one thread
+(the tagger tags requests that give no spans; ``/v1/tag`` runs in its own process instead,
+:mod:`tokendp.service.tagging`, so that tagging never holds up generation).
 
 Before a batch decodes, each job's charges are recomputed from the prepared job that is about to
 run and compared with its reservation as the store recorded it (:meth:`Plan.check`), so a
@@ -43,7 +45,7 @@ class ModelUnavailable(Exception):
 class Job:
     """One request: its kind, body, tenant; the future that gets its response body."""
 
-    kind: str  # tag | sanitize | generate | synthesize
+    kind: str  # sanitize | generate | synthesize
     request: Any
     tenant: Tenant | None = None
     future: Future = field(default_factory=Future)
@@ -146,9 +148,6 @@ class Worker:
             try:
                 if self.load_error:
                     raise ModelUnavailable(self.load_error)
-                if job.kind == "tag":
-                    job.done({"spans": [s.to_dict() for s in self.tagger.tag(job.request.text)]})
-                    continue
                 job.plan = self._plan(job)  # every check of the request; nothing is reserved before it passes
                 job.reservation = self.store.reserve(job.tenant, job.kind, job.plan.charges)
             except Exception as err:

@@ -4,11 +4,18 @@ WAL lets readers (GET /v1/budget) run beside the one writer; writers serialise o
 write lock (``BEGIN IMMEDIATE`` takes it at the start of a transaction, so a check and the
 write that depends on it see the same state). ``synchronous=FULL`` makes a committed
 reservation survive a power loss, not only a process crash.
+
+The file holds tenants, document ids and key hashes: it is created readable by its owner only
+(0600), and an existing file, -wal or -shm with any other permission bit is tightened to 0600
+when it is opened (with a warning). SQLite gives the -wal and -shm files it creates the main file's mode.
 """
 
 from __future__ import annotations
 
+import logging
+import os
 import sqlite3
+import stat
 from contextlib import contextmanager
 from collections.abc import Iterator
 from pathlib import Path
@@ -16,6 +23,9 @@ from pathlib import Path
 from tokendp.errors import InvalidInputError
 
 BUSY_TIMEOUT_MS = 30_000
+PRIVATE = 0o600
+SIDE_FILES = ("-wal", "-shm", "-journal")
+log = logging.getLogger("tokendp.service")
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS tenants (
@@ -55,6 +65,7 @@ def open_db(path: str | Path) -> sqlite3.Connection:
     """A connection in autocommit mode (transactions are explicit), WAL, schema created."""
     if not Path(path).parent.is_dir():
         raise InvalidInputError(f"cannot open the database {path}: its folder does not exist")
+    _make_private(Path(path))
     conn = sqlite3.connect(str(path), timeout=BUSY_TIMEOUT_MS / 1000, isolation_level=None,
                            check_same_thread=False)
     conn.row_factory = sqlite3.Row
@@ -64,6 +75,36 @@ def open_db(path: str | Path) -> sqlite3.Connection:
     conn.execute("PRAGMA foreign_keys=ON")
     conn.executescript(SCHEMA)
     return conn
+
+
+def _make_private(path: Path) -> None:
+    """Create ``path`` with mode 0600 before SQLite opens it (SQLite would create it 0644 under
+    the usual umask), and tighten it and its existing side files if their mode allows more."""
+    try:
+        _create(path)
+        for file in (path, *(Path(f"{path}{suffix}") for suffix in SIDE_FILES)):
+            if file.exists():
+                _tighten(file)
+    except OSError as err:
+        raise InvalidInputError(f"cannot open the database {path} for its owner only: {err.strerror}") from None
+
+
+def _create(path: Path) -> None:
+    """Create ``path`` empty with mode 0600 unless it exists. An existing file is never opened
+    here: closing any descriptor of a file drops every POSIX lock this process holds on it, its
+    open SQLite connections' locks included, and another process could then delete the WAL
+    under them. Files are tightened by name (chmod) instead."""
+    try:
+        os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, PRIVATE))
+    except FileExistsError:
+        pass
+
+
+def _tighten(file: Path) -> None:
+    mode = stat.S_IMODE(file.stat().st_mode)
+    if mode & ~PRIVATE:
+        os.chmod(file, PRIVATE)
+        log.warning("%s was mode %o: it is now 0600 (its owner only)", file, mode)
 
 
 @contextmanager

@@ -1,10 +1,15 @@
 """Errors as JSON with a stable code: ``{"error": {"code", "message", ...}}``.
 
-Codes: unauthorized (401), budget_exceeded (403), not_found (404), body_too_large (413),
-invalid_request (422: the body does not match the schema), invalid_parameter and invalid_input
-(400: the library refused a value), rate_limited (429), accounting_mismatch (500: output
-withheld), internal_error (500), model_unavailable (503). Messages never carry document text:
-schema errors list the field and the rule, never the value given.
+Codes: unauthorized (401), budget_exceeded (403), not_found (404), body_too_large (413: more
+body bytes arrived than --max-body-bytes, whatever the framing), ambiguous_length (400: both
+Content-Length and Transfer-Encoding), text_too_long (413: a /v1/tag text above
+--max-tag-chars), invalid_request (422: the body does not match the schema), invalid_parameter
+and invalid_input (400: the library refused a value), rate_limited (429: the tenant's requests
+per minute), auth_rate_limited (429: the client address's failed authentication attempts per
+minute), accounting_mismatch (500: output withheld), internal_error (500), model_unavailable
+(503). body_too_large and ambiguous_length come from :class:`tokendp.service.limits.BodyLimit`,
+before the app. Messages never carry document text: schema errors list the field and the rule,
+never the value given.
 """
 
 from __future__ import annotations
