@@ -314,6 +314,14 @@ def run_fusion(prepared: PreparedFusion, *, seed: int | Sequence[int] | None = N
     return job, outputs
 
 
+def check_fits_untagged(backend: HFBackend, text: str, around: int = 0) -> None:
+    """Refuse a document that cannot fit the model's context (with ``around`` tokens of prompt)
+    before a tagger reads it: tagging is slow, and the context bounds what it may be asked to read."""
+    if not isinstance(text, str):
+        raise InvalidInputError("a document is not a string")
+    backend.check_fits(around + len(backend.tokenizer(text, add_special_tokens=False)["input_ids"]), 1)
+
+
 # ---------------------------------------------------------------------------- the job
 class FusionJob:
     """One batch of prepared documents under one method: rows, the bound mechanisms, ledgers.

@@ -31,8 +31,8 @@ from typing import Any, Literal
 
 from tokendp.backends import HFBackend, load_backend
 from tokendp.errors import InvalidInputError, InvalidParameterError
-from tokendp.fusion import (Budget, Decoding, FusionReport, Method, PreparedFusion, TextResult, check_known_groups,
-                            check_params, prepare_documents, run_fusion, spans_of)
+from tokendp.fusion import (Budget, Decoding, FusionReport, Method, PreparedFusion, TextResult, check_fits_untagged,
+                            check_known_groups, check_params, prepare_documents, run_fusion, spans_of)
 from tokendp.text.contexts import GroupSpec, placeholder_id, prompt_template
 from tokendp.text.prompts import (DEFAULT_GENERATE_INSTRUCTION, MAX_UNTRUSTED_TOKENS, STAND_IN, QuestionPlace,
                                   build_prompt_contexts)
@@ -216,6 +216,9 @@ def prepare_generate(
         template = PLAIN_QA_TEMPLATE
     tpl = prompt_template(tok, instruction="", template=template)
     ph = placeholder_id(tok, options=opts, placeholder=placeholder)
+    for t, s in (doc for d in docs for doc in d):
+        if s is None:  # a document that cannot fit is refused before the tagger reads it
+            check_fits_untagged(backend, t)
     contexts = [build_prompt_contexts(p, [(t, spans_of(t, s, tagger)) for t, s in d], c, tok, template=tpl,
                                       placeholder=ph, instruction=instruction, stand_in=stand_in, question=question,
                                       groups=groups, on_overlap=on_overlap, max_untrusted_tokens=max_untrusted_tokens)

@@ -28,11 +28,10 @@ from typing import Any, Literal
 
 from tokendp.backends import HFBackend, load_backend
 from tokendp.errors import InvalidInputError, InvalidParameterError
-from tokendp.fusion import (Budget, Decoding, FusionReport, Method, PreparedFusion, TextResult, check_params,
-                            prepare_documents, run_fusion, spans_of)
+from tokendp.fusion import (Budget, Decoding, FusionReport, Method, PreparedFusion, TextResult, check_fits_untagged,
+                            check_params, prepare_documents, run_fusion, spans_of)
 from tokendp.fusion import choose_alpha  # noqa: F401 (re-exported: tokendp.sanitize.choose_alpha)
-from tokendp.text.contexts import (DocumentContexts, GroupSpec, PromptTemplate, build_contexts, placeholder_id,
-                                   prompt_template)
+from tokendp.text.contexts import DocumentContexts, GroupSpec, build_contexts, placeholder_id, prompt_template
 from tokendp.text.spans import Span
 
 
@@ -169,19 +168,12 @@ def prepare_sanitize(
     for i, text in enumerate(texts):
         given = None if spans is None else spans[i]
         if given is None:  # a document that cannot fit is refused before the tagger reads it
-            _check_document_fits(backend, tpl, text)
+            check_fits_untagged(backend, text, len(tpl.before) + len(tpl.after))
         contexts.append(build_contexts(text, spans_of(text, given, tagger), tok, template=tpl, placeholder=ph,
                                        groups=groups, on_overlap=on_overlap))
     limits = [_default_tokens(backend, c, max_new_tokens, max_new_tokens_limit) for c in contexts]
     documents = prepare_documents(method, alpha, delta, contexts, limits, beta=beta, epsilon=epsilon)
     return PreparedFusion(method, float(delta), backend, tuple(documents), decoding, ph)
-
-
-def _check_document_fits(backend: HFBackend, template: PromptTemplate, text: str) -> None:
-    if not isinstance(text, str):
-        raise InvalidInputError("a document is not a string")
-    tokens = len(backend.tokenizer(text, add_special_tokens=False)["input_ids"])
-    backend.check_fits(len(template.before) + tokens + len(template.after), 1)
 
 
 def run_sanitize(prepared: PreparedFusion, *, seed: int | Sequence[int] | None = None,
