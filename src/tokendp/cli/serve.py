@@ -76,7 +76,8 @@ def serve(host: str, port: int, db: str | None, model: str, tagger: str, max_bod
     limits = Limits(max_body_bytes=max_body_bytes, max_new_tokens=max_new_tokens, requests_per_minute=rate_limit,
                     max_batch=max_batch, max_tag_chars=max_tag_chars, auth_failures_per_minute=max_auth_failures)
     app = create_app(_db(db), model=model, tagger=tagger, limits=limits, version=__version__, docs=docs)
-    uvicorn.run(app, host=host, port=port, log_level=log_level)
+    # h11, the parser tested here: httptools would answer some framing errors itself, in plain text, not JSON
+    uvicorn.run(app, host=host, port=port, log_level=log_level, http="h11")
 
 
 @click.group("keys")
