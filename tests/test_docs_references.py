@@ -74,3 +74,20 @@ def test_design_names_only_modules_that_exist():
         if not (ROOT / rel).exists():
             missing.append(rel)
     assert missing == []
+
+
+def test_the_security_page_cites_tests_that_exist():
+    """docs/security.md names a test for every property: each file and function it names exists
+    (``::name`` and ``...::name`` refer to the last file named before them)."""
+    text = (ROOT / "docs" / "security.md").read_text(encoding="utf-8")
+    missing, current, cited = [], None, 0
+    for path, name in re.findall(r"`(tests/[\w/.]+)?(?:(?:\.\.\.)?::(\w+))?`", text):
+        if path:
+            current = ROOT / path
+            if not current.exists():
+                missing.append(path)
+        if name:
+            cited += 1
+            if current is None or not current.is_file() or f"def {name}(" not in current.read_text(encoding="utf-8"):
+                missing.append(f"{current}::{name}")
+    assert cited >= 15 and missing == []
