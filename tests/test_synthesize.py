@@ -322,3 +322,20 @@ def test_switch_parameters_are_checked_with_clear_messages(backend, change, mess
     kwargs = dict(epsilon=1.0, delta=1e-5, batch_size=2, max_tokens=4, model=backend, domain=DOMAIN) | change
     with pytest.raises(InvalidParameterError, match=message):
         synthesize(REFS[:2], **kwargs)
+
+
+def test_whether_a_batch_fits_depends_on_the_public_layout_only():
+    """The fit check counts every reference at max_reference_tokens, never at its own length: short
+    and long references are refused alike, and the message names no reference's length or text."""
+    small = HFBackend(tinylm.model(max_positions=128), tinylm.tokenizer())
+    outcomes = []
+    for refs in (["ok", "fine"], [REFS[0] * 4, REFS[1] * 4]):
+        for cap in (8, 120):
+            try:
+                synthesize(refs, epsilon=2.0, delta=1e-5, batch_size=2, max_tokens=4, model=small, domain=DOMAIN,
+                           seed=0, max_reference_tokens=cap)
+                outcomes.append((cap, "fits"))
+            except InvalidInputError as err:
+                assert "St James" not in str(err) and "context of 128" in str(err)
+                outcomes.append((cap, "refused"))
+    assert outcomes == [(8, "fits"), (120, "refused")] * 2

@@ -54,7 +54,6 @@ import functools
 import math
 import sys
 import types
-import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -273,11 +272,10 @@ def batch_rows(references: Sequence[str], batch: Sequence[int], tokenizer: Any, 
     """The 1 + B rows of one batch: the public prompt (no reference), then the private template
     around each reference of the batch, cut to ``max_reference_tokens``. Every row is laid out
     as long as a private row can be, so that no reference's length changes how the others' rows
-    (and the public row) are computed (docs/privacy.md, "Equal rows, equal logits")."""
+    (and the public row) are computed (docs/privacy.md, "Equal rows, equal logits"). The cut is
+    silent: saying that a reference was cut would tell whether it is longer than the cap, which
+    the guarantee does not cover; the cap is public and reported with every text."""
     ids = [_token_ids(tokenizer, references[i]) for i in batch]
-    if any(len(r) > max_reference_tokens for r in ids):
-        warnings.warn(f"a reference is longer than max_reference_tokens={max_reference_tokens} tokens and is cut "
-                      "there (--max-reference-tokens)", stacklevel=2)
     rows = [prompts.public, *(prompts.private.wrap(r[:max_reference_tokens]) for r in ids)]
     longest = max(len(prompts.public), len(prompts.private.wrap(())) + max_reference_tokens)
     return RowSequence.from_ids(rows, public_prefix=prompts.public_prefix, public_length=longest)
@@ -398,7 +396,7 @@ class Synthesizer:
         public_document: with a template, what the public row shows instead of a reference (default: the model's
             ``tokendp.json`` placeholder, else nothing).
         max_reference_tokens: the tokens of a reference its row reads (default 256; the rest is
-            cut, with a warning); every row is laid out this long, so that a reference's length cannot change
+            cut, silently); every row is laid out this long, so that a reference's length cannot change
             how the public row and the other references' rows are computed.
         concurrency: synthetic texts generated together (each 1 + B rows) in one batch.
         stop: extra stop strings (the model's tokendp.json "stop" always apply).
@@ -475,7 +473,8 @@ class Synthesizer:
         backend, prompts = self.backend, self.prompts
         sequences = [batch_rows(b.texts, range(len(b.texts)), backend.tokenizer, prompts,
                                 max_reference_tokens=self.max_reference_tokens) for b in batches]
-        backend.check_fits(max(s.max_length for s in sequences), self.max_tokens)  # positions: each row's own
+        # The public layout length, never the references' own: whether a batch fits depends on public data only.
+        backend.check_fits(sequences[0].layout_length, self.max_tokens)
         generators = make_generators(None if seed is None else [document_seed(seed, b.id) for b in batches],
                                      len(batches))
         job = _Job(self.method, self.clip, self.batch_size, self.temperature, self.top_k, self.epsilon, self.delta,
