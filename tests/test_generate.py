@@ -165,3 +165,46 @@ def test_bad_input_is_refused_clearly(tiny):
         generate("Who?", context=LETTER, spans=SPANS, untrusted=[ATTACK] * 4, model=small, beta=0.1,
                  max_new_tokens=16)
     assert "Zurich" not in str(err.value) and "Lindqvist" not in str(err.value)
+
+
+def test_a_cap_shorter_than_the_stand_in_is_refused_before_anything_runs(tiny):
+    """The neighbour "chunk withheld" is a chunk whose text IS the stand-in: a cap that would cut it
+    too makes its row differ from the public row, and the stated bound is no longer the one proved."""
+    from tokendp.text.contexts import prompt_template
+    from tokendp.text.prompts import build_prompt_contexts
+
+    tok = tiny.tokenizer
+    stand = len(tok(STAND_IN, add_special_tokens=False, split_special_tokens=True)["input_ids"])
+    assert stand > 1
+    with pytest.raises(InvalidParameterError, match="shorter than the stand-in"):
+        build_prompt_contexts("Who?", [], [PAGE], tok, template=prompt_template(tok, instruction="", template=COPY),
+                              placeholder=0, max_untrusted_tokens=stand - 1)
+    calls = []
+    with pytest.raises(InvalidParameterError, match="shorter than the stand-in") as err:
+        generate("Who?", untrusted=[ATTACK], model=tiny, beta=0.1, max_untrusted_tokens=stand - 1,
+                 on_token=lambda d, t: calls.append(t))
+    assert calls == [] and "Zurich" not in str(err.value)
+    ok = generate("Who?", untrusted=[ATTACK], model=tiny, beta=0.1, max_untrusted_tokens=stand, max_new_tokens=2,
+                  seed=0)
+    assert ok.report.max_untrusted_tokens == stand
+
+
+def test_whether_a_prompt_fits_depends_on_the_public_layout_only():
+    """The fit check counts every chunk at max_untrusted_tokens: a short chunk is refused exactly
+    when a long one is, and the message names no length of a chunk."""
+    small = HFBackend(tinylm.model(max_positions=128), tinylm.tokenizer(), options=OPTIONS)
+    outcomes = []
+    for chunk in ("ok", ATTACK * 3):
+        for cap in (12, 90):
+            try:
+                generate("Who?", untrusted=[chunk], model=small, beta=0.1, max_new_tokens=16, max_untrusted_tokens=cap,
+                         seed=0)
+                outcomes.append((cap, "fits"))
+            except InvalidInputError as err:
+                assert "Zurich" not in str(err) and "laid out in" in str(err) and "context of 128" in str(err)
+                outcomes.append((cap, "refused"))
+    assert outcomes == [(12, "fits"), (90, "refused")] * 2
+    fitted = generate("Who?", untrusted=[ATTACK * 3], model=small, beta=0.1, max_new_tokens=16, seed=0)
+    assert 12 <= fitted.report.max_untrusted_tokens < 90  # the default: what the context leaves, public
+    assert fitted.report.max_untrusted_tokens == generate("Who?", untrusted=["ok"], model=small, beta=0.1,
+                                                          max_new_tokens=16, seed=0).report.max_untrusted_tokens

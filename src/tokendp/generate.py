@@ -36,7 +36,7 @@ from tokendp.fusion import (Budget, FusionJob, FusionReport, Method, TextResult,
 from tokendp.generation import generate as run_engine
 from tokendp.generation import make_generators
 from tokendp.logits_processors import PublicLogitsProcessor
-from tokendp.text.contexts import GroupSpec, placeholder_id, prompt_template
+from tokendp.text.contexts import DocumentContexts, GroupSpec, placeholder_id, prompt_template
 from tokendp.text.prompts import (DEFAULT_GENERATE_INSTRUCTION, MAX_UNTRUSTED_TOKENS, STAND_IN, QuestionPlace,
                                   build_prompt_contexts, is_untrusted)
 from tokendp.text.spans import Span
@@ -118,7 +118,7 @@ def generate_batch(
     beta: Budget = None, epsilon: Budget = None, delta: float = 1e-5, groups: GroupSpec = "by-label",
     max_new_tokens: int = DEFAULT_MAX_NEW_TOKENS, temperature: float = 0.7, seed: int | None = None,
     instruction: str = DEFAULT_GENERATE_INSTRUCTION, template: str | None = None, placeholder: str | None = None,
-    stand_in: str = STAND_IN, max_untrusted_tokens: int = MAX_UNTRUSTED_TOKENS, question: QuestionPlace = "last",
+    stand_in: str = STAND_IN, max_untrusted_tokens: int | None = None, question: QuestionPlace = "last",
     stop: Sequence[str] = (),
     on_overlap: Literal["merge", "error"] = "merge",
     device: str | None = None, dtype: str | None = None, on_token: Callable[[int, int], None] | None = None,
@@ -151,10 +151,12 @@ def generate_batch(
             :data:`PLAIN_QA_TEMPLATE`. The model's paraphrase template is not used.
         placeholder: the string that hides a span token (default: the model's tokendp.json).
         stand_in: what every row but its own reads in place of an untrusted chunk.
-        max_untrusted_tokens: the tokens of an untrusted chunk its row reads (the rest is cut);
-            every row is laid out as long as a chunk's row can be, so that the batch's layout, and
-            with it the rounding of every other row's logits, does not depend on a chunk's length
-            (docs/privacy.md, "Equal rows, equal logits").
+        max_untrusted_tokens: the tokens of an untrusted chunk its row reads (the rest is cut,
+            silently); every row is laid out as long as a chunk's row can be, so that the batch's
+            layout, and with it the rounding of every other row's logits, does not depend on a
+            chunk's length (docs/privacy.md, "Equal rows, equal logits"). It must hold the
+            stand-in. Default: the most, up to :data:`~tokendp.text.prompts.MAX_UNTRUSTED_TOKENS`
+            (1,024), that the model's context leaves beside the public row and T: public data.
         question: where the prompt goes: after the documents (``"last"``), before them
             (``"first"``) or both; public layout, no effect on the guarantee.
         stop, on_overlap, device, dtype, on_token, no_repeat_ngram_size, repetition_penalty,
@@ -186,12 +188,14 @@ def generate_batch(
         template = PLAIN_QA_TEMPLATE
     tpl = prompt_template(tok, instruction="", template=template)
     ph = placeholder_id(tok, options=opts, placeholder=placeholder)
+    room = None if backend.max_context is None else backend.max_context - max_new_tokens
     contexts = [build_prompt_contexts(p, [(t, spans_of(t, s, tagger)) for t, s in d], c, tok, template=tpl,
                                       placeholder=ph, instruction=instruction, stand_in=stand_in, question=question,
-                                      groups=groups, on_overlap=on_overlap, max_untrusted_tokens=max_untrusted_tokens)
+                                      groups=groups, on_overlap=on_overlap, max_untrusted_tokens=max_untrusted_tokens,
+                                      layout_limit=room)
                 for p, d, c in zip(prompts, docs, chunks)]
     for c in contexts:
-        _check_fits(backend, c.rows, max_new_tokens)
+        _check_fits(backend, c, max_new_tokens)
     limits = [max_new_tokens] * n
     for budget, what in ((beta, "beta"), (epsilon, "epsilon")):
         check_known_groups(budget, {g.name for c in contexts for g in c.groups}, what)
@@ -210,19 +214,26 @@ def generate_batch(
             _guarantee(method, max_new_tokens), tuple(g for g in reports if not is_untrusted(g.label)),
             job.diagnostics(i, out.diagnostics), decoding,
             tuple(UntrustedReport(g.label, g.beta, g.epsilon) for g in reports if is_untrusted(g.label)), stand_in,
-            max_untrusted_tokens)
+            contexts[i].max_untrusted_tokens)
         results.append(GenerateResult(out.text, report))
     return results
 
 
-def _check_fits(backend: HFBackend, rows: Sequence[Sequence[int]], max_new_tokens: int) -> None:
-    """Every row (the longest decides) and T tokens must fit the model's context."""
-    limit, longest = backend.max_context, max(len(r) for r in rows)
-    if limit is not None and longest + max_new_tokens > limit:
+def _check_fits(backend: HFBackend, contexts: DocumentContexts, max_new_tokens: int) -> None:
+    """The rows' public layout length and T tokens must fit the model's context.
+
+    The layout length is ``public_length`` (a chunk's row at most, counting every untrusted chunk
+    at ``max_untrusted_tokens``) when there are chunks, else the rows' own length, public as in
+    sanitize; never the real length of a chunk's row, so whether a prompt fits depends on
+    public data only, and every real row, no longer than the layout, fits when it does."""
+    rows = contexts.rows
+    length = contexts.public_length if contexts.public_length is not None else max(len(r) for r in rows)
+    limit = backend.max_context
+    if limit is not None and length + max_new_tokens > limit:
         raise InvalidInputError(
-            f"the prompt with its documents is {longest} tokens in its longest row (one row per span group "
-            f"and per untrusted chunk) and max_new_tokens is {max_new_tokens}: more than the model's context "
-            f"of {limit} tokens; pass fewer or shorter documents, or lower max_new_tokens")
+            f"the prompt with its documents is laid out in {length} tokens (every untrusted chunk counted at "
+            f"max_untrusted_tokens) and max_new_tokens is {max_new_tokens}: more than the model's context of "
+            f"{limit} tokens; pass fewer or shorter trusted documents, lower max_untrusted_tokens or max_new_tokens")
 
 
 def _guarantee(method: str, limit: int) -> str:

@@ -58,8 +58,9 @@ def test_readable_report_lists_the_chunks(files):
     (["--untrusted", "latin1.txt", "--epsilon", "4"], "not valid UTF-8"),
     (["--context", "letter.txt", "--context", "other.txt", "--spans", "letter.spans.json", "--epsilon", "4"],
      "one per --context"),
-    (["--context", "long.txt", "--untrusted", "long.txt", "--untrusted", "long.txt", "--epsilon", "4"],
+    (["--context", "long.txt", "--untrusted", "long.txt", "--max-untrusted-tokens", "400", "--epsilon", "4"],
      "more than the model's context"),
+    (["--untrusted", "page.txt", "--max-untrusted-tokens", "3", "--epsilon", "4"], "shorter than the stand-in"),
     (["--untrusted", "page.txt"], "exactly one of beta= or epsilon="),
 ])
 def test_bad_input_exits_2_without_quoting_it(files, args, message):

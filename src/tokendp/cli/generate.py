@@ -49,9 +49,11 @@ def format_generate_report(report: dict[str, Any]) -> str:
 @click.option("--seed", type=int, default=None, help="Seed for reproducible sampling (default: from the OS).")
 @click.option("--stand-in", default="[document withheld]", show_default=True,
               help="What every row but its own reads in place of an untrusted chunk.")
-@click.option("--max-untrusted-tokens", type=click.IntRange(min=1), default=1024, show_default=True,
-              help="Tokens of each --untrusted chunk the model reads (the rest is cut). Every row is laid out "
-                   "this long, so that a chunk's length cannot change how the other rows are computed.")
+@click.option("--max-untrusted-tokens", type=click.IntRange(min=1), default=None,
+              help="Tokens of each --untrusted chunk the model reads (the rest is cut, silently). Every row is laid "
+                   "out this long, so that a chunk's length cannot change how the other rows are computed; it must "
+                   "hold the --stand-in [default: 1024, or what the model's context leaves beside the public row "
+                   "and --max-new-tokens].")
 @click.option("--question", type=click.Choice(["last", "first", "both"]), default="last", show_default=True,
               help="Where the prompt goes: after the documents, before them (then shared by every row), or both.")
 @click.option("--method", type=click.Choice(["dp-fusion", "original", "public"]), default="dp-fusion",
@@ -65,7 +67,7 @@ def format_generate_report(report: dict[str, Any]) -> str:
 def generate(prompt: str, contexts: tuple[str, ...], spans_paths: tuple[str, ...], tagger: str,
              untrusted: tuple[str, ...], model: str, epsilon: float | None, beta: float | None, alpha: float | None,
              delta: float, groups: str, max_new_tokens: int, temperature: float, seed: int | None, stand_in: str,
-             max_untrusted_tokens: int, question: str, method: str, no_repeat_ngram_size: int, repetition_penalty: float,
+             max_untrusted_tokens: int | None, question: str, method: str, no_repeat_ngram_size: int, repetition_penalty: float,
              speculative: bool | None, draft_tokens: int, as_json: bool,
              out_path: str | None) -> None:
     """Answer --prompt from --context documents (their spans protected, one group per label) and
