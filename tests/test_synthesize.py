@@ -9,7 +9,7 @@ from scipy import stats
 
 import tinylm
 import tokendp
-from tokendp.accounting import (amin_epsilon, amin_switch_clip, amin_switch_epsilon, invisibleink_clip,
+from tokendp.accounting import (amin_epsilon, amin_switch_clip, amin_switch_epsilon, compose_zcdp, invisibleink_clip,
                                 invisibleink_epsilon, zcdp_to_epsilon)
 from tokendp.backends import HFBackend
 from tokendp.errors import InvalidInputError, InvalidParameterError
@@ -137,8 +137,8 @@ def test_reported_clip_and_epsilon_come_from_the_accountant(backend, method):
         assert o.clip == (clip if method == "invisibleink" else clip / 2)
         assert o.epsilon == accountant(clip=o.clip, batch_size=b, temperature=tau, max_tokens=t, delta=delta)
         assert eps - 1e-9 < o.epsilon <= eps
-        assert o.epsilon == zcdp_to_epsilon(rho=o.rho, delta=delta) and o.rho == t * rho_per_token(
-            method=method, clip=o.clip, batch_size=b, temperature=tau)
+        assert o.epsilon == zcdp_to_epsilon(rho=o.rho, delta=delta) and o.rho == compose_zcdp(  # T rho_tok, rounded up
+            [rho_per_token(method=method, clip=o.clip, batch_size=b, temperature=tau)], [t])
         assert (o.batch_size, o.max_tokens, o.delta, o.temperature, o.method) == (b, t, delta, tau, method)
 
 

@@ -70,6 +70,7 @@ from tokendp.accounting import (
     amin_switch_clip,
     amin_switch_epsilon,
     amin_switch_sensitivity,
+    compose_zcdp,
     invisibleink_clip,
     invisibleink_epsilon,
     invisibleink_rho_per_token,
@@ -434,8 +435,8 @@ class Synthesizer:
                       max_tokens=max_tokens, switch=self.switch)
         self.clip = calibrate_clip(epsilon=epsilon, **public)
         self.certified = certified_epsilon(clip=self.clip, **public)
-        self.rho = None if self.switch is not None else max_tokens * rho_per_token(
-            method=method, clip=self.clip, batch_size=batch_size, temperature=temperature)
+        self.rho = None if self.switch is not None else compose_zcdp(
+            [rho_per_token(method=method, clip=self.clip, batch_size=batch_size, temperature=temperature)], [max_tokens])
         self._model = (DEFAULT_MODEL if model is None else model, device, dtype)
         self._prompt = dict(template=prompt, domain=domain, public_document=public_document)
 
