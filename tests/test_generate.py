@@ -71,7 +71,16 @@ def test_report_gives_one_epsilon_per_group_and_per_chunk(tiny):
     assert d["epsilon_per_group"] == {"PERSON": rep.groups[0].epsilon, "ROLE": rep.groups[1].epsilon,
                                       "untrusted-1": rep.untrusted[0].epsilon, "untrusted-2": rep.untrusted[1].epsilon}
     assert set(d["untrusted"][0]) == {"name", "beta", "epsilon"}  # a chunk's length is not public
-    assert set(d["diagnostics"]["mean_lambda"]) == {"PERSON", "ROLE", "untrusted-1", "untrusted-2"}
+    assert "diagnostics" not in d and res.diagnostics is None  # computed from the chunks: only when asked
+
+
+def test_diagnostics_only_when_asked_and_never_in_the_report(tiny):
+    kwargs = dict(context=LETTER, spans=SPANS, untrusted=[PAGE, ATTACK], model=tiny, epsilon=4.0, max_new_tokens=8,
+                  seed=0)
+    plain, asked = generate("Who?", **kwargs), generate("Who?", diagnostics=True, **kwargs)
+    assert asked.to_dict() == plain.to_dict() and "diagnostics" not in asked.to_dict()["report"]
+    assert set(asked.diagnostics["mean_lambda"]) == {"PERSON", "untrusted-1", "untrusted-2"}
+    assert "NOT part of the privacy guarantee" in asked.diagnostics["note"]
 
 
 def test_batch_of_prompts_with_different_groups_and_the_package_export(tiny):

@@ -57,7 +57,7 @@ class UntrustedReport:
 
 @dataclass(frozen=True)
 class GenerateReport(FusionReport):
-    """The parameters, the guarantee per span group (``groups``) and per untrusted chunk, diagnostics."""
+    """The parameters, the guarantee per span group (``groups``) and per untrusted chunk."""
 
     untrusted: tuple[UntrustedReport, ...] = ()
     stand_in: str = STAND_IN
@@ -73,7 +73,7 @@ class GenerateReport(FusionReport):
 
 @dataclass(frozen=True)
 class GenerateResult(TextResult):
-    """The answer (generated text only) and its report."""
+    """The answer (generated text only), its report, and the diagnostics when asked for."""
 
     report: GenerateReport
 
@@ -123,7 +123,7 @@ def generate_batch(
     on_overlap: Literal["merge", "error"] = "merge",
     device: str | None = None, dtype: str | None = None, on_token: Callable[[int, int], None] | None = None,
     no_repeat_ngram_size: int = 0, repetition_penalty: float = 1.0,
-    speculative: bool | None = None, draft_tokens: int = 4,
+    speculative: bool | None = None, draft_tokens: int = 4, diagnostics: bool = False,
 ) -> list[GenerateResult]:
     """Answer many prompts in one batch (one forward pass per generated token for all).
 
@@ -160,8 +160,9 @@ def generate_batch(
         question: where the prompt goes: after the documents (``"last"``), before them
             (``"first"``) or both; public layout, no effect on the guarantee.
         stop, on_overlap, device, dtype, on_token, no_repeat_ngram_size, repetition_penalty,
-            speculative, draft_tokens: as for :func:`tokendp.sanitize.sanitize_batch` (drafts come
-            from the public row: the prompt, trusted text and stand-ins).
+            speculative, draft_tokens, diagnostics: as for :func:`tokendp.sanitize.sanitize_batch`
+            (drafts come from the public row: the prompt, trusted text and stand-ins; the
+            diagnostics, computed from the chunks too, are never in the report).
     """
     check_params(method, alpha, delta, temperature, beta, epsilon)
     if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int) or max_new_tokens < 1:
@@ -211,11 +212,10 @@ def generate_batch(
         reports = job.group_reports(i)
         report = GenerateReport(
             method, backend.name, job.alphas[i], job.delta, max_new_tokens, len(out.token_ids), out.stop_reason,
-            _guarantee(method, max_new_tokens), tuple(g for g in reports if not is_untrusted(g.label)),
-            job.diagnostics(i, out.diagnostics), decoding,
+            _guarantee(method, max_new_tokens), tuple(g for g in reports if not is_untrusted(g.label)), decoding,
             tuple(UntrustedReport(g.label, g.beta, g.epsilon) for g in reports if is_untrusted(g.label)), stand_in,
             contexts[i].max_untrusted_tokens)
-        results.append(GenerateResult(out.text, report))
+        results.append(GenerateResult(out.text, report, job.diagnostics(i, out.diagnostics) if diagnostics else None))
     return results
 
 

@@ -39,12 +39,12 @@ from tokendp.text.spans import Span
 
 @dataclass(frozen=True)
 class SanitizeReport(FusionReport):
-    """A rewrite's report: parameters, the guarantee per group, diagnostics (see docs/sanitize.md)."""
+    """A rewrite's report: parameters and the guarantee per group (see docs/sanitize.md)."""
 
 
 @dataclass(frozen=True)
 class SanitizeResult(TextResult):
-    """The rewrite (generated text only) and its report."""
+    """The rewrite (generated text only), its report, and the diagnostics when asked for."""
 
     report: SanitizeReport
 
@@ -79,7 +79,7 @@ def sanitize_batch(
     device: str | None = None, dtype: str | None = None,
     on_token: Callable[[int, int], None] | None = None,
     no_repeat_ngram_size: int = 0, repetition_penalty: float = 1.0,
-    speculative: bool | None = None, draft_tokens: int = 4,
+    speculative: bool | None = None, draft_tokens: int = 4, diagnostics: bool = False,
 ) -> list[SanitizeResult]:
     """Rewrite many documents in one batch (one forward pass per generated token for all, or
     fewer with ``speculative``).
@@ -123,6 +123,9 @@ def sanitize_batch(
             "Speculative decoding"). False: one forward pass per token. None (default): on for
             one document, off for several, where a pass is as wide as the longest draft in
             the batch and was measured no faster on a CPU (docs/performance.md).
+        diagnostics: also return, as ``result.diagnostics`` (never in the report), the mean
+            lambda and divergence per group: data-dependent, NOT covered by the guarantee, so
+            keep them apart from the rewrite (docs/privacy.md, "Common ground").
     """
     check_params(method, alpha, delta, temperature, beta, epsilon)
     processor = PublicLogitsProcessor(repetition_penalty=repetition_penalty, no_repeat_ngram_size=no_repeat_ngram_size)
@@ -153,7 +156,8 @@ def sanitize_batch(
     decoding = {"no_repeat_ngram_size": no_repeat_ngram_size, "repetition_penalty": repetition_penalty}
     return [SanitizeResult(out.text, SanitizeReport(
                 method, backend.name, job.alphas[i], job.delta, limits[i], len(out.token_ids), out.stop_reason,
-                _guarantee(method, limits[i]), job.group_reports(i), job.diagnostics(i, out.diagnostics), decoding))
+                _guarantee(method, limits[i]), job.group_reports(i), decoding),
+                job.diagnostics(i, out.diagnostics) if diagnostics else None)
             for i, out in enumerate(outputs)]
 
 

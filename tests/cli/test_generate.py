@@ -68,3 +68,14 @@ def test_bad_input_exits_2_without_quoting_it(files, args, message):
     res = _run(files, *args)
     assert res.exit_code == 2, res.output
     assert message in res.output and "Lindqvist" not in res.output and "Zürich" not in res.output
+
+
+def test_diagnostics_only_with_the_flag_on_stderr(files):
+    args = ["--context", str(files / "letter.txt"), "--spans", str(files / "letter.spans.json"),
+            "--untrusted", str(files / "page.txt"), "--epsilon", "4"]
+    plain, asked = _run(files, *args), _run(files, *args, "--diagnostics")
+    assert plain.exit_code == asked.exit_code == 0, asked.output
+    assert "lambda" not in plain.output and asked.stdout == plain.stdout
+    lines = asked.stderr.splitlines()
+    start = next(k for k, line in enumerate(lines) if line.startswith("WARNING: the diagnostics below are data-dependent"))
+    assert set(json.loads(lines[start + 1])["diagnostics"]["mean_lambda"]) == {"PERSON", "untrusted-1"}

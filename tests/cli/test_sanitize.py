@@ -107,3 +107,25 @@ def test_speculative_and_one_token_runs_agree(files):
     assert outs[0]["text"] == outs[1]["text"] and outs[0]["report"]["groups"] == outs[1]["report"]["groups"]
     res = _run(str(files / "doc.txt"), "--model", _model(), "--epsilon", "8", "--draft-tokens", "0")
     assert res.exit_code == 2 and "draft-tokens" in res.output
+
+
+def _diagnostics_after_warning(stderr: str) -> list[dict]:
+    """The JSON lines that follow the one-line warning on stderr."""
+    lines = stderr.splitlines()
+    start = next(k for k, line in enumerate(lines) if line.startswith("WARNING: the diagnostics below are data-dependent"))
+    return [json.loads(line) for line in lines[start + 1:] if line.startswith("{")]
+
+
+def test_diagnostics_only_with_the_flag_on_stderr_after_a_warning(files):
+    args = [str(files / "doc.txt"), "--spans", str(files / "doc.spans.json"), "--model", _model(), "--epsilon", "8",
+            "--max-new-tokens", "8", "--seed", "0"]
+    plain, asked = _run(*args), _run(*args, "--diagnostics")
+    assert plain.exit_code == asked.exit_code == 0, asked.output
+    assert "lambda" not in plain.output and "diagnostic" not in plain.output.lower()
+    assert asked.stdout == plain.stdout  # the release does not change
+    [record] = _diagnostics_after_warning(asked.stderr)
+    assert set(record["diagnostics"]["mean_lambda"]) == {"PERSON"}
+    as_json = _run(*args, "--json", "--diagnostics")
+    assert "diagnostics" not in json.loads(as_json.stdout)["report"]
+    assert _diagnostics_after_warning(as_json.stderr) == [record]
+

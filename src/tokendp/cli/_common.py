@@ -16,6 +16,8 @@ import click
 from tokendp.errors import TokenDPError
 
 EXIT_BAD_INPUT = 2
+DIAGNOSTICS_WARNING = ("WARNING: the diagnostics {where} are data-dependent and NOT covered by the privacy guarantee; "
+                       "keep them apart from the output and do not publish them")
 
 
 def decoding_options(command: Callable) -> Callable:
@@ -37,6 +39,23 @@ def decoding_options(command: Callable) -> Callable:
     for option in reversed(options):
         command = option(command)
     return command
+
+
+def diagnostics_option(what: str, *, corpus: bool = False) -> Callable[[Callable], Callable]:
+    """``--diagnostics``: ``what`` (data-dependent quantities) printed on stderr after a warning,
+    never in the output; for a corpus with --out, written beside it instead (docs/privacy.md,
+    "Common ground")."""
+    where = "stderr"
+    return click.option("--diagnostics", is_flag=True,
+                        help=f"Also give {what}: data-dependent, NOT covered by the guarantee, so never in the output "
+                             f"but on {where}, after a one-line warning.")
+
+
+def emit_diagnostics(lines: Sequence[str]) -> None:
+    """The one-line warning, then the diagnostics' JSON lines, on stderr."""
+    click.echo(DIAGNOSTICS_WARNING.format(where="below"), err=True)
+    for line in lines:
+        click.echo(line, err=True)
 
 
 def engine_options(*, default: str | None, engine_help: str) -> Callable[[Callable], Callable]:
