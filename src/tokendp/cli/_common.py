@@ -45,7 +45,7 @@ def diagnostics_option(what: str, *, corpus: bool = False) -> Callable[[Callable
     """``--diagnostics``: ``what`` (data-dependent quantities) printed on stderr after a warning,
     never in the output; for a corpus with --out, written beside it instead (docs/privacy.md,
     "Common ground")."""
-    where = "stderr"
+    where = ("stderr, or with a corpus and --out to OUT's NAME.diagnostics.jsonl" if corpus else "stderr")
     return click.option("--diagnostics", is_flag=True,
                         help=f"Also give {what}: data-dependent, NOT covered by the guarantee, so never in the output "
                              f"but on {where}, after a one-line warning.")
@@ -95,12 +95,17 @@ def ray_options(engine: str | None, address: str | None, workers: int | None,
 
 def report_corpus_run(run: Any, out_path: str | Path | None) -> None:
     """An engine run's end: its records on stdout without --out, the summary and where the
-    output is (or that a rerun resumes it) on stderr."""
+    output is (or that a rerun resumes it) on stderr; the diagnostics, if any, apart: on stderr
+    after the warning, or (with --out) where they were written."""
     if run.lines is not None:
         click.echo("\n".join(run.lines))
     click.echo(run.summary.format(), err=True)
     if out_path is not None:
         click.echo(f"wrote {run.output}" if run.output else f"not finished: rerun to resume into {out_path}", err=True)
+    if run.diagnostics is not None:
+        emit_diagnostics(run.diagnostics)
+    if run.diagnostics_path is not None:
+        click.echo(DIAGNOSTICS_WARNING.format(where=f"in {run.diagnostics_path}"), err=True)
 
 
 class CLIError(click.ClickException):
