@@ -316,3 +316,24 @@ def test_a_user_asking_epsilon_8_gets_a_report_of_at_most_8():
                                            multipliers=[1.0, 1.2, 1.0])
     assert acc.schedule_epsilon(noise_multiplier=sigma, multipliers=[1.0, 1.2, 1.0], steps_per_epoch=100,
                                 sampling_rate=0.01, delta=1e-5) <= 8.0
+
+
+def test_calibration_ends_quickly_next_to_the_conversion_offset():
+    """A target at or just above the offset: refused (at most the offset rounded up, which any
+    beta > 0 costs), or met at once, by a tiny beta or 0, never by a search that does not end."""
+    import time
+
+    offset = acc.conversion_offset(2.0, 1e-5)
+    start, met = time.perf_counter(), 0
+    for target in [offset * (1 + k * 1e-16) for k in range(0, 40)] + [offset * (1 + 1e-12)]:
+        try:
+            beta = acc.dp_fusion_beta(epsilon=target, alpha=2.0, groups=1, max_tokens=1000, delta=1e-5)
+        except InvalidParameterError as err:
+            assert "not above" in str(err) and target <= offset * (1 + 1e-13)
+            continue
+        met += 1
+        assert acc.dp_fusion_epsilon(alpha=2.0, beta=beta, groups=1, max_tokens=1000, delta=1e-5) <= target
+        pbeta = acc.pmixed_beta(epsilon=target, alpha=2.0, ensemble_size=4, sample_rate=0.5, max_tokens=1000, delta=1e-5)
+        assert acc.pmixed_epsilon(alpha=2.0, beta=pbeta, ensemble_size=4, sample_rate=0.5, max_tokens=1000,
+                                  delta=1e-5) <= target
+    assert met >= 1 and time.perf_counter() - start < 5.0

@@ -29,9 +29,14 @@ _LOG_SPACE_SWITCH = 30.0  # above this exponent, evaluate log(1 + (e^x - 1)/m) w
 
 
 def _step_down_until(feasible, value: float) -> float:
-    """Largest float <= ``value`` (found by relative steps) for which ``feasible`` holds."""
+    """A float <= ``value`` for which ``feasible`` holds, 0 if none: steps down of one ulp at first
+    (the start is a closed form that misses only by rounding, so the result is the largest such
+    float or close to it), doubling after every failure, so that a start farther off still ends
+    within about a hundred steps, and a target that no positive value meets within about 1,200."""
+    step = U
     while value > 0 and not feasible(value):
-        value = max(value * (1.0 - 1e-12), np.nextafter(value, 0.0))
+        value = min(value * (1.0 - step), np.nextafter(value, 0.0))
+        step = min(2.0 * step, 0.5)
     return value
 
 
@@ -121,7 +126,7 @@ def dp_fusion_beta(*, epsilon: float, alpha: float, groups: int, max_tokens: int
     tokens = check_count("max_tokens", max_tokens)
     delta = check_delta(delta)
     offset = conversion_offset(alpha, delta)
-    if epsilon <= offset:
+    if epsilon <= epsilon_sum([], offset_terms(alpha, delta)):  # the offset rounded up: what any beta > 0 costs at least
         raise InvalidParameterError(
             f"epsilon {epsilon:g} is not above {offset:.4g}, the cost of converting RDP at alpha={alpha:g} to "
             f"delta={delta:g}; raise epsilon or delta, or try another alpha"
@@ -195,7 +200,7 @@ def pmixed_beta(*, epsilon: float, alpha: float, ensemble_size: int, sample_rate
     delta = check_delta(delta)
     weight = pmixed_sampled_weight(ensemble_size=ensemble_size, sample_rate=sample_rate)
     offset = conversion_offset(alpha, delta)
-    if epsilon <= offset or weight == 0:
+    if epsilon <= epsilon_sum([], offset_terms(alpha, delta)) or weight == 0:
         raise InvalidParameterError(
             f"epsilon {epsilon:g} is not above {offset:.4g}, the cost of converting RDP at alpha={alpha:g} to "
             f"delta={delta:g} (or the sample rate is 0); raise epsilon or delta, or try another alpha"
