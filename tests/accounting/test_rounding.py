@@ -27,7 +27,7 @@ DPS = 60
 
 def _mixture_rdp(alpha: float, cap: mpmath.mpf, weight: mpmath.mpf) -> mpmath.mpf:
     a = ref.m(alpha)
-    return mpmath.log(1 + weight * mpmath.expm1((a - 1) * cap)) / (a - 1)
+    return mpmath.log1p(weight * mpmath.expm1((a - 1) * cap)) / (a - 1)
 
 
 def _tight_pure_rdp(epsilon: float, alpha: float) -> mpmath.mpf:
@@ -77,6 +77,7 @@ def _dp_fusion_cases():
     cases = [
         (2.0, 0.005, 1, 900, 1e-3), (1.0001, 0.3, 4, 100, 1e-5), (64.0, 1e-300, 1000, 10**12, 1e-300),
         (1.25, 1e-12, 1, 10**15, 0.5), (3.0, 40.0, 5, 10, 1e-5), (1024.0, 1.0, 2, 1, 1e-10),
+        (1.0001, 1e-300, 1000, 10, 1e-5), (1.0001, 1e-99, 10**6, 10**12, 1e-5),  # w (e^x - 1) below the normals
     ]
     for _ in range(300):
         cases.append((float(1 + 10 ** rng.uniform(-4, 2)), float(10 ** rng.uniform(-12, 1)), int(rng.integers(1, 1000)),
@@ -184,7 +185,7 @@ def test_rdp_conversion_is_never_below_the_exact_minimum_over_the_grid():
 def test_tight_pure_dp_curve_is_never_below_the_exact_curve():
     orders = [1.0001, 1.25, 1.5, 2.0, 3.0, 10.0, 64.0, 1024.0, 1e6]
     with mpmath.workdps(DPS):
-        for epsilon in [1e-300, 1e-12, 1e-4, 0.01, 0.5, 1.0, 3.0, 20.0, 300.0]:
+        for epsilon in [1e-300, 1e-101, 1e-99, 1e-12, 1e-4, 0.01, 0.5, 1.0, 3.0, 20.0, 300.0]:
             curve = acc.pure_dp_to_rdp(epsilon=epsilon, orders=orders)
             for value, a in zip(curve, orders):
                 exact = _tight_pure_rdp(epsilon, a)

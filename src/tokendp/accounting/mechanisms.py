@@ -53,10 +53,15 @@ def _mixture_rdp(alpha: float, x: float, weight: float) -> float:
     ``ceil_float``). Then, for x <= 30, expm1 (8 U), the product (U), log1p (8 U, condition
     number <= 1) and the division (U) stay within 19 U; for x > 30 the value is
     x + log(w + (1 - w) e^-x), whose logarithm's argument is within 11 U (its log then within
-    11 U absolute plus 8 U relative)."""
+    11 U absolute plus 8 U relative). Below x = 1e-100, where w (e^x - 1) may fall below the
+    normal floats (and out of that error model), log(1 + y) <= y and e^x - 1 <= x (1 + x) give
+    r <= w x (1 + x) / (alpha - 1), computed exactly and rounded up."""
     if x == 0 or weight == 0:
         return 0.0
     weight = min(weight, 1.0)  # an upper bound of a weight <= 1
+    if x < 1e-100:
+        r = ceil_float(Fraction(weight) * Fraction(x) * (1 + Fraction(x)) / (Fraction(alpha) - 1))
+        return max(r, float(np.finfo(np.float64).tiny))
     if x <= _LOG_SPACE_SWITCH:
         log_f = up(math.log1p(math.expm1(x) * weight), units=18.0)
     else:

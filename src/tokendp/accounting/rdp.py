@@ -170,18 +170,19 @@ def pure_dp_to_rdp(*, epsilon: float, orders: Sequence[float]) -> np.ndarray:
     eps. It is <= min(eps, a eps^2 / 2). Upper bound: log cosh is increasing, so its first
     argument is rounded up (a - 1/2 is exact for a < 2^52, the product within U); each log cosh
     is within 25 U and each division within U, and the difference is rounded up (module
-    ``_rounding``). A positive eps never yields exactly 0 (which the conversion would read as
-    "no privacy loss").
+    ``_rounding``). Below eps = 1e-100, where log cosh would underflow, the curve is a eps^2 / 2
+    (equal to r(a) to first order), rounded up and at least the smallest normal float: a positive
+    eps never yields exactly 0 (which the conversion would read as "no privacy loss").
     """
     epsilon = check_nonnegative("epsilon", epsilon)
     alphas = _orders_array(orders)  # (K,)
     if epsilon == 0:
         return np.zeros_like(alphas)
+    if epsilon < 1e-100:
+        return np.maximum(up(alphas * epsilon**2 / 2.0, units=2.0), np.finfo(np.float64).tiny)
     high = up((alphas - 0.5) * epsilon, units=1.0)  # (K,)
     terms = [_log_cosh(high) / (alphas - 1.0), -_log_cosh(np.float64(epsilon / 2.0)) / (alphas - 1.0)]  # 2 x (K,)
-    curve = np.asarray(upper_sum(terms, units=_LOG_COSH_UNITS + 1.0))  # (K,)
-    curve = np.where(curve > 0, curve, up(alphas * epsilon**2 / 2.0, units=2.0))
-    return np.maximum(curve, np.finfo(np.float64).tiny)
+    return np.asarray(upper_sum(terms, units=_LOG_COSH_UNITS + 1.0))
 
 
 def _log_expm1(x: np.ndarray) -> np.ndarray:
