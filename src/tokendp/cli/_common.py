@@ -45,10 +45,10 @@ def diagnostics_option(what: str, *, corpus: bool = False) -> Callable[[Callable
     """``--diagnostics``: ``what`` (data-dependent quantities) printed on stderr after a warning,
     never in the output; for a corpus with --out, written beside it instead (docs/privacy.md,
     "Common ground")."""
-    where = ("stderr, or with a corpus and --out to OUT's NAME.diagnostics.jsonl" if corpus else "stderr")
+    beside = " (a corpus with --out: in NAME.diagnostics.jsonl beside the output)" if corpus else ""
     return click.option("--diagnostics", is_flag=True,
                         help=f"Also give {what}: data-dependent, NOT covered by the guarantee, so never in the output "
-                             f"but on {where}, after a one-line warning.")
+                             f"but on stderr after a one-line warning{beside}.")
 
 
 def emit_diagnostics(lines: Sequence[str]) -> None:
