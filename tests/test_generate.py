@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import warnings
 
 import pytest
 import torch
@@ -217,3 +218,18 @@ def test_whether_a_prompt_fits_depends_on_the_public_layout_only():
     assert 12 <= fitted.report.max_untrusted_tokens < 90  # the default: what the context leaves, public
     assert fitted.report.max_untrusted_tokens == generate("Who?", untrusted=["ok"], model=small, beta=0.1,
                                                           max_new_tokens=16, seed=0).report.max_untrusted_tokens
+
+
+def test_an_untrusted_chunk_is_cut_to_max_untrusted_tokens_silently(tiny):
+    """A message saying that a chunk was cut would release one bit of its length."""
+    from tokendp.text.contexts import prompt_template
+    from tokendp.text.prompts import build_prompt_contexts
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", UserWarning)  # what a "was cut" warning would be
+        ctx = build_prompt_contexts("Who?", [], [ATTACK * 8], tiny.tokenizer, placeholder=0, max_untrusted_tokens=16,
+                                    template=prompt_template(tiny.tokenizer, instruction="", template=COPY))
+        res = generate("Who?", untrusted=[ATTACK * 8], model=tiny, beta=0.1, max_untrusted_tokens=16, max_new_tokens=2,
+                       seed=0)
+    assert len(ctx.rows[1]) == ctx.public_length and ctx.max_untrusted_tokens == 16
+    assert res.report.max_untrusted_tokens == 16

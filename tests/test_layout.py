@@ -12,8 +12,6 @@ is padded to a public length, so a longer neighbour changes no other row either.
 
 from __future__ import annotations
 
-import warnings
-
 import pytest
 import torch
 
@@ -110,28 +108,6 @@ def test_a_longer_reference_changes_no_other_row_of_its_batch(backend):
     assert seqs[0].layout_length == seqs[1].layout_length
     assert seqs[0].shared_prefix_length() == seqs[1].shared_prefix_length() > 0
     _same_rows(backend, seqs, [0, 1, 3])
-
-
-def test_a_reference_is_cut_to_max_reference_tokens_silently():
-    """A message saying that a reference was cut would release one bit of its length."""
-    from tokendp.synthesize import batch_rows
-    from tokendp.text.prompt_pair import synthesis_prompts
-
-    tok = tinylm.tokenizer(chat=True)
-    prompts = synthesis_prompts(tok, domain="a letter")
-    with warnings.catch_warnings():
-        warnings.simplefilter("error")
-        seq = batch_rows([LETTER * 4], [0], tok, prompts, max_reference_tokens=10)
-    assert len(seq.rows[1].ids) == len(prompts.private.wrap(())) + 10 == seq.layout_length
-
-
-def test_an_untrusted_chunk_is_cut_to_max_untrusted_tokens_silently():
-    tok = tinylm.tokenizer()
-    with warnings.catch_warnings():
-        warnings.simplefilter("error")
-        ctx = build_prompt_contexts("Who wrote it?", [], [LETTER * 4], tok, template=WRAP,
-                                    placeholder=placeholder_id(tok), max_untrusted_tokens=16)
-    assert len(ctx.rows[1]) == ctx.public_length and ctx.max_untrusted_tokens == 16
 
 
 def test_a_longer_untrusted_chunk_changes_no_other_row(backend):

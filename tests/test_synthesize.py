@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import warnings
+
 import numpy as np
 import pytest
 import torch
@@ -339,3 +341,13 @@ def test_whether_a_batch_fits_depends_on_the_public_layout_only():
                 assert "St James" not in str(err) and "context of 128" in str(err)
                 outcomes.append((cap, "refused"))
     assert outcomes == [(8, "fits"), (120, "refused")] * 2
+
+
+def test_a_reference_is_cut_to_max_reference_tokens_silently():
+    """A message saying that a reference was cut would release one bit of its length."""
+    tok = tinylm.tokenizer(chat=True)
+    prompts = synthesis_prompts(tok, domain="a letter")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", UserWarning)  # what a "was cut" warning would be
+        seq = batch_rows([REFS[0] * 8], [0], tok, prompts, max_reference_tokens=10)
+    assert len(seq.rows[1].ids) == len(prompts.private.wrap(())) + 10 == seq.layout_length
