@@ -140,7 +140,8 @@ def main() -> None:
 
     def run_predict():
         return predict(prompts, ensemble=root, backend=backend, queries=args.queries or args.prompts * T, max_new_tokens=T,
-                       epsilon=8.0, delta=1e-5, sample_rate=args.sample_rate, seed=0, concurrency=args.prompts)
+                       epsilon=8.0, delta=1e-5, sample_rate=args.sample_rate, seed=0, concurrency=args.prompts,
+                       diagnostics=True)
 
     out = run_predict()  # warm-up and the report
     run_forward()
@@ -156,7 +157,7 @@ def main() -> None:
         "members": args.members, "prompts": args.prompts, "rows": args.prompts * (1 + args.members),
         "max_tokens": T, "queries": out.report.queries, "sample_rate": args.sample_rate,
         "tokens_released": out.report.tokens_released,
-        "epsilon": out.report.epsilon, "beta": out.report.beta, "diagnostics": out.report.diagnostics,
+        "epsilon": out.report.epsilon, "beta": out.report.beta, "diagnostics": out.diagnostics,
         "seconds_per_token": {k: v / tokens for k, v in t.items()},
         "ratio_predict_over_forward": t["predict"] / t["forward"],
         "ratio_per_member_over_forward": t["per_member"] / t["forward"],

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import warnings
 
 import pytest
 import torch
@@ -71,7 +72,16 @@ def test_report_gives_one_epsilon_per_group_and_per_chunk(tiny):
     assert d["epsilon_per_group"] == {"PERSON": rep.groups[0].epsilon, "ROLE": rep.groups[1].epsilon,
                                       "untrusted-1": rep.untrusted[0].epsilon, "untrusted-2": rep.untrusted[1].epsilon}
     assert set(d["untrusted"][0]) == {"name", "beta", "epsilon"}  # a chunk's length is not public
-    assert set(d["diagnostics"]["mean_lambda"]) == {"PERSON", "ROLE", "untrusted-1", "untrusted-2"}
+    assert "diagnostics" not in d and res.diagnostics is None  # computed from the chunks: only when asked
+
+
+def test_diagnostics_only_when_asked_and_never_in_the_report(tiny):
+    kwargs = dict(context=LETTER, spans=SPANS, untrusted=[PAGE, ATTACK], model=tiny, epsilon=4.0, max_new_tokens=8,
+                  seed=0)
+    plain, asked = generate("Who?", **kwargs), generate("Who?", diagnostics=True, **kwargs)
+    assert asked.to_dict() == plain.to_dict() and "diagnostics" not in asked.to_dict()["report"]
+    assert set(asked.diagnostics["mean_lambda"]) == {"PERSON", "untrusted-1", "untrusted-2"}
+    assert "NOT part of the privacy guarantee" in asked.diagnostics["note"]
 
 
 def test_batch_of_prompts_with_different_groups_and_the_package_export(tiny):
@@ -165,3 +175,61 @@ def test_bad_input_is_refused_clearly(tiny):
         generate("Who?", context=LETTER, spans=SPANS, untrusted=[ATTACK] * 4, model=small, beta=0.1,
                  max_new_tokens=16)
     assert "Zurich" not in str(err.value) and "Lindqvist" not in str(err.value)
+
+
+def test_a_cap_shorter_than_the_stand_in_is_refused_before_anything_runs(tiny):
+    """The neighbour "chunk withheld" is a chunk whose text IS the stand-in: a cap that would cut it
+    too makes its row differ from the public row, and the stated bound is no longer the one proved."""
+    from tokendp.text.contexts import prompt_template
+    from tokendp.text.prompts import build_prompt_contexts
+
+    tok = tiny.tokenizer
+    stand = len(tok(STAND_IN, add_special_tokens=False, split_special_tokens=True)["input_ids"])
+    assert stand > 1
+    with pytest.raises(InvalidParameterError, match="shorter than the stand-in"):
+        build_prompt_contexts("Who?", [], [PAGE], tok, template=prompt_template(tok, instruction="", template=COPY),
+                              placeholder=0, max_untrusted_tokens=stand - 1)
+    calls = []
+    with pytest.raises(InvalidParameterError, match="shorter than the stand-in") as err:
+        generate("Who?", untrusted=[ATTACK], model=tiny, beta=0.1, max_untrusted_tokens=stand - 1,
+                 on_token=lambda d, t: calls.append(t))
+    assert calls == [] and "Zurich" not in str(err.value)
+    ok = generate("Who?", untrusted=[ATTACK], model=tiny, beta=0.1, max_untrusted_tokens=stand, max_new_tokens=2,
+                  seed=0)
+    assert ok.report.max_untrusted_tokens == stand
+
+
+def test_whether_a_prompt_fits_depends_on_the_public_layout_only():
+    """The fit check counts every chunk at max_untrusted_tokens: a short chunk is refused exactly
+    when a long one is, and the message names no length of a chunk."""
+    small = HFBackend(tinylm.model(max_positions=128), tinylm.tokenizer(), options=OPTIONS)
+    outcomes = []
+    for chunk in ("ok", ATTACK * 3):
+        for cap in (12, 90):
+            try:
+                generate("Who?", untrusted=[chunk], model=small, beta=0.1, max_new_tokens=16, max_untrusted_tokens=cap,
+                         seed=0)
+                outcomes.append((cap, "fits"))
+            except InvalidInputError as err:
+                assert "Zurich" not in str(err) and "laid out in" in str(err) and "context of 128" in str(err)
+                outcomes.append((cap, "refused"))
+    assert outcomes == [(12, "fits"), (90, "refused")] * 2
+    fitted = generate("Who?", untrusted=[ATTACK * 3], model=small, beta=0.1, max_new_tokens=16, seed=0)
+    assert 12 <= fitted.report.max_untrusted_tokens < 90  # the default: what the context leaves, public
+    assert fitted.report.max_untrusted_tokens == generate("Who?", untrusted=["ok"], model=small, beta=0.1,
+                                                          max_new_tokens=16, seed=0).report.max_untrusted_tokens
+
+
+def test_an_untrusted_chunk_is_cut_to_max_untrusted_tokens_silently(tiny):
+    """A message saying that a chunk was cut would release one bit of its length."""
+    from tokendp.text.contexts import prompt_template
+    from tokendp.text.prompts import build_prompt_contexts
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", UserWarning)  # what a "was cut" warning would be
+        ctx = build_prompt_contexts("Who?", [], [ATTACK * 8], tiny.tokenizer, placeholder=0, max_untrusted_tokens=16,
+                                    template=prompt_template(tiny.tokenizer, instruction="", template=COPY))
+        res = generate("Who?", untrusted=[ATTACK * 8], model=tiny, beta=0.1, max_untrusted_tokens=16, max_new_tokens=2,
+                       seed=0)
+    assert len(ctx.rows[1]) == ctx.public_length and ctx.max_untrusted_tokens == 16
+    assert res.report.max_untrusted_tokens == 16

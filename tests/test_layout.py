@@ -110,17 +110,6 @@ def test_a_longer_reference_changes_no_other_row_of_its_batch(backend):
     _same_rows(backend, seqs, [0, 1, 3])
 
 
-def test_a_reference_is_cut_to_max_reference_tokens():
-    from tokendp.synthesize import batch_rows
-    from tokendp.text.prompt_pair import synthesis_prompts
-
-    tok = tinylm.tokenizer(chat=True)
-    prompts = synthesis_prompts(tok, domain="a letter")
-    with pytest.warns(UserWarning, match="longer than max_reference_tokens=10 tokens and is cut"):
-        seq = batch_rows([LETTER * 4], [0], tok, prompts, max_reference_tokens=10)
-    assert len(seq.rows[1].ids) == len(prompts.private.wrap(())) + 10 == seq.layout_length
-
-
 def test_a_longer_untrusted_chunk_changes_no_other_row(backend):
     tok = tinylm.tokenizer()
     ph = placeholder_id(tok)

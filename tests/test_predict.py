@@ -45,9 +45,13 @@ def test_predict_reports_public_parameters_and_spends_the_budget(ens, backend):
     assert res.stopped is None
     d = rep.to_dict()
     assert set(d["epsilon_per_shard"]) == {"shard-000", "shard-001", "shard-002"}
-    assert "NOT part of the privacy guarantee" in d["diagnostics"]["note"]
-    assert 0 <= d["diagnostics"]["mean_sampled_members"] <= 3
+    assert "diagnostics" not in d and "diagnostics" not in res.to_dict() and res.diagnostics is None
     json.dumps(res.to_dict())
+    asked = predict(PROMPTS, ensemble=ens, backend=backend, queries=12, epsilon=8, delta=1e-5, sample_rate=0.5,
+                    max_new_tokens=4, seed=0, diagnostics=True)
+    assert asked.to_dict() == res.to_dict()  # the release does not change
+    assert "NOT part of the privacy guarantee" in asked.diagnostics["note"]
+    assert 0 <= asked.diagnostics["mean_sampled_members"] <= 3
 
 
 def test_predict_is_reproducible_with_a_seed_and_beta_mode(ens, backend):

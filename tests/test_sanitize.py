@@ -91,14 +91,23 @@ def test_report_epsilon_equals_the_accountant(tiny):
                                               delta=1e-6)
     assert rep.mechanism == "dp-fusion" and rep.model == "tiny" and rep.alpha == 3.0 and rep.delta == 1e-6
     assert 1 <= rep.tokens_generated <= rep.max_new_tokens
-    diag = rep.diagnostics
+    d = rep.to_dict()
+    assert set(d) == {"mechanism", "model", "alpha", "delta", "max_new_tokens", "tokens_generated", "stop_reason",
+                      "guarantee", "groups", "decoding"}
+    assert set(d["groups"][0]) == {"label", "n_spans", "n_tokens", "beta", "epsilon"}
+
+
+def test_diagnostics_only_when_asked_and_never_in_the_release(tiny):
+    """The mean lambdas depend on the private text and are not covered by the guarantee: by
+    default nothing of them is returned; asked for, they come apart from the report."""
+    plain = sanitize(LETTER, spans=SPANS, model=tiny, beta=0.05, alpha=3.0, seed=0)
+    asked = sanitize(LETTER, spans=SPANS, model=tiny, beta=0.05, alpha=3.0, seed=0, diagnostics=True)
+    assert plain.diagnostics is None and "diagnostics" not in plain.to_dict()["report"]
+    assert asked.to_dict() == plain.to_dict()  # the release is the same, byte for byte
+    diag = asked.diagnostics
     assert "NOT part of the privacy guarantee" in diag["note"]
     assert set(diag["mean_lambda"]) == {"DATETIME", "LOC", "PERSON"}
     assert all(0 <= v <= 1 for v in diag["mean_lambda"].values())
-    d = rep.to_dict()
-    assert set(d) >= {"mechanism", "model", "alpha", "delta", "max_new_tokens", "tokens_generated",
-                      "groups", "diagnostics"}
-    assert set(d["groups"][0]) == {"label", "n_spans", "n_tokens", "beta", "epsilon"}
 
 
 def test_epsilon_target_is_met_per_group(tiny):

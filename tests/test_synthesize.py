@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import warnings
+
 import numpy as np
 import pytest
 import torch
@@ -9,7 +11,7 @@ from scipy import stats
 
 import tinylm
 import tokendp
-from tokendp.accounting import (amin_epsilon, amin_switch_clip, amin_switch_epsilon, invisibleink_clip,
+from tokendp.accounting import (amin_epsilon, amin_switch_clip, amin_switch_epsilon, compose_zcdp, invisibleink_clip,
                                 invisibleink_epsilon, zcdp_to_epsilon)
 from tokendp.backends import HFBackend
 from tokendp.errors import InvalidInputError, InvalidParameterError
@@ -137,8 +139,8 @@ def test_reported_clip_and_epsilon_come_from_the_accountant(backend, method):
         assert o.clip == (clip if method == "invisibleink" else clip / 2)
         assert o.epsilon == accountant(clip=o.clip, batch_size=b, temperature=tau, max_tokens=t, delta=delta)
         assert eps - 1e-9 < o.epsilon <= eps
-        assert o.epsilon == zcdp_to_epsilon(rho=o.rho, delta=delta) and o.rho == t * rho_per_token(
-            method=method, clip=o.clip, batch_size=b, temperature=tau)
+        assert o.epsilon == zcdp_to_epsilon(rho=o.rho, delta=delta) and o.rho == compose_zcdp(  # T rho_tok, rounded up
+            [rho_per_token(method=method, clip=o.clip, batch_size=b, temperature=tau)], [t])
         assert (o.batch_size, o.max_tokens, o.delta, o.temperature, o.method) == (b, t, delta, tau, method)
 
 
@@ -322,3 +324,30 @@ def test_switch_parameters_are_checked_with_clear_messages(backend, change, mess
     kwargs = dict(epsilon=1.0, delta=1e-5, batch_size=2, max_tokens=4, model=backend, domain=DOMAIN) | change
     with pytest.raises(InvalidParameterError, match=message):
         synthesize(REFS[:2], **kwargs)
+
+
+def test_whether_a_batch_fits_depends_on_the_public_layout_only():
+    """The fit check counts every reference at max_reference_tokens, never at its own length: short
+    and long references are refused alike, and the message names no reference's length or text."""
+    small = HFBackend(tinylm.model(max_positions=128), tinylm.tokenizer())
+    outcomes = []
+    for refs in (["ok", "fine"], [REFS[0] * 4, REFS[1] * 4]):
+        for cap in (8, 120):
+            try:
+                synthesize(refs, epsilon=2.0, delta=1e-5, batch_size=2, max_tokens=4, model=small, domain=DOMAIN,
+                           seed=0, max_reference_tokens=cap)
+                outcomes.append((cap, "fits"))
+            except InvalidInputError as err:
+                assert "St James" not in str(err) and "context of 128" in str(err)
+                outcomes.append((cap, "refused"))
+    assert outcomes == [(8, "fits"), (120, "refused")] * 2
+
+
+def test_a_reference_is_cut_to_max_reference_tokens_silently():
+    """A message saying that a reference was cut would release one bit of its length."""
+    tok = tinylm.tokenizer(chat=True)
+    prompts = synthesis_prompts(tok, domain="a letter")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", UserWarning)  # what a "was cut" warning would be
+        seq = batch_rows([REFS[0] * 8], [0], tok, prompts, max_reference_tokens=10)
+    assert len(seq.rows[1].ids) == len(prompts.private.wrap(())) + 10 == seq.layout_length

@@ -54,10 +54,14 @@ MAX_ALPHA = 1024.0  # above this, alpha * beta and (alpha - 1) * divergence leav
 
 @dataclass(frozen=True)
 class TextResult:
-    """Generated text (only what was generated) and its report (a dataclass with ``to_dict``)."""
+    """Generated text (only what was generated) and its report (a dataclass with ``to_dict``):
+    the release, which :meth:`to_dict` returns. ``diagnostics``: data-dependent quantities (the
+    mean lambda and divergence per group), NOT covered by the guarantee, present only when the
+    job was asked for them (``diagnostics=True``) and never part of the report or ``to_dict``."""
 
     text: str
     report: Any
+    diagnostics: dict[str, Any] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return {"text": self.text, "report": self.report.to_dict()}
@@ -76,7 +80,10 @@ class GroupReport:
 
 @dataclass(frozen=True)
 class FusionReport:
-    """What a data-protection officer needs: parameters, the guarantee per group, diagnostics."""
+    """What a data-protection officer needs: the parameters and the guarantee per group. It holds
+    public quantities only: the parameters, the certificate, and what the released tokens
+    determine (how many, why they stopped); data-dependent diagnostics are never in it
+    (:class:`TextResult`, docs/privacy.md "Common ground")."""
 
     mechanism: str
     model: str
@@ -87,7 +94,6 @@ class FusionReport:
     stop_reason: str
     guarantee: str
     groups: tuple[GroupReport, ...]
-    diagnostics: dict[str, Any]  # data-dependent, labelled: not the guarantee
     decoding: dict[str, Any]  # public decoding constraints applied to every row
 
     def to_dict(self) -> dict[str, Any]:
@@ -389,7 +395,8 @@ class FusionJob:
                 self.ledgers[i].charge(self.events[i])
 
     def diagnostics(self, i: int, sums: Mapping[str, torch.Tensor]) -> dict[str, Any]:
-        """Mean lambda and divergence per group of document i, labelled as not a guarantee."""
+        """Mean lambda and divergence per group of document i, labelled as not a guarantee (for
+        :attr:`TextResult.diagnostics`, only when asked for)."""
         if self.method != "dp-fusion" or not sums:
             return {}
         c = self.contexts[i]

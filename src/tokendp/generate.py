@@ -33,7 +33,7 @@ from tokendp.backends import HFBackend, load_backend
 from tokendp.errors import InvalidInputError, InvalidParameterError
 from tokendp.fusion import (Budget, Decoding, FusionReport, Method, PreparedFusion, TextResult, check_fits_untagged,
                             check_known_groups, check_params, prepare_documents, run_fusion, spans_of)
-from tokendp.text.contexts import GroupSpec, placeholder_id, prompt_template
+from tokendp.text.contexts import DocumentContexts, GroupSpec, placeholder_id, prompt_template
 from tokendp.text.prompts import (DEFAULT_GENERATE_INSTRUCTION, MAX_UNTRUSTED_TOKENS, STAND_IN, QuestionPlace,
                                   build_prompt_contexts)
 from tokendp.text.spans import Span
@@ -54,7 +54,7 @@ class UntrustedReport:
 
 @dataclass(frozen=True)
 class GenerateReport(FusionReport):
-    """The parameters, the guarantee per span group (``groups``) and per untrusted chunk, diagnostics."""
+    """The parameters, the guarantee per span group (``groups``) and per untrusted chunk."""
 
     untrusted: tuple[UntrustedReport, ...] = ()
     stand_in: str = STAND_IN
@@ -70,7 +70,7 @@ class GenerateReport(FusionReport):
 
 @dataclass(frozen=True)
 class GenerateResult(TextResult):
-    """The answer (generated text only) and its report."""
+    """The answer (generated text only), its report, and the diagnostics when asked for."""
 
     report: GenerateReport
 
@@ -115,12 +115,12 @@ def generate_batch(
     beta: Budget = None, epsilon: Budget = None, delta: float = 1e-5, groups: GroupSpec = "by-label",
     max_new_tokens: int = DEFAULT_MAX_NEW_TOKENS, temperature: float = 0.7, seed: int | None = None,
     instruction: str = DEFAULT_GENERATE_INSTRUCTION, template: str | None = None, placeholder: str | None = None,
-    stand_in: str = STAND_IN, max_untrusted_tokens: int = MAX_UNTRUSTED_TOKENS, question: QuestionPlace = "last",
+    stand_in: str = STAND_IN, max_untrusted_tokens: int | None = None, question: QuestionPlace = "last",
     stop: Sequence[str] = (),
     on_overlap: Literal["merge", "error"] = "merge",
     device: str | None = None, dtype: str | None = None, on_token: Callable[[int, int], None] | None = None,
     no_repeat_ngram_size: int = 0, repetition_penalty: float = 1.0,
-    speculative: bool | None = None, draft_tokens: int = 4,
+    speculative: bool | None = None, draft_tokens: int = 4, diagnostics: bool = False,
 ) -> list[GenerateResult]:
     """Answer many prompts in one batch (one forward pass per generated token for all).
 
@@ -148,15 +148,18 @@ def generate_batch(
             :data:`PLAIN_QA_TEMPLATE`. The model's paraphrase template is not used.
         placeholder: the string that hides a span token (default: the model's tokendp.json).
         stand_in: what every row but its own reads in place of an untrusted chunk.
-        max_untrusted_tokens: the tokens of an untrusted chunk its row reads (the rest is cut);
-            every row is laid out as long as a chunk's row can be, so that the batch's layout, and
-            with it the rounding of every other row's logits, does not depend on a chunk's length
-            (docs/privacy.md, "Equal rows, equal logits").
+        max_untrusted_tokens: the tokens of an untrusted chunk its row reads (the rest is cut,
+            silently); every row is laid out as long as a chunk's row can be, so that the batch's
+            layout, and with it the rounding of every other row's logits, does not depend on a
+            chunk's length (docs/privacy.md, "Equal rows, equal logits"). It must hold the
+            stand-in. Default: the most, up to :data:`~tokendp.text.prompts.MAX_UNTRUSTED_TOKENS`
+            (1,024), that the model's context leaves beside the public row and T: public data.
         question: where the prompt goes: after the documents (``"last"``), before them
             (``"first"``) or both; public layout, no effect on the guarantee.
         stop, on_overlap, device, dtype, on_token, no_repeat_ngram_size, repetition_penalty,
-            speculative, draft_tokens: as for :func:`tokendp.sanitize.sanitize_batch` (drafts come
-            from the public row: the prompt, trusted text and stand-ins).
+            speculative, draft_tokens, diagnostics: as for :func:`tokendp.sanitize.sanitize_batch`
+            (drafts come from the public row: the prompt, trusted text and stand-ins; the
+            diagnostics, computed from the chunks too, are never in the report).
     """
     prepared = prepare_generate(
         prompts, context=context, spans=spans, untrusted=untrusted, tagger=tagger, model=model, method=method,
@@ -165,7 +168,7 @@ def generate_batch(
         stand_in=stand_in, max_untrusted_tokens=max_untrusted_tokens, question=question, stop=stop,
         on_overlap=on_overlap, device=device, dtype=dtype, no_repeat_ngram_size=no_repeat_ngram_size,
         repetition_penalty=repetition_penalty, speculative=speculative, draft_tokens=draft_tokens)
-    return run_generate(prepared, seed=seed, on_token=on_token)
+    return run_generate(prepared, seed=seed, on_token=on_token, diagnostics=diagnostics)
 
 
 @dataclass(frozen=True)
@@ -173,7 +176,6 @@ class PreparedGenerate(PreparedFusion):
     """A :func:`prepare_generate` job: a prepared DP-Fusion job and the public layout it reports."""
 
     stand_in: str = STAND_IN
-    max_untrusted_tokens: int = MAX_UNTRUSTED_TOKENS
 
 
 def prepare_generate(
@@ -184,7 +186,7 @@ def prepare_generate(
     beta: Budget = None, epsilon: Budget = None, delta: float = 1e-5, groups: GroupSpec = "by-label",
     max_new_tokens: int = DEFAULT_MAX_NEW_TOKENS, temperature: float = 0.7,
     instruction: str = DEFAULT_GENERATE_INSTRUCTION, template: str | None = None, placeholder: str | None = None,
-    stand_in: str = STAND_IN, max_untrusted_tokens: int = MAX_UNTRUSTED_TOKENS, question: QuestionPlace = "last",
+    stand_in: str = STAND_IN, max_untrusted_tokens: int | None = None, question: QuestionPlace = "last",
     stop: Sequence[str] = (), on_overlap: Literal["merge", "error"] = "merge", device: str | None = None,
     dtype: str | None = None, no_repeat_ngram_size: int = 0, repetition_penalty: float = 1.0,
     speculative: bool | None = None, draft_tokens: int = 4,
@@ -219,23 +221,25 @@ def prepare_generate(
     for t, s in (doc for d in docs for doc in d):
         if s is None:  # a document that cannot fit is refused before the tagger reads it
             check_fits_untagged(backend, t)
+    room = None if backend.max_context is None else backend.max_context - max_new_tokens
     contexts = [build_prompt_contexts(p, [(t, spans_of(t, s, tagger)) for t, s in d], c, tok, template=tpl,
                                       placeholder=ph, instruction=instruction, stand_in=stand_in, question=question,
-                                      groups=groups, on_overlap=on_overlap, max_untrusted_tokens=max_untrusted_tokens)
+                                      groups=groups, on_overlap=on_overlap, max_untrusted_tokens=max_untrusted_tokens,
+                                      layout_limit=room)
                 for p, d, c in zip(prompts, docs, chunks)]
     for c in contexts:
-        _check_fits(backend, c.rows, max_new_tokens)
+        _check_fits(backend, c, max_new_tokens)
     for budget, what in ((beta, "beta"), (epsilon, "epsilon")):
         check_known_groups(budget, {g.name for c in contexts for g in c.groups}, what)
     documents = prepare_documents(method, alpha, delta, contexts, [max_new_tokens] * n, beta=beta, epsilon=epsilon)
-    return PreparedGenerate(method, float(delta), backend, tuple(documents), decoding, ph, stand_in,
-                            max_untrusted_tokens)
+    return PreparedGenerate(method, float(delta), backend, tuple(documents), decoding, ph, stand_in)
 
 
 def run_generate(prepared: PreparedGenerate, *, seed: int | Sequence[int] | None = None,
-                 on_token: Callable[[int, int], None] | None = None) -> list[GenerateResult]:
+                 on_token: Callable[[int, int], None] | None = None, diagnostics: bool = False) -> list[GenerateResult]:
     """Answer the prompts of a :func:`prepare_generate` job; each report certifies exactly the
-    prepared groups (span groups in ``groups``, untrusted chunks in ``untrusted``)."""
+    prepared groups (span groups in ``groups``, untrusted chunks in ``untrusted``; ``diagnostics``:
+    as for :func:`generate_batch`)."""
     job, outputs = run_fusion(prepared, seed=seed, on_token=on_token)
     results = []
     for i, (doc, out) in enumerate(zip(prepared.documents, outputs)):
@@ -243,22 +247,28 @@ def run_generate(prepared: PreparedGenerate, *, seed: int | Sequence[int] | None
         report = GenerateReport(
             prepared.method, prepared.backend.name, doc.alpha, prepared.delta, doc.max_new_tokens, len(out.token_ids),
             out.stop_reason, _guarantee(prepared.method, doc.max_new_tokens),
-            tuple(g for g, u in zip(doc.groups, untrusted) if not u), job.diagnostics(i, out.diagnostics),
-            prepared.decoding.constraints(),
+            tuple(g for g, u in zip(doc.groups, untrusted) if not u), prepared.decoding.constraints(),
             tuple(UntrustedReport(g.label, g.beta, g.epsilon) for g, u in zip(doc.groups, untrusted) if u),
-            prepared.stand_in, prepared.max_untrusted_tokens)
-        results.append(GenerateResult(out.text, report))
+            prepared.stand_in, doc.context.max_untrusted_tokens)
+        results.append(GenerateResult(out.text, report, job.diagnostics(i, out.diagnostics) if diagnostics else None))
     return results
 
 
-def _check_fits(backend: HFBackend, rows: Sequence[Sequence[int]], max_new_tokens: int) -> None:
-    """Every row (the longest decides) and T tokens must fit the model's context."""
-    limit, longest = backend.max_context, max(len(r) for r in rows)
-    if limit is not None and longest + max_new_tokens > limit:
+def _check_fits(backend: HFBackend, contexts: DocumentContexts, max_new_tokens: int) -> None:
+    """The rows' public layout length and T tokens must fit the model's context.
+
+    The layout length is ``public_length`` (a chunk's row at most, counting every untrusted chunk
+    at ``max_untrusted_tokens``) when there are chunks, else the rows' own length, public as in
+    sanitize; never the real length of a chunk's row, so whether a prompt fits depends on
+    public data only, and every real row, no longer than the layout, fits when it does."""
+    rows = contexts.rows
+    length = contexts.public_length if contexts.public_length is not None else max(len(r) for r in rows)
+    limit = backend.max_context
+    if limit is not None and length + max_new_tokens > limit:
         raise InvalidInputError(
-            f"the prompt with its documents is {longest} tokens in its longest row (one row per span group "
-            f"and per untrusted chunk) and max_new_tokens is {max_new_tokens}: more than the model's context "
-            f"of {limit} tokens; pass fewer or shorter documents, or lower max_new_tokens")
+            f"the prompt with its documents is laid out in {length} tokens (every untrusted chunk counted at "
+            f"max_untrusted_tokens) and max_new_tokens is {max_new_tokens}: more than the model's context of "
+            f"{limit} tokens; pass fewer or shorter trusted documents, lower max_untrusted_tokens or max_new_tokens")
 
 
 def _guarantee(method: str, limit: int) -> str:

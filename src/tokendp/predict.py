@@ -29,7 +29,7 @@ import math
 import sys
 import types
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
@@ -58,7 +58,7 @@ class Answer:
 
 @dataclass(frozen=True)
 class PredictReport:
-    """The certificate (public parameters only) and diagnostics, labelled as such."""
+    """The certificate: public parameters only, and what the released tokens determine."""
 
     mechanism: str
     model: str
@@ -72,7 +72,6 @@ class PredictReport:
     epsilon: float  # per shard, for all T tokens
     tokens_released: int
     guarantee: str
-    diagnostics: dict[str, Any] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         out = asdict(self)
@@ -83,9 +82,14 @@ class PredictReport:
 
 @dataclass(frozen=True)
 class PredictResult:
+    """The answers and the report (the release, :meth:`to_dict`); ``diagnostics``, only when asked
+    for, are the mean sampled-set size and mean lambda: data-dependent, NOT covered by the
+    guarantee, and never in the report or ``to_dict``."""
+
     answers: tuple[Answer, ...]
     report: PredictReport
     stopped: str | None = None  # why generation stopped before every prompt was answered (budget)
+    diagnostics: dict[str, Any] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return {"answers": [{**asdict(a), "token_ids": list(a.token_ids)} for a in self.answers],
@@ -206,7 +210,7 @@ def predict(
     beta: float | None = None, alpha: float = 3.0, sample_rate: float = 1.0, temperature: float = 1.0,
     max_new_tokens: int | None = None, seed: int | None = None, base: str | Path | None = None,
     backend: HFBackend | None = None, concurrency: int = 1, device: str | None = None, dtype: str | None = None,
-    on_token: Callable[[int, int], None] | None = None,
+    on_token: Callable[[int, int], None] | None = None, diagnostics: bool = False,
 ) -> PredictResult:
     """Answer ``prompts`` with PMixED over the ensemble in ``ensemble`` (see the module docstring).
 
@@ -228,6 +232,9 @@ def predict(
             other, each allowed what is left of T, so the budget is never refused mid-step; with
             more, a step that needs more tokens than are left is refused and nothing of it released).
         on_token: streaming callback ``(prompt index, token id)``.
+        diagnostics: also return, as ``result.diagnostics``, the mean size of the sampled set and
+            the mean lambda: data-dependent (the set S must stay secret, the lambdas depend on the
+            shards' data), NOT covered by the guarantee, so kept apart from the answers.
     """
     _check_params(epsilon, beta, delta, queries, alpha, sample_rate, temperature, max_new_tokens, concurrency)
     items = _check_prompts(prompts)
@@ -287,8 +294,8 @@ def predict(
     report = PredictReport("pmixed", backend.name, len(shards), shards, float(alpha), beta, float(sample_rate),
                            queries, float(delta), eps, job.released,
                            f"({eps:.4g}, {delta:g})-DP per shard for all {queries} predicted tokens "
-                           f"(RDP at alpha {alpha:g}, from public parameters only)", job.diagnostics())
-    return PredictResult(tuple(answers), report, stopped)
+                           f"(RDP at alpha {alpha:g}, from public parameters only)")
+    return PredictResult(tuple(answers), report, stopped, job.diagnostics() if diagnostics else None)
 
 
 def _stop_message(queries: int, answered: int, total: int) -> str:

@@ -37,12 +37,12 @@ from tokendp.text.spans import Span
 
 @dataclass(frozen=True)
 class SanitizeReport(FusionReport):
-    """A rewrite's report: parameters, the guarantee per group, diagnostics (see docs/sanitize.md)."""
+    """A rewrite's report: parameters and the guarantee per group (see docs/sanitize.md)."""
 
 
 @dataclass(frozen=True)
 class SanitizeResult(TextResult):
-    """The rewrite (generated text only) and its report."""
+    """The rewrite (generated text only), its report, and the diagnostics when asked for."""
 
     report: SanitizeReport
 
@@ -80,7 +80,7 @@ def sanitize_batch(
     device: str | None = None, dtype: str | None = None,
     on_token: Callable[[int, int], None] | None = None,
     no_repeat_ngram_size: int = 0, repetition_penalty: float = 1.0,
-    speculative: bool | None = None, draft_tokens: int = 4,
+    speculative: bool | None = None, draft_tokens: int = 4, diagnostics: bool = False,
 ) -> list[SanitizeResult]:
     """Rewrite many documents in one batch (one forward pass per generated token for all, or
     fewer with ``speculative``): :func:`prepare_sanitize`, then :func:`run_sanitize`.
@@ -125,6 +125,9 @@ def sanitize_batch(
             "Speculative decoding"). False: one forward pass per token. None (default): on for
             one document, off for several, where a pass is as wide as the longest draft in
             the batch and was measured no faster on a CPU (docs/performance.md).
+        diagnostics: also return, as ``result.diagnostics`` (never in the report), the mean
+            lambda and divergence per group: data-dependent, NOT covered by the guarantee, so
+            keep them apart from the rewrite (docs/privacy.md, "Common ground").
     """
     prepared = prepare_sanitize(
         texts, spans=spans, tagger=tagger, model=model, method=method, alpha=alpha, beta=beta, epsilon=epsilon,
@@ -132,7 +135,7 @@ def sanitize_batch(
         template=template, placeholder=placeholder, stop=stop, on_overlap=on_overlap, device=device, dtype=dtype,
         no_repeat_ngram_size=no_repeat_ngram_size, repetition_penalty=repetition_penalty, speculative=speculative,
         draft_tokens=draft_tokens)
-    return run_sanitize(prepared, seed=seed, on_token=on_token)
+    return run_sanitize(prepared, seed=seed, on_token=on_token, diagnostics=diagnostics)
 
 
 def prepare_sanitize(
@@ -177,14 +180,15 @@ def prepare_sanitize(
 
 
 def run_sanitize(prepared: PreparedFusion, *, seed: int | Sequence[int] | None = None,
-                 on_token: Callable[[int, int], None] | None = None) -> list[SanitizeResult]:
+                 on_token: Callable[[int, int], None] | None = None, diagnostics: bool = False) -> list[SanitizeResult]:
     """Rewrite the documents of a :func:`prepare_sanitize` job; each report certifies exactly
-    the prepared document's groups."""
+    the prepared document's groups (``diagnostics``: as for :func:`sanitize_batch`)."""
     job, outputs = run_fusion(prepared, seed=seed, on_token=on_token)
     return [SanitizeResult(out.text, SanitizeReport(
                 prepared.method, prepared.backend.name, doc.alpha, prepared.delta, doc.max_new_tokens,
                 len(out.token_ids), out.stop_reason, _guarantee(prepared.method, doc.max_new_tokens), doc.groups,
-                job.diagnostics(i, out.diagnostics), prepared.decoding.constraints()))
+                prepared.decoding.constraints()),
+                job.diagnostics(i, out.diagnostics) if diagnostics else None)
             for i, (doc, out) in enumerate(zip(prepared.documents, outputs))]
 
 

@@ -54,7 +54,6 @@ import functools
 import math
 import sys
 import types
-import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -71,6 +70,7 @@ from tokendp.accounting import (
     amin_switch_clip,
     amin_switch_epsilon,
     amin_switch_sensitivity,
+    compose_zcdp,
     invisibleink_clip,
     invisibleink_epsilon,
     invisibleink_rho_per_token,
@@ -271,11 +271,10 @@ def batch_rows(references: Sequence[str], batch: Sequence[int], tokenizer: Any, 
     """The 1 + B rows of one batch: the public prompt (no reference), then the private template
     around each reference of the batch, cut to ``max_reference_tokens``. Every row is laid out
     as long as a private row can be, so that no reference's length changes how the others' rows
-    (and the public row) are computed (docs/privacy.md, "Equal rows, equal logits")."""
+    (and the public row) are computed (docs/privacy.md, "Equal rows, equal logits"). The cut is
+    silent: saying that a reference was cut would tell whether it is longer than the cap, which
+    the guarantee does not cover; the cap is public and reported with every text."""
     ids = [_token_ids(tokenizer, references[i]) for i in batch]
-    if any(len(r) > max_reference_tokens for r in ids):
-        warnings.warn(f"a reference is longer than max_reference_tokens={max_reference_tokens} tokens and is cut "
-                      "there (--max-reference-tokens)", stacklevel=2)
     rows = [prompts.public, *(prompts.private.wrap(r[:max_reference_tokens]) for r in ids)]
     return RowSequence.from_ids(rows, public_prefix=prompts.public_prefix,
                                 public_length=layout_length(prompts, max_reference_tokens))
@@ -401,7 +400,7 @@ class Synthesizer:
         public_document: with a template, what the public row shows instead of a reference (default: the model's
             ``tokendp.json`` placeholder, else nothing).
         max_reference_tokens: the tokens of a reference its row reads (default 256; the rest is
-            cut, with a warning); every row is laid out this long, so that a reference's length cannot change
+            cut, silently); every row is laid out this long, so that a reference's length cannot change
             how the public row and the other references' rows are computed.
         concurrency: synthetic texts generated together (each 1 + B rows) in one batch.
         stop: extra stop strings (the model's tokendp.json "stop" always apply).
@@ -439,8 +438,8 @@ class Synthesizer:
                       max_tokens=max_tokens, switch=self.switch)
         self.clip = calibrate_clip(epsilon=epsilon, **public)
         self.certified = certified_epsilon(clip=self.clip, **public)
-        self.rho = None if self.switch is not None else max_tokens * rho_per_token(
-            method=method, clip=self.clip, batch_size=batch_size, temperature=temperature)
+        self.rho = None if self.switch is not None else compose_zcdp(
+            [rho_per_token(method=method, clip=self.clip, batch_size=batch_size, temperature=temperature)], [max_tokens])
         self._model = (DEFAULT_MODEL if model is None else model, device, dtype)
         self._prompt = dict(template=prompt, domain=domain, public_document=public_document)
 

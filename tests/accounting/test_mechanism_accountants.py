@@ -139,7 +139,8 @@ def test_amin_switch_epsilon_matches_independent_values_and_a_ledger(clip, b, ta
     rho = acc.amin_rho_per_token(**params)
     eps = acc.amin_switch_epsilon(**params, max_private_tokens=c, svt_epsilon=svt, delta=delta)
     assert eps == pytest.approx(_switch_epsilon_independent(svt, c, rho, delta), rel=1e-10)
-    assert eps <= acc.zcdp_to_epsilon(rho=svt**2 / 2 + c * rho, delta=delta)  # never above the zCDP sum
+    rho_sum = acc.compose_zcdp([acc.pure_dp_to_zcdp(epsilon=svt), rho], [1, c])  # svt^2/2 + c rho, rounded up
+    assert eps <= acc.zcdp_to_epsilon(rho=rho_sum, delta=delta)  # never above the zCDP sum
     assert eps > acc.amin_epsilon(**params, max_tokens=c, delta=delta)  # the switch is not free
     ledger = acc.Ledger({"ref": 1e6}, delta=delta)  # the SVT run once, then c private tokens
     ledger.charge({"ref": acc.PureDpEvent(svt)})

@@ -58,8 +58,9 @@ def test_readable_report_lists_the_chunks(files):
     (["--untrusted", "latin1.txt", "--epsilon", "4"], "not valid UTF-8"),
     (["--context", "letter.txt", "--context", "other.txt", "--spans", "letter.spans.json", "--epsilon", "4"],
      "one per --context"),
-    (["--context", "long.txt", "--untrusted", "long.txt", "--untrusted", "long.txt", "--epsilon", "4"],
+    (["--context", "long.txt", "--untrusted", "long.txt", "--max-untrusted-tokens", "400", "--epsilon", "4"],
      "more than the model's context"),
+    (["--untrusted", "page.txt", "--max-untrusted-tokens", "3", "--epsilon", "4"], "shorter than the stand-in"),
     (["--untrusted", "page.txt"], "exactly one of beta= or epsilon="),
 ])
 def test_bad_input_exits_2_without_quoting_it(files, args, message):
@@ -67,3 +68,14 @@ def test_bad_input_exits_2_without_quoting_it(files, args, message):
     res = _run(files, *args)
     assert res.exit_code == 2, res.output
     assert message in res.output and "Lindqvist" not in res.output and "Zürich" not in res.output
+
+
+def test_diagnostics_only_with_the_flag_on_stderr(files):
+    args = ["--context", str(files / "letter.txt"), "--spans", str(files / "letter.spans.json"),
+            "--untrusted", str(files / "page.txt"), "--epsilon", "4"]
+    plain, asked = _run(files, *args), _run(files, *args, "--diagnostics")
+    assert plain.exit_code == asked.exit_code == 0, asked.output
+    assert "lambda" not in plain.output and asked.stdout == plain.stdout
+    lines = asked.stderr.splitlines()
+    start = next(k for k, line in enumerate(lines) if line.startswith("WARNING: the diagnostics below are data-dependent"))
+    assert set(json.loads(lines[start + 1])["diagnostics"]["mean_lambda"]) == {"PERSON", "untrusted-1"}

@@ -36,6 +36,17 @@ def test_json_report_matches_tokendp_account(ens, tmp_path):
     assert rep["epsilon"] <= 8
 
 
+def test_diagnostics_only_with_the_flag_on_stderr(ens):
+    args = ["predict", "--ensemble", ens, "--prompt", "The court held", "--epsilon", 8, "--delta", 1e-5, "--queries", 4,
+            "--ensemble-sample-rate", 0.5, "--seed", 0]
+    plain, asked = run(*args), run(*args, "--diagnostics")
+    assert plain.exit_code == asked.exit_code == 0, asked.output
+    assert "mean |S|" not in plain.output and "lambda" not in plain.output and asked.stdout == plain.stdout
+    lines = asked.stderr.splitlines()
+    start = next(k for k, line in enumerate(lines) if line.startswith("WARNING: the diagnostics below are data-dependent"))
+    assert 0 <= json.loads(lines[start + 1])["diagnostics"]["mean_sampled_members"] <= 3
+
+
 def test_text_output_and_budget_exhausted_exit_2(ens, tmp_path):
     prompts = tmp_path / "p.jsonl"
     prompts.write_text("".join(json.dumps({"prompt": p}) + "\n" for p in ["The court", "Dear", "He was"]))

@@ -107,3 +107,43 @@ def test_speculative_and_one_token_runs_agree(files):
     assert outs[0]["text"] == outs[1]["text"] and outs[0]["report"]["groups"] == outs[1]["report"]["groups"]
     res = _run(str(files / "doc.txt"), "--model", _model(), "--epsilon", "8", "--draft-tokens", "0")
     assert res.exit_code == 2 and "draft-tokens" in res.output
+
+
+def _diagnostics_after_warning(stderr: str) -> list[dict]:
+    """The JSON lines that follow the one-line warning on stderr."""
+    lines = stderr.splitlines()
+    start = next(k for k, line in enumerate(lines) if line.startswith("WARNING: the diagnostics below are data-dependent"))
+    return [json.loads(line) for line in lines[start + 1:] if line.startswith("{")]
+
+
+def test_diagnostics_only_with_the_flag_on_stderr_after_a_warning(files):
+    args = [str(files / "doc.txt"), "--spans", str(files / "doc.spans.json"), "--model", _model(), "--epsilon", "8",
+            "--max-new-tokens", "8", "--seed", "0"]
+    plain, asked = _run(*args), _run(*args, "--diagnostics")
+    assert plain.exit_code == asked.exit_code == 0, asked.output
+    assert "lambda" not in plain.output and "diagnostic" not in plain.output.lower()
+    assert asked.stdout == plain.stdout  # the release does not change
+    [record] = _diagnostics_after_warning(asked.stderr)
+    assert set(record["diagnostics"]["mean_lambda"]) == {"PERSON"}
+    as_json = _run(*args, "--json", "--diagnostics")
+    assert "diagnostics" not in json.loads(as_json.stdout)["report"]
+    assert _diagnostics_after_warning(as_json.stderr) == [record]
+
+
+def test_corpus_diagnostics_go_apart_from_the_output(files, tmp_path):
+    args = [str(files / "docs.jsonl"), "--model", _model(), "--beta", "0.05", "--max-new-tokens", "4", "--seed", "1"]
+    out = tmp_path / "out.jsonl"
+    res = _run(*args, "--out", str(out), "--diagnostics")
+    assert res.exit_code == 0, res.output
+    rows = [json.loads(line) for line in out.read_text().splitlines()]
+    assert all(set(r) == {"id", "text", "report"} and "diagnostics" not in r["report"] for r in rows)
+    beside = tmp_path / "out.diagnostics.jsonl"
+    diag = [json.loads(line) for line in beside.read_text().splitlines()]
+    assert sorted(d["id"] for d in diag) == ["a", "b"] and all("mean_lambda" in d["diagnostics"] for d in diag)
+    assert f"WARNING: the diagnostics in {beside} are data-dependent" in res.stderr
+    plain = _run(*args, "--out", str(tmp_path / "plain.jsonl"))
+    assert (tmp_path / "plain.jsonl").read_text() == out.read_text()
+    assert not (tmp_path / "plain.diagnostics.jsonl").exists() and "WARNING" not in plain.stderr
+    to_stdout = _run(*args, "--diagnostics")
+    assert [json.loads(line) for line in to_stdout.stdout.splitlines()] == rows
+    assert sorted(d["id"] for d in _diagnostics_after_warning(to_stdout.stderr)) == ["a", "b"]

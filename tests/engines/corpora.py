@@ -60,19 +60,12 @@ def model_dir() -> str:
 
 
 def assert_same_records(rows: list[dict], reference: list[dict]) -> None:
-    """The same ids, texts and reports; the reports' diagnostics (realised lambdas and
-    divergences, not the guarantee) up to float32 rounding, which the batch's padding moves."""
-    import pytest
-
+    """The same ids, texts and reports (which hold no diagnostics: nothing data-dependent that
+    the batch's padding could move)."""
     assert [r["id"] for r in rows] == [r["id"] for r in reference]
     assert [r["text"] for r in rows] == [r["text"] for r in reference]
-    strip = [{k: v for k, v in r["report"].items() if k != "diagnostics"} for r in rows]
-    assert strip == [{k: v for k, v in r["report"].items() if k != "diagnostics"} for r in reference]
-    for r, q in zip(rows, reference):
-        d, e = r["report"]["diagnostics"], q["report"]["diagnostics"]
-        assert d.keys() == e.keys()
-        for key in d.keys() - {"note"}:
-            assert d[key] == pytest.approx(e[key], rel=1e-5, abs=1e-7), (r["id"], key)
+    assert [r["report"] for r in rows] == [r["report"] for r in reference]
+    assert all("diagnostics" not in r["report"] for r in rows)
 
 
 def assert_disjoint_batches(rows: list[dict], refs: list[dict], batch_size: int) -> None:

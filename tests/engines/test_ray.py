@@ -50,14 +50,18 @@ def reference(corpora, tmp_path_factory):
 
 
 def test_ray_gives_the_local_records(local_ray, corpora, reference, tmp_path):
+    """... with --diagnostics too: they come back from the actors apart from the records, which
+    equal the local engine's run without them."""
     out = tmp_path / "ray.jsonl"
-    res = CliRunner().invoke(main, ["sanitize", str(corpora[0]), "--model", model_dir(), *ARGS,
+    res = CliRunner().invoke(main, ["sanitize", str(corpora[0]), "--model", model_dir(), *ARGS, "--diagnostics",
                                     "--engine", "ray", "--workers", "2", "--batch-size", "4", "--out", str(out)])
     assert res.exit_code == 0, res.output
     assert f"{N} documents written (0 already done)" in res.stderr and "worker " in res.stderr
     rows = read_output(out)
     assert [r["id"] for r in rows] == [d["id"] for d in documents(N)]
     assert_same_records(rows, reference)
+    diagnostics = read_output(tmp_path / "ray.diagnostics.jsonl")
+    assert sorted(d["id"] for d in diagnostics) == sorted(d["id"] for d in documents(N))
 
 
 def test_interrupted_ray_run_resumes(local_ray, corpora, reference, tmp_path, monkeypatch):

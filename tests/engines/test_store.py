@@ -7,7 +7,7 @@ import json
 import pytest
 
 from tokendp.engines.corpus import scan_corpus
-from tokendp.engines.store import OutputRecord, RunStore
+from tokendp.engines.store import OutputRecord, RunStore, diagnostics_path
 from tokendp.errors import InvalidInputError
 
 from .corpora import read_output, write_jsonl
@@ -124,3 +124,32 @@ def test_other_settings_corpora_and_concurrent_runs_are_refused(tmp_path, corpus
     (tmp_path / "busy" / "notes.txt").write_text("x")
     with pytest.raises(InvalidInputError, match="not empty and holds no tokendp run"):
         RunStore(tmp_path / "busy", corpus, RUN).__enter__()
+
+
+@pytest.mark.parametrize("name", ["out.jsonl", "out.parquet", "outdir"])
+def test_diagnostics_are_written_beside_the_output_across_sessions(tmp_path, corpus, name):
+    """Never inside the output (a directory output too), appended by a resumed session; a fresh
+    run refuses a diagnostics file it did not start, so no two runs' diagnostics mix."""
+    out = tmp_path / name
+    beside = diagnostics_path(out)
+    assert beside == tmp_path / ("outdir.diagnostics.jsonl" if name == "outdir" else "out.diagnostics.jsonl")
+
+    def records(ids):
+        return [OutputRecord(r.id, r.line, json.dumps({"id": r.id, "diagnostics": {"mean_lambda": {}}}))
+                for r in _records(ids)]
+
+    with RunStore(out, corpus, RUN) as store:
+        store.write(records(["d0", "d1"]))
+    with RunStore(out, corpus, RUN) as store:
+        store.write(records(corpus.ids[2:]))
+        final = store.finish()
+    assert [json.loads(line)["id"] for line in beside.read_text().splitlines()] == list(corpus.ids)
+    files = sorted(final.glob("part-*.jsonl")) if final.is_dir() else [final]
+    rows = [r for f in files for r in read_output(f)]
+    assert len(rows) == len(corpus.ids) and all("diagnostics" not in r and "diagnostics" not in r["report"] for r in rows)
+    assert final.is_file() or not list(final.glob("*diagnostics*"))
+    other = tmp_path / ("again.jsonl" if name != "outdir" else "againdir")
+    diagnostics_path(other).write_text("{}\n")
+    with pytest.raises(InvalidInputError, match="delete it or choose another --out"):
+        with RunStore(other, corpus, RUN):
+            pass

@@ -8,6 +8,7 @@ import pytest
 import torch
 from distributions import logits_batch, renyi64, renyi_exact
 
+from tokendp.accounting import dp_fusion_rdp_per_token
 from tokendp.accounting.events import RdpEvent
 from tokendp.errors import InvalidInputError, InvalidParameterError
 from tokendp.mechanisms import DPFusion
@@ -86,7 +87,9 @@ def test_skipping_the_realised_divergence_changes_nothing_else() -> None:
 
 def test_event_is_public_and_validated() -> None:
     events = DPFusion(alpha=3.0).event(betas={"PERSON": 0.01, "DATE": 0.0})
-    assert events["PERSON"] == RdpEvent(3.0, math.log1p(math.expm1(2 * 0.03) / 2) / 2)
+    assert events["PERSON"] == RdpEvent(3.0, dp_fusion_rdp_per_token(alpha=3.0, beta=0.01, groups=2))
+    want = math.log1p(math.expm1(2 * 0.03) / 2) / 2
+    assert want <= events["PERSON"].rdp <= want * (1 + 1e-13)  # the accountant's bound, rounded up
     assert events["DATE"].rdp == 0.0
     assert DPFusion(alpha=2.0).event(betas={"X": 0.02})["X"].rdp == pytest.approx(0.04)
     with pytest.raises(InvalidParameterError):

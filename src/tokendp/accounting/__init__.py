@@ -5,6 +5,7 @@ the conversions turn RDP and zCDP into (epsilon, delta); the per-mechanism accou
 per-token bounds, totals and calibrations. Math and proofs: docs/privacy.md.
 """
 
+from tokendp.accounting._rounding import upper_sum
 from tokendp.accounting.dpsgd import (
     calibrate_noise_multiplier,
     rise_and_reset,
@@ -59,6 +60,7 @@ from tokendp.accounting.rdp import (
 )
 from tokendp.accounting.zcdp import (
     bounded_range_to_zcdp,
+    compose_zcdp,
     epsilon_to_zcdp,
     pure_dp_to_zcdp,
     zcdp_optimal_order,
@@ -85,6 +87,7 @@ __all__ = [
     "bounded_range_to_zcdp",
     "calibrate_noise_multiplier",
     "compose_rdp",
+    "compose_zcdp",
     "conversion_offset",
     "dp_decoding_epsilon",
     "dp_decoding_epsilon_per_token",
@@ -119,6 +122,7 @@ __all__ = [
     "sparse_vector_grid",
     "sparse_vector_noise",
     "subsampled_gaussian_rdp",
+    "upper_sum",
     "zcdp_optimal_order",
     "zcdp_to_epsilon",
 ]

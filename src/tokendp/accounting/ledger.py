@@ -19,6 +19,12 @@ epsilon is the smallest of the bounds that apply to its events, all sound:
   T charges of ``RdpEvent(alpha, r)`` give exactly T r + the conversion offset at alpha, the
   value of :func:`~tokendp.accounting.mechanisms.dp_fusion_epsilon`.
 
+Every sum is rounded up (:mod:`tokendp.accounting._rounding`): the pure sum, the zCDP rho
+(:func:`~tokendp.accounting.zcdp.compose_zcdp`) and the grid's per-order sums
+(:func:`~tokendp.accounting.rdp.epsilon_sum`) are upper bounds of their exact values under any
+order of addition, and, being functions of the multiset of terms, equal the accountants' values
+bit for bit for the same charges. A unit is admitted only if such an upper bound meets its budget.
+
 The check is cheap (no optimisation per token): the zCDP bound is checked by comparing rho with
 the largest rho allowed by the budget, computed once per unit; the grid bound is one vector sum.
 """
@@ -33,9 +39,10 @@ from typing import Any
 import numpy as np
 
 from tokendp.accounting._checks import check_delta, check_nonnegative
+from tokendp.accounting._rounding import exact_sum_up
 from tokendp.accounting.events import PrivacyEvent, PureDpEvent, RdpEvent, SubsampledGaussianEvent, ZcdpEvent
-from tokendp.accounting.rdp import DEFAULT_ORDERS, conversion_offset, pure_dp_to_rdp, subsampled_gaussian_rdp
-from tokendp.accounting.zcdp import epsilon_to_zcdp, zcdp_to_epsilon
+from tokendp.accounting.rdp import DEFAULT_ORDERS, grid_epsilon, offset_columns, pure_dp_to_rdp, subsampled_gaussian_rdp
+from tokendp.accounting.zcdp import compose_zcdp, epsilon_to_zcdp, pure_dp_to_zcdp, zcdp_to_epsilon
 from tokendp.errors import BudgetExceededError, InvalidInputError, InvalidParameterError
 
 _FORMAT = "tokendp.ledger/1"
@@ -153,7 +160,7 @@ class Ledger:
             raise InvalidParameterError("ledger orders must be a non-empty sequence of finite Renyi orders > 1")
         self._orders = alphas
         # Scalar evaluation per order so that the value at alpha matches dp_fusion_epsilon bit for bit.
-        self._offsets = np.array([conversion_offset(float(a), self._delta) for a in alphas])  # (K,)
+        self._offsets = offset_columns(alphas, self._delta)  # 4 x (K,)
         self._curves: dict[PrivacyEvent, np.ndarray] = {}
 
     def _curve(self, event: PrivacyEvent) -> np.ndarray:
@@ -174,29 +181,31 @@ class Ledger:
         return curve
 
     def _grid_epsilon(self, counts: Counter[PrivacyEvent]) -> float:
-        curve = sum((count * self._curve(event) for event, count in counts.items()), np.zeros_like(self._orders))  # (K,)
-        if np.any(curve == 0):
-            return 0.0
-        return max(0.0, float(np.min(curve + self._offsets)))
+        terms = [count * self._curve(event) for event, count in counts.items()]  # each (K,), within U of its value
+        return grid_epsilon(terms, self._offsets)[0]
 
     @staticmethod
     def _rho(counts: Counter[PrivacyEvent]) -> float | None:
-        """zCDP rho of the unit's events, or None if a single-order RDP event rules zCDP out."""
-        rho = 0.0
+        """zCDP rho of the unit's events (rounded up), or None if a single-order RDP event rules zCDP out."""
+        rhos, times = [], []
         for event, count in counts.items():
             if isinstance(event, ZcdpEvent):
-                rho += count * event.rho
+                rhos.append(event.rho)
             elif isinstance(event, PureDpEvent):
-                rho += count * event.epsilon**2 / 2.0
+                rhos.append(pure_dp_to_zcdp(epsilon=event.epsilon))
             elif isinstance(event, SubsampledGaussianEvent) or event.rdp != 0:
                 return None
-        return rho
+            else:
+                continue  # an RdpEvent of 0: no loss at any order
+            times.append(count)
+        return compose_zcdp(rhos, times)
 
     @staticmethod
     def _pure_sum(counts: Counter[PrivacyEvent]) -> float | None:
+        """Basic composition of pure events, in exact arithmetic rounded up."""
         if not all(isinstance(event, PureDpEvent) for event in counts):
             return None
-        return sum(count * event.epsilon for event, count in counts.items())
+        return exact_sum_up([event.epsilon for event in counts], list(counts.values()))
 
     def _within_budget(self, unit: Hashable, counts: Counter[PrivacyEvent]) -> bool:
         budget = self._budgets[unit]

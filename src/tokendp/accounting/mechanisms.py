@@ -4,6 +4,10 @@ Each accountant states its adjacency, the unit it protects, the per-token bound,
 compose and how the total converts to (epsilon, delta). ``max_tokens`` (T) is the number of new
 tokens fixed before generation; every sampled token is charged and stopping early does not lower
 epsilon. Proof sketches are in docs/privacy.md.
+
+Every per-token value charged and every epsilon returned is rounded up: an upper bound of its
+exact-arithmetic value under any order of float64 addition (:mod:`tokendp.accounting._rounding`).
+The calibrations search the rounded-up values, so their results meet the target exactly or below.
 """
 
 from __future__ import annotations
@@ -15,36 +19,55 @@ import numpy as np
 from scipy.optimize import brentq
 
 from tokendp.accounting._checks import check_count, check_delta, check_nonnegative, check_order, check_positive, check_rate
-from tokendp.accounting.rdp import DEFAULT_ORDERS, conversion_offset, pure_dp_to_rdp
-from tokendp.accounting.zcdp import bounded_range_to_zcdp, epsilon_to_zcdp, zcdp_to_epsilon
+from tokendp.accounting._rounding import LIBM_UNITS, U, ceil_float, down, exact_sum_up, up, upper_sum
+from tokendp.accounting.rdp import (DEFAULT_ORDERS, conversion_offset, epsilon_sum, grid_epsilon, offset_columns,
+                                   offset_terms, pure_dp_to_rdp)
+from tokendp.accounting.zcdp import compose_zcdp, epsilon_to_zcdp, pure_dp_to_zcdp, zcdp_to_epsilon
 from tokendp.errors import InvalidParameterError
 
 _LOG_SPACE_SWITCH = 30.0  # above this exponent, evaluate log(1 + (e^x - 1)/m) without expm1 overflow
 
 
 def _step_down_until(feasible, value: float) -> float:
-    """Largest float <= ``value`` (found by relative steps) for which ``feasible`` holds."""
+    """A float <= ``value`` for which ``feasible`` holds, 0 if none: steps down of one ulp at first
+    (the start is a closed form that misses only by rounding, so the result is the largest such
+    float or close to it), doubling after every failure, so that a start farther off still ends
+    within about a hundred steps, and a target that no positive value meets within about 1,200."""
+    step = U
     while value > 0 and not feasible(value):
-        value = max(value * (1.0 - 1e-12), np.nextafter(value, 0.0))
+        value = min(value * (1.0 - step), np.nextafter(value, 0.0))
+        step = min(2.0 * step, 0.5)
     return value
 
 
 # --- DP-Fusion -------------------------------------------------------------------------------
 
 
-def _mixture_rdp(alpha: float, cap: float, weight: float) -> float:
-    """log(1 + w (exp((alpha-1) c) - 1)) / (alpha-1): the RDP of a mixture whose component of
+def _mixture_rdp(alpha: float, x: float, weight: float) -> float:
+    """log(1 + w (e^x - 1)) / (alpha-1), x = (alpha-1) c: the RDP of a mixture whose component of
     weight w moves within a symmetric divergence cap c of the public distribution, by joint
-    convexity of exp((a-1) D_a) (docs/privacy.md "DP-Fusion (document sanitization)")."""
-    x = (alpha - 1.0) * cap
+    convexity of exp((a-1) D_a) (docs/privacy.md "DP-Fusion (document sanitization)").
+
+    Rounded up (module ``_rounding``): ``x`` and ``weight`` are upper bounds of the exact values
+    (the function grows with both; the callers round their rational inputs up exactly with
+    ``ceil_float``). Then, for x <= 30, expm1 (8 U), the product (U), log1p (8 U, condition
+    number <= 1) and the division (U) stay within 19 U; for x > 30 the value is
+    x + log(w + (1 - w) e^-x), whose logarithm's argument is within 11 U (its log then within
+    11 U absolute plus 8 U relative). Below x = 1e-100, where w (e^x - 1) may fall below the
+    normal floats (and out of that error model), log(1 + y) <= y and e^x - 1 <= x (1 + x) give
+    r <= w x (1 + x) / (alpha - 1), computed exactly and rounded up."""
     if x == 0 or weight == 0:
         return 0.0
+    weight = min(weight, 1.0)  # an upper bound of a weight <= 1
+    if x < 1e-100:
+        r = ceil_float(Fraction(weight) * Fraction(x) * (1 + Fraction(x)) / (Fraction(alpha) - 1))
+        return max(r, float(np.finfo(np.float64).tiny))
     if x <= _LOG_SPACE_SWITCH:
-        r = math.log1p(math.expm1(x) * weight) / (alpha - 1.0)
-    elif weight < 1:
-        r = (float(np.logaddexp(x + math.log(weight), math.log1p(-weight)))) / (alpha - 1.0)
+        log_f = up(math.log1p(math.expm1(x) * weight), units=18.0)
     else:
-        r = x / (alpha - 1.0)
+        tail = math.log(weight + (1.0 - weight) * math.exp(-x))
+        log_f = upper_sum([x, tail, 12.0 * U], units=LIBM_UNITS)
+    r = up(log_f / (alpha - 1.0), units=2.0)  # alpha - 1 within U (exact below 2^53), the division within U
     return max(r, float(np.finfo(np.float64).tiny))  # a positive cap never rounds to "no loss"
 
 
@@ -72,7 +95,10 @@ def dp_fusion_rdp_per_token(*, alpha: float, beta: float, groups: int) -> float:
     """
     alpha = check_order(alpha)
     beta = check_nonnegative("beta", beta)
-    return _mixture_rdp(alpha, alpha * beta, 1.0 / check_count("groups", groups))
+    m = check_count("groups", groups)
+    # x = (alpha-1) alpha beta exactly, rounded up: also above (alpha-1) fl(alpha beta), the cap the mechanism enforces
+    x = ceil_float((Fraction(alpha) - 1) * Fraction(alpha) * Fraction(beta))
+    return _mixture_rdp(alpha, x, ceil_float(Fraction(1, m)))
 
 
 def dp_fusion_epsilon(*, alpha: float, beta: float, groups: int, max_tokens: int, delta: float) -> float:
@@ -80,14 +106,15 @@ def dp_fusion_epsilon(*, alpha: float, beta: float, groups: int, max_tokens: int
 
     eps = T r + log((alpha-1)/alpha) - (log delta + log alpha)/(alpha-1)   (Canonne, Kamath,
     Steinke 2020, Prop. 12), r from :func:`dp_fusion_rdp_per_token`; exactly 0 when T r = 0
-    (the output then does not depend on the group); a negative value is reported as 0.
+    (the output then does not depend on the group); a negative value is reported as 0. Rounded
+    up (:func:`~tokendp.accounting.rdp.epsilon_sum`), as a Ledger charged T tokens computes it.
     """
     r = dp_fusion_rdp_per_token(alpha=alpha, beta=beta, groups=groups)
     total = check_count("max_tokens", max_tokens) * r
     delta = check_delta(delta)
     if total == 0:
         return 0.0
-    return max(0.0, total + conversion_offset(float(alpha), delta))
+    return max(0.0, epsilon_sum([total], offset_terms(float(alpha), delta)))
 
 
 def dp_fusion_beta(*, epsilon: float, alpha: float, groups: int, max_tokens: int, delta: float) -> float:
@@ -104,7 +131,7 @@ def dp_fusion_beta(*, epsilon: float, alpha: float, groups: int, max_tokens: int
     tokens = check_count("max_tokens", max_tokens)
     delta = check_delta(delta)
     offset = conversion_offset(alpha, delta)
-    if epsilon <= offset:
+    if epsilon <= epsilon_sum([], offset_terms(alpha, delta)):  # the offset rounded up: what any beta > 0 costs at least
         raise InvalidParameterError(
             f"epsilon {epsilon:g} is not above {offset:.4g}, the cost of converting RDP at alpha={alpha:g} to "
             f"delta={delta:g}; raise epsilon or delta, or try another alpha"
@@ -121,10 +148,16 @@ def dp_fusion_beta(*, epsilon: float, alpha: float, groups: int, max_tokens: int
 
 def pmixed_sampled_weight(*, ensemble_size: int, sample_rate: float) -> float:
     """w = sum over subsets S that contain a given member of Pr(S) / |S| = (1 - (1 - q)^N) / N,
-    for N members each sampled independently with probability q (Poisson): q E[1 / (1 + Bin(N-1, q))]."""
+    for N members each sampled independently with probability q (Poisson): q E[1 / (1 + Bin(N-1, q))].
+
+    Rounded up (module ``_rounding``), since the bound grows with w: 1 - e^v falls as v rises,
+    so v = N log1p(-q) (within 9 U) is rounded down first; -expm1 and the division add 9 U."""
     n = check_count("ensemble_size", ensemble_size)
     q = check_rate("sample_rate", sample_rate)
-    return -math.expm1(n * math.log1p(-q)) / n if q < 1 else 1.0 / n
+    if q == 1:
+        return ceil_float(Fraction(1, n))
+    v = down(n * math.log1p(-q), units=LIBM_UNITS + 1.0)
+    return up(-math.expm1(v) / n, units=LIBM_UNITS + 1.0)
 
 
 def pmixed_rdp_per_token(*, alpha: float, beta: float, ensemble_size: int, sample_rate: float) -> float:
@@ -148,18 +181,19 @@ def pmixed_rdp_per_token(*, alpha: float, beta: float, ensemble_size: int, sampl
     """
     alpha = check_order(alpha)
     beta = check_nonnegative("beta", beta)
-    return _mixture_rdp(alpha, beta, pmixed_sampled_weight(ensemble_size=ensemble_size, sample_rate=sample_rate))
+    x = ceil_float((Fraction(alpha) - 1) * Fraction(beta))
+    return _mixture_rdp(alpha, x, pmixed_sampled_weight(ensemble_size=ensemble_size, sample_rate=sample_rate))
 
 
 def pmixed_epsilon(*, alpha: float, beta: float, ensemble_size: int, sample_rate: float, max_tokens: int, delta: float) -> float:
     """Epsilon per shard after ``max_tokens`` tokens of PMixED: T r + the RDP conversion offset
-    (Canonne, Kamath, Steinke 2020, Prop. 12); exactly 0 when T r = 0."""
+    (Canonne, Kamath, Steinke 2020, Prop. 12); exactly 0 when T r = 0; rounded up."""
     r = pmixed_rdp_per_token(alpha=alpha, beta=beta, ensemble_size=ensemble_size, sample_rate=sample_rate)
     total = check_count("max_tokens", max_tokens) * r
     delta = check_delta(delta)
     if total == 0:
         return 0.0
-    return max(0.0, total + conversion_offset(float(alpha), delta))
+    return max(0.0, epsilon_sum([total], offset_terms(float(alpha), delta)))
 
 
 def pmixed_beta(*, epsilon: float, alpha: float, ensemble_size: int, sample_rate: float, max_tokens: int, delta: float) -> float:
@@ -171,7 +205,7 @@ def pmixed_beta(*, epsilon: float, alpha: float, ensemble_size: int, sample_rate
     delta = check_delta(delta)
     weight = pmixed_sampled_weight(ensemble_size=ensemble_size, sample_rate=sample_rate)
     offset = conversion_offset(alpha, delta)
-    if epsilon <= offset or weight == 0:
+    if epsilon <= epsilon_sum([], offset_terms(alpha, delta)) or weight == 0:
         raise InvalidParameterError(
             f"epsilon {epsilon:g} is not above {offset:.4g}, the cost of converting RDP at alpha={alpha:g} to "
             f"delta={delta:g} (or the sample rate is 0); raise epsilon or delta, or try another alpha"
@@ -225,17 +259,19 @@ def invisibleink_rho_per_token(*, clip: float, batch_size: int, temperature: flo
     moves by at most C/B; sampling at temperature tau is an exponential mechanism with
     (2C/(B tau))-bounded range, hence (C/(B tau))^2 / 2-zCDP (Cesar and Rogers 2021, Lemma 3.2;
     InvisibleInk, Vinod et al. 2025, Thm. 1). Top-k+ uses public logits only and costs nothing.
+    Computed in exact arithmetic and rounded up once.
     """
     clip = check_nonnegative("clip", clip)
     b = check_count("batch_size", batch_size)
     tau = check_positive("temperature", temperature)
-    return bounded_range_to_zcdp(eta=2.0 * clip / (b * tau))
+    return ceil_float((2 * Fraction(clip) / (b * Fraction(tau))) ** 2 / 8)  # exact, rounded up once
 
 
 def invisibleink_epsilon(*, clip: float, batch_size: int, temperature: float, max_tokens: int, delta: float) -> float:
-    """Epsilon per reference after T tokens: rho = T C^2/(2 B^2 tau^2), exact zCDP conversion."""
-    rho = check_count("max_tokens", max_tokens) * invisibleink_rho_per_token(clip=clip, batch_size=batch_size, temperature=temperature)
-    return zcdp_to_epsilon(rho=rho, delta=delta)
+    """Epsilon per reference after T tokens: rho = T C^2/(2 B^2 tau^2), exact zCDP conversion;
+    rho composed as a Ledger charged T tokens composes it (:func:`compose_zcdp`), rounded up."""
+    rho_tok = invisibleink_rho_per_token(clip=clip, batch_size=batch_size, temperature=temperature)
+    return zcdp_to_epsilon(rho=compose_zcdp([rho_tok], [check_count("max_tokens", max_tokens)]), delta=delta)
 
 
 def invisibleink_clip(*, epsilon: float, delta: float, batch_size: int, temperature: float, max_tokens: int) -> float:
@@ -249,7 +285,7 @@ def invisibleink_clip(*, epsilon: float, delta: float, batch_size: int, temperat
     tokens = check_count("max_tokens", max_tokens)
 
     def feasible(c: float) -> bool:
-        rho = tokens * invisibleink_rho_per_token(clip=c, batch_size=b, temperature=tau)
+        rho = compose_zcdp([invisibleink_rho_per_token(clip=c, batch_size=b, temperature=tau)], [tokens])
         return rho <= rho_star and zcdp_to_epsilon(rho=rho, delta=delta) <= epsilon
 
     return _step_down_until(feasible, b * tau * math.sqrt(2.0 * rho_star / tokens))
@@ -266,27 +302,27 @@ def amin_rho_per_token(*, clip: float, batch_size: int, temperature: float) -> f
     by a null reference whose clipped logits also lie in [-C, C]). Each averaged logit then moves
     by at most 2C/B, so sampling is (4C/(B tau))-bounded range, i.e. rho_tok = 2 C^2/(B^2 tau^2)
     (Cesar and Rogers 2021, Lemma 3.2) -- four times InvisibleInk's rho at equal C, since the
-    clipped value spans 2C instead of a difference bounded by C.
+    clipped value spans 2C instead of a difference bounded by C. Exact, rounded up once.
     """
     clip = check_nonnegative("clip", clip)
     b = check_count("batch_size", batch_size)
     tau = check_positive("temperature", temperature)
-    return bounded_range_to_zcdp(eta=4.0 * clip / (b * tau))
+    return ceil_float((4 * Fraction(clip) / (b * Fraction(tau))) ** 2 / 8)  # exact, rounded up once
 
 
 def amin_epsilon(*, clip: float, batch_size: int, temperature: float, max_tokens: int, delta: float) -> float:
-    """Epsilon per reference after T private tokens of Amin et al. (no switch): rho = T rho_tok."""
-    rho = check_count("max_tokens", max_tokens) * amin_rho_per_token(clip=clip, batch_size=batch_size, temperature=temperature)
-    return zcdp_to_epsilon(rho=rho, delta=delta)
+    """Epsilon per reference after T private tokens of Amin et al. (no switch): rho = T rho_tok
+    (:func:`compose_zcdp`, rounded up)."""
+    rho_tok = amin_rho_per_token(clip=clip, batch_size=batch_size, temperature=temperature)
+    return zcdp_to_epsilon(rho=compose_zcdp([rho_tok], [check_count("max_tokens", max_tokens)]), delta=delta)
 
 
 def amin_clip(*, epsilon: float, delta: float, batch_size: int, temperature: float, max_tokens: int) -> float:
     """Largest clip C whose T-token :func:`amin_epsilon` meets ``epsilon`` (no switch).
 
     rho_tok = 2 C^2/(B^2 tau^2) is InvisibleInk's C'^2/(2 B^2 tau^2) at C' = 2C, so C is half of
-    :func:`invisibleink_clip`; in floating point both per-token rhos are then bit-identical (both
-    evaluate the bounded range 2C'/(B tau) with 4 (C'/2) = 2C' exactly), so a ledger admits exactly
-    T tokens for both.
+    :func:`invisibleink_clip`; both per-token rhos are then bit-identical (both are computed in
+    exact arithmetic, and 4 (C'/2) = 2C' exactly), so a ledger admits exactly T tokens for both.
     """
     return invisibleink_clip(epsilon=epsilon, delta=delta, batch_size=batch_size, temperature=temperature, max_tokens=max_tokens) / 2.0
 
@@ -409,14 +445,15 @@ def amin_switch_discrete_noise(
 
 
 def _switch_rho(svt: float, c: int, rho_tok: float) -> float:
-    return svt**2 / 2.0 + c * rho_tok  # the Ledger's zCDP sum, term by term in the same order
+    """The Ledger's zCDP sum for one PureDpEvent(svt) and c ZcdpEvent(rho_tok): the same terms."""
+    return compose_zcdp([pure_dp_to_zcdp(epsilon=svt), rho_tok], [1, c])
 
 
 def _switch_grid_epsilon(svt: float, c: int, rho_tok: float, delta: float) -> float:
+    """The Ledger's grid bound for the same charges: the same terms per order, rounded up alike."""
     orders = np.asarray(DEFAULT_ORDERS, dtype=np.float64)  # (K,)
-    offsets = np.array([conversion_offset(float(a), delta) for a in orders])  # (K,) scalar, as the Ledger
-    curve = pure_dp_to_rdp(epsilon=svt, orders=orders) + c * (orders * rho_tok)  # (K,)
-    return max(0.0, float(np.min(curve + offsets)))
+    terms = [pure_dp_to_rdp(epsilon=svt, orders=orders), c * (orders * rho_tok)]  # 2 x (K,)
+    return grid_epsilon(terms, offset_columns(orders, delta))[0]
 
 
 def amin_switch_epsilon(
@@ -497,18 +534,20 @@ def dp_decoding_epsilon_per_token(*, lam: float, vocab_size: int) -> float:
 
     Majmudar et al. 2022: every probability lies in [(1-lam)/V, lam + (1-lam)/V], so the ratio
     between neighbours is at most 1 + lam V/(1-lam). Adjacency: any change of the private
-    context; unit: the whole context.
+    context; unit: the whole context. Rounded up: log1p's argument exactly (:func:`ceil_float`),
+    then log1p (8 U).
     """
     lam = check_rate("lam", lam)
     if lam == 1.0:
         raise InvalidParameterError("lam must be < 1 (lam = 1 samples from the private model with no privacy)")
     v = check_count("vocab_size", vocab_size)
-    return math.log1p(lam * v / (1.0 - lam))
+    return up(math.log1p(ceil_float(Fraction(lam) * v / (1 - Fraction(lam)))), units=LIBM_UNITS)
 
 
 def dp_decoding_epsilon(*, lam: float, vocab_size: int, max_tokens: int) -> float:
-    """Total pure epsilon of DP-Decoding: linear in T (basic composition)."""
-    return check_count("max_tokens", max_tokens) * dp_decoding_epsilon_per_token(lam=lam, vocab_size=vocab_size)
+    """Total pure epsilon of DP-Decoding: linear in T (basic composition), in exact arithmetic rounded up."""
+    per_token = dp_decoding_epsilon_per_token(lam=lam, vocab_size=vocab_size)
+    return exact_sum_up([per_token], [check_count("max_tokens", max_tokens)])
 
 
 def dp_decoding_lam(*, epsilon: float, vocab_size: int, max_tokens: int) -> float:
@@ -524,16 +563,17 @@ def dp_prompt_epsilon_per_token(*, clip_width: float, temperature: float) -> flo
     """Pure epsilon per token of DP-Prompt: 2 w / tau (Utpala et al. 2023, Thm. 1).
 
     Logits clipped to an interval of width w and sampled at temperature tau form an exponential
-    mechanism with sensitivity w. Adjacency: any change of the private document.
+    mechanism with sensitivity w. Adjacency: any change of the private document. Exact, rounded up.
     """
     w = check_nonnegative("clip_width", clip_width)
     tau = check_positive("temperature", temperature)
-    return 2.0 * w / tau
+    return ceil_float(2 * Fraction(w) / Fraction(tau))
 
 
 def dp_prompt_epsilon(*, clip_width: float, temperature: float, max_tokens: int) -> float:
-    """Total pure epsilon of DP-Prompt: linear in T (basic composition)."""
-    return check_count("max_tokens", max_tokens) * dp_prompt_epsilon_per_token(clip_width=clip_width, temperature=temperature)
+    """Total pure epsilon of DP-Prompt: linear in T (basic composition), in exact arithmetic rounded up."""
+    per_token = dp_prompt_epsilon_per_token(clip_width=clip_width, temperature=temperature)
+    return exact_sum_up([per_token], [check_count("max_tokens", max_tokens)])
 
 
 def dp_prompt_temperature(*, epsilon: float, clip_width: float, max_tokens: int) -> float:

@@ -15,6 +15,7 @@ import numpy as np
 from scipy.special import gammaln, logsumexp
 
 from tokendp.accounting._checks import check_delta, check_nonnegative, check_order, check_positive, check_rate
+from tokendp.accounting._rounding import LIBM_UNITS, U, gamma, up, upper_sum
 from tokendp.errors import InvalidParameterError
 
 DEFAULT_ORDERS: tuple[float, ...] = tuple(
@@ -46,25 +47,64 @@ def _integer_orders(orders: Sequence[int]) -> np.ndarray:
     return array.astype(np.int64)
 
 
+CONVERSION_UNITS = 16.0
+"""Relative error, in units of U, of every term of an epsilon sum: the offset terms below (at most
+10 U), products count * value (U): see :mod:`tokendp.accounting._rounding`."""
+
+
 def conversion_offset(alpha: float | np.ndarray, delta: float) -> float | np.ndarray:
     """The order-dependent constant of the improved RDP -> (epsilon, delta) conversion.
 
     eps = r + log((a-1)/a) - (log delta + log a)/(a-1)   (Canonne, Kamath, Steinke 2020, Prop. 12;
-    Balle et al. 2020, Thm. 21). This returns everything except ``r``.
+    Balle et al. 2020, Thm. 21). This returns everything except ``r``, to float64 precision (for
+    calibration and display; reported epsilons round the sum up: :func:`offset_terms`).
     """
     a = np.asarray(alpha, dtype=np.float64)
     offset = np.log1p(-1.0 / a) - (math.log(delta) + np.log(a)) / (a - 1.0)
     return float(offset) if offset.ndim == 0 else offset
 
 
+def offset_terms(alpha: float, delta: float) -> tuple[float, float, float, float]:
+    """The conversion offset of :func:`conversion_offset` as four terms, each within 10 U of the
+    exact value it stands for (module ``_rounding``'s error model), for :func:`epsilon_sum`.
+
+    log((a-1)/a) is log1p(-1/a) for a >= 2 (the argument within U, log1p's condition number
+    1/((a-1) log(a/(a-1))) <= 1/log 2 there, plus 8 U), else log(a-1) - log(a) (a - 1 is exact
+    for 1 < a < 2 by Sterbenz's lemma; each log within 8 U); the last term is then 0. Then
+    -log(delta)/(a-1) and -log(a)/(a-1): a log within 8 U, a - 1 within U (exact for
+    a <= 2^53), the division within U. Scalar ``math`` functions, so that the same order always
+    gives the same terms, bit for bit (a vectorised log may differ from the scalar one by an ulp).
+    """
+    a = float(alpha)
+    if a >= 2.0:
+        head, tail = math.log1p(-1.0 / a), 0.0
+    else:
+        head, tail = math.log(a - 1.0), -math.log(a)
+    return head, tail, -math.log(delta) / (a - 1.0), -math.log(a) / (a - 1.0)
+
+
+def offset_columns(alphas: np.ndarray, delta: float) -> list[np.ndarray]:
+    """:func:`offset_terms` at every order, as four arrays  # 4 x (K,)"""
+    return [np.array(column, dtype=np.float64) for column in zip(*(offset_terms(float(a), delta) for a in alphas))]
+
+
+def epsilon_sum(rdp_terms: Sequence[float | np.ndarray], offsets: Sequence[float | np.ndarray]) -> float | np.ndarray:
+    """An upper bound of sum(rdp_terms) + the conversion offset, under any summation order
+    (:func:`tokendp.accounting._rounding.upper_sum`): the improved conversion of an RDP value made
+    of ``rdp_terms`` (each within 16 U: given values, or products count * r), with ``offsets``
+    from :func:`offset_terms` or :func:`offset_columns`. Elementwise over orders for arrays."""
+    return upper_sum([*rdp_terms, *offsets], units=CONVERSION_UNITS)
+
+
 def compose_rdp(*curves: Sequence[float] | np.ndarray) -> np.ndarray:
-    """Adaptive composition: RDP curves on the same grid add (Mironov 2017, Prop. 1)."""
+    """Adaptive composition: RDP curves on the same grid add (Mironov 2017, Prop. 1). The sum is
+    rounded up, an upper bound of the exact sum under any order of addition (module ``_rounding``)."""
     if not curves:
         raise InvalidParameterError("compose_rdp needs at least one RDP curve")
     arrays = [np.asarray(c, dtype=np.float64) for c in curves]
     if any(a.shape != arrays[0].shape for a in arrays):
         raise InvalidParameterError("all RDP curves must be evaluated on the same orders (same shape)")
-    return np.sum(arrays, axis=0)
+    return np.asarray(upper_sum(arrays))
 
 
 def rdp_to_epsilon_and_order(*, rdp: Sequence[float] | float, orders: Sequence[float] | float, delta: float) -> tuple[float, float]:
@@ -72,7 +112,8 @@ def rdp_to_epsilon_and_order(*, rdp: Sequence[float] | float, orders: Sequence[f
 
     For each order a with RDP r(a): eps(a) = r(a) + log((a-1)/a) - (log delta + log a)/(a-1)
     (Canonne-Kamath-Steinke 2020, Prop. 12; Balle et al. 2020, Thm. 21); the result is the
-    minimum over the grid. Two exact refinements, both sound:
+    minimum over the grid, each eps(a) rounded up (:func:`epsilon_sum`), so it is never below
+    the exact value. Two exact refinements, both sound:
 
     * if r(a) = 0 at some order, D_a = 0 forces identical output distributions, so epsilon = 0
       (the conversion's constant would otherwise be reported for a mechanism that leaks nothing);
@@ -87,11 +128,23 @@ def rdp_to_epsilon_and_order(*, rdp: Sequence[float] | float, orders: Sequence[f
         raise InvalidParameterError(f"rdp has {values.size} values but there are {alphas.size} orders; pass one per order")
     if np.any(np.isnan(values)) or np.any(values < 0):
         raise InvalidParameterError("RDP values must be >= 0 (or +inf); got a negative or NaN value")
-    if np.any(values == 0):
-        return 0.0, float(alphas[int(np.argmax(values == 0))])
-    eps = values + conversion_offset(alphas, delta)  # (K,)
+    eps, best = grid_epsilon([values], offset_columns(alphas, delta))
+    return eps, float(alphas[best])
+
+
+def grid_epsilon(terms: Sequence[np.ndarray], offsets: Sequence[np.ndarray]) -> tuple[float, int]:
+    """(epsilon, index of its order) for an RDP curve that is the sum of ``terms`` on a grid of
+    orders with conversion ``offsets`` (:func:`offset_columns`): per order, the improved
+    conversion rounded up (:func:`epsilon_sum`; each term within 16 U, e.g. a product count * r),
+    minimised over the grid. 0 at an order where every term is 0 (D_a = 0: the output ignores
+    the unit); a negative minimum is 0. A function of the terms' multiset, so a Ledger and an
+    accountant that hold the same terms agree bit for bit."""
+    zero = np.all([np.asarray(t) == 0 for t in terms], axis=0)  # (K,)
+    if np.any(zero):
+        return 0.0, int(np.argmax(zero))
+    eps = epsilon_sum(terms, offsets)  # (K,)
     best = int(np.argmin(eps))
-    return max(0.0, float(eps[best])), float(alphas[best])
+    return max(0.0, float(eps[best])), best
 
 
 def rdp_to_epsilon(*, rdp: Sequence[float] | float, orders: Sequence[float] | float, delta: float) -> float:
@@ -105,26 +158,31 @@ def _log_cosh(x: np.ndarray) -> np.ndarray:
     return np.where(x > 20.0, x - math.log(2.0) + np.log1p(np.exp(-2.0 * x)), np.log1p(2.0 * np.sinh(small / 2.0) ** 2))
 
 
+_LOG_COSH_UNITS = 25.0  # log1p(2 sinh(x/2)^2): sinh 8 U, its square 17 U, log1p (condition <= 1) 8 U more
+
+
 def pure_dp_to_rdp(*, epsilon: float, orders: Sequence[float]) -> np.ndarray:
-    """The tight RDP curve of an epsilon-DP mechanism.
+    """The tight RDP curve of an epsilon-DP mechanism, rounded up.
 
     r(a) = eps - log((1 + e^-eps) / (1 + e^-(2a-1)eps)) / (a-1), attained by randomized response
     (Steinke 2024, "Tight RDP & zCDP bounds from pure DP", differentialprivacy.org, Thm. 4),
     evaluated as log(cosh((a-1/2)eps) / cosh(eps/2)) / (a-1), which keeps its precision for small
-    eps. It is <= min(eps, a eps^2 / 2). A positive eps never yields exactly 0 (which the
-    conversion would read as "no privacy loss"): values lost to rounding become a eps^2/2.
+    eps. It is <= min(eps, a eps^2 / 2). Upper bound: log cosh is increasing, so its first
+    argument is rounded up (a - 1/2 is exact for a < 2^52, the product within U); each log cosh
+    is within 25 U and each division within U, and the difference is rounded up (module
+    ``_rounding``). Below eps = 1e-100, where log cosh would underflow, the curve is a eps^2 / 2
+    (equal to r(a) to first order), rounded up and at least the smallest normal float: a positive
+    eps never yields exactly 0 (which the conversion would read as "no privacy loss").
     """
     epsilon = check_nonnegative("epsilon", epsilon)
     alphas = _orders_array(orders)  # (K,)
     if epsilon == 0:
         return np.zeros_like(alphas)
-    curve = (_log_cosh((alphas - 0.5) * epsilon) - _log_cosh(np.float64(epsilon / 2.0))) / (alphas - 1.0)  # (K,)
-    curve = np.where(curve > 0, curve, alphas * epsilon**2 / 2.0)
-    return np.maximum(curve, np.finfo(np.float64).tiny)
-
-
-def _log_binom(n: np.ndarray, k: np.ndarray) -> np.ndarray:
-    return gammaln(n + 1) - gammaln(k + 1) - gammaln(n - k + 1)
+    if epsilon < 1e-100:
+        return np.maximum(up(alphas * epsilon**2 / 2.0, units=2.0), np.finfo(np.float64).tiny)
+    high = up((alphas - 0.5) * epsilon, units=1.0)  # (K,)
+    terms = [_log_cosh(high) / (alphas - 1.0), -_log_cosh(np.float64(epsilon / 2.0)) / (alphas - 1.0)]  # 2 x (K,)
+    return np.asarray(upper_sum(terms, units=_LOG_COSH_UNITS + 1.0))
 
 
 def _log_expm1(x: np.ndarray) -> np.ndarray:
@@ -134,18 +192,36 @@ def _log_expm1(x: np.ndarray) -> np.ndarray:
 
 
 def _binomial_moment_rdp(a: int, q: float, exponents: np.ndarray) -> float:
-    """1/(a-1) log A for A = P(K <= 1) + sum_{k=2}^{a} P(K = k) e^{x_k}, K ~ Binomial(a, q), x_k >= 0.
+    """1/(a-1) log A for A = P(K <= 1) + sum_{k=2}^{a} P(K = k) e^{x_k}, K ~ Binomial(a, q), x_k >= 0,
+    rounded up; ``exponents`` are upper bounds of the x_k (A grows with each).
 
     Since the binomial probabilities sum to 1, A - 1 = sum_{k>=2} P(K = k)(e^{x_k} - 1) >= 0; it is
     summed in log space and log A = log(1 + (A - 1)) taken with logaddexp, so a tiny but positive
     RDP never rounds to 0 (which the conversion would read as "no privacy loss").
+
+    Rounding (module ``_rounding``'s error model): each log term s_k = log C(a,k) + k log q +
+    (a-k) log1p(-q) + log(e^{x_k} - 1) is a sum of five parts, each within 9 U of its value plus
+    9 U absolute (log of expm1), so s_k is within E_k = (9 U + gamma_5)(sum of |parts| + 1);
+    logsumexp of n terms is within (9 + 2n) U + 8 U log n + U |result| (shift, exp, sum, log, add);
+    log(1 + e^v) is increasing with slope < 1, so it is taken at v plus both errors, and is
+    itself within 20 U; the division by the exact a - 1 within U more.
     """
     k = np.arange(2, a + 1, dtype=np.float64)  # (a-1,)
-    log_pmf = _log_binom(np.float64(a), k) + k * math.log(q) + (a - k) * math.log1p(-q)
-    log_excess = logsumexp(log_pmf + _log_expm1(exponents))
-    if log_excess == -math.inf:
+    parts = np.stack([np.full_like(k, gammaln(np.float64(a + 1))), -gammaln(k + 1), -gammaln(a - k + 1),
+                      k * math.log(q), (a - k) * math.log1p(-q), _log_expm1(exponents)])  # (6, a-1)
+    terms = np.sum(parts, axis=0)  # (a-1,) log P(K = k) + log(e^{x_k} - 1)
+    live = np.isfinite(terms)  # x_k = 0 gives -inf: the term is exactly 0
+    if not np.any(live):
         return 0.0
-    return max(float(np.logaddexp(0.0, log_excess)) / (a - 1), float(np.finfo(np.float64).tiny))
+    log_excess = float(logsumexp(terms[live]))
+    if math.isinf(log_excess):
+        return math.inf
+    n = int(np.count_nonzero(live))
+    part_error = float(np.max(2.0 * ((LIBM_UNITS + 1.0) * U + gamma(6)) * (np.sum(np.abs(parts[:, live]), axis=0) + 1.0)))
+    sum_error = 2.0 * ((9.0 + 2.0 * n) * U + 8.0 * U * math.log(n) + U * abs(log_excess))
+    high = upper_sum([log_excess, part_error, sum_error])
+    log_a = up(float(np.logaddexp(0.0, high)), units=20.0)
+    return max(up(log_a / (a - 1), units=1.0), float(np.finfo(np.float64).tiny))
 
 
 def poisson_subsampled_rdp(
@@ -159,7 +235,8 @@ def poisson_subsampled_rdp(
                                + 3 sum_{l=3}^{a} C(a,l) q^l (1-q)^(a-l) e^{(l-1) e(l)} ].
 
     The first term is P(K <= 1) for K ~ Binomial(a, q), so the bracket is evaluated as
-    1 + sum_{l>=2} P(K = l)(w_l e^{(l-1) e(l)} - 1) with w_2 = 1, w_l = 3, in log space.
+    1 + sum_{l>=2} P(K = l)(w_l e^{(l-1) e(l)} - 1) with w_2 = 1, w_l = 3, in log space, and
+    rounded up (:func:`_binomial_moment_rdp`).
     ``base_rdp`` returns the base mechanism's RDP at an integer order (may be +inf).
     Add/remove adjacency.
     """
@@ -173,7 +250,7 @@ def poisson_subsampled_rdp(
         raise InvalidParameterError("base_rdp must return RDP values >= 0 (or +inf) at every integer order >= 2")
     if q == 1:
         return base[alphas - 2]
-    exponents = (ells - 1) * base + np.where(ells >= 3, math.log(3.0), 0.0)  # (L,)
+    exponents = upper_sum([(ells - 1) * base, np.where(ells >= 3, math.log(3.0), 0.0)], units=LIBM_UNITS)  # (L,)
     return np.array([_binomial_moment_rdp(int(a), q, exponents[: a - 1]) for a in alphas])
 
 
@@ -182,7 +259,8 @@ def subsampled_gaussian_rdp(*, sampling_rate: float, noise_multiplier: float, or
 
     With sensitivity 1 and noise std sigma, at integer a (Mironov, Talwar, Zhang 2019, Sec. 3.3):
     r(a) = 1/(a-1) log sum_{k=0}^{a} C(a,k) (1-q)^(a-k) q^k exp((k^2 - k) / (2 sigma^2)).
-    Add/remove adjacency, as in dp_accounting's RdpAccountant.
+    Add/remove adjacency, as in dp_accounting's RdpAccountant. Rounded up (the exponents, then
+    the sum: :func:`_binomial_moment_rdp`).
     """
     q = check_rate("sampling_rate", sampling_rate)
     sigma = check_positive("noise_multiplier", noise_multiplier)
@@ -190,9 +268,9 @@ def subsampled_gaussian_rdp(*, sampling_rate: float, noise_multiplier: float, or
     if q == 0:
         return np.zeros(alphas.shape, dtype=np.float64)
     if q == 1:
-        return alphas / (2 * sigma**2)
+        return up(alphas / (2 * sigma**2), units=2.0)
     k = np.arange(2, int(alphas.max()) + 1, dtype=np.float64)  # (L,)
-    exponents = (k * k - k) / (2 * sigma**2)  # (L,)
+    exponents = up((k * k - k) / (2 * sigma**2), units=2.0)  # (L,): sigma^2 and the division, within U each
     return np.array([_binomial_moment_rdp(int(a), q, exponents[: a - 1]) for a in alphas])
 
 
@@ -200,19 +278,27 @@ def dp_sgd_rdp(*, sampling_rate: float, noise_multipliers: Sequence[float], orde
     """RDP of DP-SGD with a per-step noise schedule: the sum over steps of the subsampled Gaussian.
 
     ``noise_multipliers`` holds one sigma per step (a schedule such as rise-and-reset); steps
-    sharing a sigma are computed once. Composition: Mironov 2017, Prop. 1.
+    sharing a sigma are computed once. Composition: Mironov 2017, Prop. 1. Rounded up.
     """
+    return np.asarray(upper_sum(_dp_sgd_terms(sampling_rate, noise_multipliers, orders), units=1.0))
+
+
+def _dp_sgd_terms(sampling_rate: float, noise_multipliers: Sequence[float], orders: Sequence[int]) -> list[np.ndarray]:
+    """n_s times the subsampled Gaussian's curve, one term per distinct sigma (each within U)."""
     sigmas = np.asarray(noise_multipliers, dtype=np.float64)  # (S,)
     if sigmas.ndim != 1 or sigmas.size == 0:
         raise InvalidParameterError("noise_multipliers must be a non-empty 1-D sequence, one sigma per step")
     values, counts = np.unique(sigmas, return_counts=True)
-    curves = [n * subsampled_gaussian_rdp(sampling_rate=sampling_rate, noise_multiplier=float(s), orders=orders) for s, n in zip(values, counts)]
-    return compose_rdp(*curves)
+    return [int(n) * subsampled_gaussian_rdp(sampling_rate=sampling_rate, noise_multiplier=float(s), orders=orders)
+            for s, n in zip(values, counts)]
 
 
 def dp_sgd_epsilon(
     *, sampling_rate: float, noise_multipliers: Sequence[float], delta: float, orders: Sequence[int] = INTEGER_ORDERS
 ) -> float:
-    """Epsilon of DP-SGD with a noise schedule (:func:`dp_sgd_rdp`, then :func:`rdp_to_epsilon`)."""
-    curve = dp_sgd_rdp(sampling_rate=sampling_rate, noise_multipliers=noise_multipliers, orders=orders)
-    return rdp_to_epsilon(rdp=curve, orders=orders, delta=delta)
+    """Epsilon of DP-SGD with a noise schedule: the curve of :func:`dp_sgd_rdp` converted as
+    :func:`rdp_to_epsilon` does, its terms and offsets rounded up in one sum (:func:`grid_epsilon`),
+    as a Ledger charged the same steps computes it."""
+    delta = check_delta(delta)
+    terms = _dp_sgd_terms(sampling_rate, noise_multipliers, orders)
+    return grid_epsilon(terms, offset_columns(_integer_orders(orders), delta))[0]

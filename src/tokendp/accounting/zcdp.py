@@ -7,15 +7,14 @@ It composes by adding rho (Bun and Steinke 2016, Lemma 2.3).
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
+from fractions import Fraction
 
 from scipy.optimize import brentq
 
 from tokendp.accounting._checks import check_delta, check_nonnegative, check_positive
-
-
-def _objective(u: float, rho: float, log_delta: float) -> float:
-    """eps at order a = 1 + u: a rho + log((a-1)/a) - (log delta + log a)/(a-1)."""
-    return (1.0 + u) * rho + math.log(u) - math.log1p(u) - (log_delta + math.log1p(u)) / u
+from tokendp.accounting._rounding import ceil_float, exact_sum_up
+from tokendp.accounting.rdp import epsilon_sum, offset_terms
 
 
 def zcdp_optimal_order(*, rho: float, delta: float) -> float:
@@ -24,10 +23,12 @@ def zcdp_optimal_order(*, rho: float, delta: float) -> float:
     d/da [a rho + log((a-1)/a) - (log delta + log a)/(a-1)] = rho + (log delta + log a)/(a-1)^2,
     so a* solves rho (a-1)^2 + log a + log delta = 0: the left side rises from log delta < 0 at
     a = 1 to log a > 0 at a = 1 + sqrt(log(1/delta)/rho), giving a unique root (found by brentq).
+    It is positive at a = 1/delta too, so the bracket is the smaller of the two: for a tiny rho
+    the root is near 1/delta, far below the first bound, which brentq's tolerance would not resolve.
     """
     rho = check_positive("rho", rho)
     log_delta = math.log(check_delta(delta))
-    upper = math.sqrt(-log_delta / rho)
+    upper = min(math.sqrt(-log_delta / rho), math.expm1(-log_delta))
     u = brentq(lambda v: rho * v * v + math.log1p(v) + log_delta, 0.0, upper, xtol=1e-14 * upper, rtol=1e-15, maxiter=200)
     return 1.0 + u
 
@@ -39,13 +40,17 @@ def zcdp_to_epsilon(*, rho: float, delta: float) -> float:
     2020, Prop. 12 applied to RDP a rho; docs/privacy.md "Common ground", Conversions). rho = 0 gives 0
     (the output does not depend on the unit); a negative optimum is reported as 0 (sound:
     (eps, delta)-DP with eps < 0 implies (0, delta)-DP).
+
+    The conversion holds at every order, so the value at the float order a* of
+    :func:`zcdp_optimal_order`, rounded up (:func:`~tokendp.accounting.rdp.epsilon_sum`: the
+    product a rho within U, the offset's terms within 10 U), is never below the exact minimum.
     """
     rho = check_nonnegative("rho", rho)
     delta = check_delta(delta)
     if rho == 0:
         return 0.0
-    u = zcdp_optimal_order(rho=rho, delta=delta) - 1.0
-    return max(0.0, _objective(u, rho, math.log(delta)))
+    a = max(zcdp_optimal_order(rho=rho, delta=delta), math.nextafter(1.0, 2.0))  # 1 + u may round to 1
+    return max(0.0, epsilon_sum([a * rho], offset_terms(a, delta)))
 
 
 def epsilon_to_zcdp(*, epsilon: float, delta: float) -> float:
@@ -68,15 +73,22 @@ def epsilon_to_zcdp(*, epsilon: float, delta: float) -> float:
     return rho
 
 
+def compose_zcdp(rhos: Sequence[float], counts: Sequence[int] | None = None) -> float:
+    """rho of the composition of count_i mechanisms of rho_i-zCDP each: sum_i count_i rho_i (Bun
+    and Steinke 2016, Lemma 2.3), in exact arithmetic rounded up to a float
+    (:func:`~tokendp.accounting._rounding.exact_sum_up`). ``counts`` default to 1."""
+    return exact_sum_up([check_nonnegative("rho", r) for r in rhos], counts)
+
+
 def pure_dp_to_zcdp(*, epsilon: float) -> float:
-    """epsilon-DP implies (epsilon^2 / 2)-zCDP (Bun and Steinke 2016, Prop. 1.4)."""
-    return check_nonnegative("epsilon", epsilon) ** 2 / 2.0
+    """epsilon-DP implies (epsilon^2 / 2)-zCDP (Bun and Steinke 2016, Prop. 1.4); exact, rounded up."""
+    return ceil_float(Fraction(check_nonnegative("epsilon", epsilon)) ** 2 / 2)
 
 
 def bounded_range_to_zcdp(*, eta: float) -> float:
-    """eta-bounded-range (e.g. the exponential mechanism) implies (eta^2 / 8)-zCDP.
+    """eta-bounded-range (e.g. the exponential mechanism) implies (eta^2 / 8)-zCDP; exact, rounded up.
 
     Cesar and Rogers 2021, "Bounding, concentrating, and truncating: unifying privacy loss
     composition for data analytics", Lemma 3.2.
     """
-    return check_nonnegative("eta", eta) ** 2 / 8.0
+    return ceil_float(Fraction(check_nonnegative("eta", eta)) ** 2 / 8)

@@ -16,6 +16,8 @@ import click
 from tokendp.errors import TokenDPError
 
 EXIT_BAD_INPUT = 2
+DIAGNOSTICS_WARNING = ("WARNING: the diagnostics {where} are data-dependent and NOT covered by the privacy guarantee; "
+                       "keep them apart from the output and do not publish them")
 
 
 def decoding_options(command: Callable) -> Callable:
@@ -37,6 +39,23 @@ def decoding_options(command: Callable) -> Callable:
     for option in reversed(options):
         command = option(command)
     return command
+
+
+def diagnostics_option(what: str, *, corpus: bool = False) -> Callable[[Callable], Callable]:
+    """``--diagnostics``: ``what`` (data-dependent quantities) printed on stderr after a warning,
+    never in the output; for a corpus with --out, written beside it instead (docs/privacy.md,
+    "Common ground")."""
+    beside = " (a corpus with --out: in NAME.diagnostics.jsonl beside the output)" if corpus else ""
+    return click.option("--diagnostics", is_flag=True,
+                        help=f"Also give {what}: data-dependent, NOT covered by the guarantee, so never in the output "
+                             f"but on stderr after a one-line warning{beside}.")
+
+
+def emit_diagnostics(lines: Sequence[str]) -> None:
+    """The one-line warning, then the diagnostics' JSON lines, on stderr."""
+    click.echo(DIAGNOSTICS_WARNING.format(where="below"), err=True)
+    for line in lines:
+        click.echo(line, err=True)
 
 
 def engine_options(*, default: str | None, engine_help: str) -> Callable[[Callable], Callable]:
@@ -76,12 +95,17 @@ def ray_options(engine: str | None, address: str | None, workers: int | None,
 
 def report_corpus_run(run: Any, out_path: str | Path | None) -> None:
     """An engine run's end: its records on stdout without --out, the summary and where the
-    output is (or that a rerun resumes it) on stderr."""
+    output is (or that a rerun resumes it) on stderr; the diagnostics, if any, apart: on stderr
+    after the warning, or (with --out) where they were written."""
     if run.lines is not None:
         click.echo("\n".join(run.lines))
     click.echo(run.summary.format(), err=True)
     if out_path is not None:
         click.echo(f"wrote {run.output}" if run.output else f"not finished: rerun to resume into {out_path}", err=True)
+    if run.diagnostics is not None:
+        emit_diagnostics(run.diagnostics)
+    if run.diagnostics_path is not None:
+        click.echo(DIAGNOSTICS_WARNING.format(where=f"in {run.diagnostics_path}"), err=True)
 
 
 class CLIError(click.ClickException):

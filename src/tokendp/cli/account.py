@@ -136,7 +136,8 @@ def invisibleink(clip, epsilon, batch_size, temperature, max_tokens, delta, as_j
     _exactly_one(clip=clip, epsilon=epsilon)
     if clip is None:
         clip = accounting.invisibleink_clip(epsilon=epsilon, delta=delta, batch_size=batch_size, temperature=temperature, max_tokens=max_tokens)
-    rho = max_tokens * accounting.invisibleink_rho_per_token(clip=clip, batch_size=batch_size, temperature=temperature)
+    rho = accounting.compose_zcdp([accounting.invisibleink_rho_per_token(clip=clip, batch_size=batch_size,
+                                                                          temperature=temperature)], [max_tokens])
     _emit({
         "mechanism": "invisibleink", "clip": clip, "batch_size": batch_size, "temperature": temperature,
         "max_tokens": max_tokens, "delta": delta, "rho": rho,
@@ -166,7 +167,7 @@ def amin(clip, epsilon, batch_size, temperature, svt_epsilon, max_private_tokens
             clip = accounting.amin_clip(epsilon=epsilon, delta=delta, max_tokens=max_tokens, **common)
         _emit({
             "mechanism": "amin", "clip": clip, **common, "max_tokens": max_tokens, "delta": delta,
-            "rho": max_tokens * accounting.amin_rho_per_token(clip=clip, **common),
+            "rho": accounting.compose_zcdp([accounting.amin_rho_per_token(clip=clip, **common)], [max_tokens]),
             "epsilon": accounting.amin_epsilon(clip=clip, max_tokens=max_tokens, delta=delta, **common),
         }, as_json)
         return
@@ -178,7 +179,8 @@ def amin(clip, epsilon, batch_size, temperature, svt_epsilon, max_private_tokens
     grid, threshold_steps, query_steps = accounting.amin_switch_discrete_noise(clip=clip, batch_size=batch_size, **switch)
     _emit({
         "mechanism": "amin", "clip": clip, **common, "max_tokens": max_tokens, "delta": delta, **switch,
-        "rho_private_tokens": max_private_tokens * accounting.amin_rho_per_token(clip=clip, **common),
+        "rho_private_tokens": accounting.compose_zcdp([accounting.amin_rho_per_token(clip=clip, **common)],
+                                                      [max_private_tokens]),
         "svt_grid": grid, "threshold_noise": grid * threshold_steps, "query_noise": grid * query_steps,
         "epsilon": accounting.amin_switch_epsilon(clip=clip, delta=delta, **common, **switch),
     }, as_json)

@@ -8,7 +8,7 @@ from typing import Any
 
 import click
 
-from tokendp.cli._common import CLIError, decoding_options, library_errors
+from tokendp.cli._common import CLIError, decoding_options, diagnostics_option, emit_diagnostics, library_errors
 from tokendp.cli.sanitize import _emit, format_report
 
 
@@ -49,9 +49,11 @@ def format_generate_report(report: dict[str, Any]) -> str:
 @click.option("--seed", type=int, default=None, help="Seed for reproducible sampling (default: from the OS).")
 @click.option("--stand-in", default="[document withheld]", show_default=True,
               help="What every row but its own reads in place of an untrusted chunk.")
-@click.option("--max-untrusted-tokens", type=click.IntRange(min=1), default=1024, show_default=True,
-              help="Tokens of each --untrusted chunk the model reads (the rest is cut). Every row is laid out "
-                   "this long, so that a chunk's length cannot change how the other rows are computed.")
+@click.option("--max-untrusted-tokens", type=click.IntRange(min=1), default=None,
+              help="Tokens of each --untrusted chunk the model reads (the rest is cut, silently). Every row is laid "
+                   "out this long, so that a chunk's length cannot change how the other rows are computed; it must "
+                   "hold the --stand-in [default: 1024, or what the model's context leaves beside the public row "
+                   "and --max-new-tokens].")
 @click.option("--question", type=click.Choice(["last", "first", "both"]), default="last", show_default=True,
               help="Where the prompt goes: after the documents, before them (then shared by every row), or both.")
 @click.option("--method", type=click.Choice(["dp-fusion", "original", "public"]), default="dp-fusion",
@@ -61,13 +63,14 @@ def format_generate_report(report: dict[str, Any]) -> str:
 @click.option("--json", "as_json", is_flag=True, help="Print {\"text\", \"report\"} as JSON.")
 @click.option("--out", "out_path", type=click.Path(dir_okay=False, writable=True), default=None,
               help="Write the output here instead of stdout.")
+@diagnostics_option("the mean lambda and realised divergence per group and per untrusted chunk")
 @library_errors
 def generate(prompt: str, contexts: tuple[str, ...], spans_paths: tuple[str, ...], tagger: str,
              untrusted: tuple[str, ...], model: str, epsilon: float | None, beta: float | None, alpha: float | None,
              delta: float, groups: str, max_new_tokens: int, temperature: float, seed: int | None, stand_in: str,
-             max_untrusted_tokens: int, question: str, method: str, no_repeat_ngram_size: int, repetition_penalty: float,
+             max_untrusted_tokens: int | None, question: str, method: str, no_repeat_ngram_size: int, repetition_penalty: float,
              speculative: bool | None, draft_tokens: int, as_json: bool,
-             out_path: str | None) -> None:
+             out_path: str | None, diagnostics: bool) -> None:
     """Answer --prompt from --context documents (their spans protected, one group per label) and
     --untrusted chunks (one group each), with an (epsilon, delta) guarantee per group.
 
@@ -96,9 +99,11 @@ def generate(prompt: str, contexts: tuple[str, ...], spans_paths: tuple[str, ...
                      max_new_tokens=max_new_tokens, temperature=temperature, seed=seed, stand_in=stand_in,
                      max_untrusted_tokens=max_untrusted_tokens, question=question, no_repeat_ngram_size=no_repeat_ngram_size,
                      repetition_penalty=repetition_penalty, speculative=speculative, draft_tokens=draft_tokens,
-                     on_token=lambda doc, token: bar.update(1))
+                     diagnostics=diagnostics, on_token=lambda doc, token: bar.update(1))
     if as_json:
         output = json.dumps(result.to_dict(), indent=2, ensure_ascii=False)
     else:
         output = f"{result.text.strip()}\n\n{format_generate_report(result.report.to_dict())}"
     _emit(output, out_path)
+    if result.diagnostics is not None:
+        emit_diagnostics([json.dumps({"diagnostics": result.diagnostics}, ensure_ascii=False)])

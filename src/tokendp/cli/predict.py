@@ -5,12 +5,13 @@ A thin shell over :func:`tokendp.predict.predict`; every number comes from the l
 
 from __future__ import annotations
 
+import json
 import sys
 from pathlib import Path
 
 import click
 
-from tokendp.cli._common import CLIError, echo_json, library_errors
+from tokendp.cli._common import CLIError, diagnostics_option, echo_json, emit_diagnostics, library_errors
 from tokendp.text.documents import jsonl_records
 
 
@@ -47,9 +48,10 @@ def read_prompts(path: Path) -> list[str]:
 @click.option("--base", default=None, help="Base model directory or cached hub id [default: the manifest's].")
 @click.option("--device", default=None, help="torch device [default: cuda if available, else cpu].")
 @click.option("--json", "as_json", is_flag=True, help="Print {\"answers\", \"report\", \"stopped\"} as JSON.")
+@diagnostics_option("the mean size of the sampled set and the mean lambda")
 @library_errors
 def predict(ensemble_dir, prompt, prompts_path, epsilon, beta, delta, queries, sample_rate, alpha, max_new_tokens,
-            temperature, seed, base, device, as_json) -> None:
+            temperature, seed, base, device, as_json, diagnostics) -> None:
     """Continue prompts with PMixED: (epsilon, delta)-DP per shard of the ensemble's private corpus."""
     from tokendp._optional import require
 
@@ -66,7 +68,8 @@ def predict(ensemble_dir, prompt, prompts_path, epsilon, beta, delta, queries, s
     with tqdm(total=queries, unit="tok", desc="predict", disable=None, leave=False) as bar:
         result = run(prompts, ensemble=ensemble_dir, queries=queries, delta=delta, epsilon=epsilon, beta=beta,
                      alpha=alpha, sample_rate=sample_rate, temperature=temperature, max_new_tokens=max_new_tokens,
-                     seed=seed, base=base, device=device, on_token=lambda doc, tok: bar.update(1))
+                     seed=seed, base=base, device=device, diagnostics=diagnostics,
+                     on_token=lambda doc, tok: bar.update(1))
     if as_json:
         echo_json(result.to_dict())
     else:
@@ -74,13 +77,10 @@ def predict(ensemble_dir, prompt, prompts_path, epsilon, beta, delta, queries, s
         click.echo(f"# pmixed: epsilon {rep.epsilon:.4g} per shard at delta {rep.delta:g} for T = {rep.queries} tokens; "
                    f"N {rep.ensemble_size}, q {rep.sample_rate:g}, alpha {rep.alpha:g}, beta {rep.beta:.4g}; "
                    f"{rep.tokens_released} tokens released")
-        diag = rep.diagnostics
-        if diag.get("mean_sampled_members") is not None:
-            lam = diag.get("mean_lambda")
-            click.echo(f"# diagnostics (not part of the guarantee): mean |S| {diag['mean_sampled_members']:.3g}, "
-                       f"mean lambda {'-' if lam is None else f'{lam:.3g}'}")
         for answer in result.answers:
             click.echo(f"\n## prompt {answer.index} ({len(answer.token_ids)} tokens, {answer.stop_reason})\n{answer.text}")
+    if result.diagnostics is not None:
+        emit_diagnostics([json.dumps({"diagnostics": result.diagnostics})])
     if result.stopped:
         click.echo(f"Error: {result.stopped}", err=True)
         sys.exit(2)

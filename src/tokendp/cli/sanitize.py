@@ -9,8 +9,8 @@ from typing import Any
 
 import click
 
-from tokendp.cli._common import (CLIError, decoding_options, engine_options, library_errors, ray_options,
-                                 report_corpus_run)
+from tokendp.cli._common import (CLIError, decoding_options, diagnostics_option, emit_diagnostics, engine_options,
+                                 library_errors, ray_options, report_corpus_run)
 
 
 def _read_text(path: str) -> str:
@@ -40,10 +40,6 @@ def format_report(report: dict[str, Any]) -> str:
     if not report["groups"]:
         lines.append("(no sensitive spans found)")
     lines.append(f"guarantee: {report['guarantee']}")
-    diag = report.get("diagnostics") or {}
-    if "mean_lambda" in diag:
-        lam = ", ".join(f"{k} {v:.3g}" for k, v in diag["mean_lambda"].items())
-        lines.append(f"diagnostics (not a guarantee): mean lambda {lam}")
     return "\n".join(lines)
 
 
@@ -74,6 +70,7 @@ def format_report(report: dict[str, Any]) -> str:
 @click.option("--out", "out_path", type=click.Path(writable=True), default=None,
               help="Write the output here instead of stdout. For a corpus: OUT.jsonl, OUT.parquet or a directory; "
                    "rerunning the same command resumes an interrupted run.")
+@diagnostics_option("the mean lambda and realised divergence per group", corpus=True)
 @library_errors
 def sanitize(input_path: str, spans_path: str | None, tagger: str, model: str | None, alpha: float | None,
              beta: float | None, epsilon: float | None, delta: float, groups: str,
@@ -81,7 +78,7 @@ def sanitize(input_path: str, spans_path: str | None, tagger: str, model: str | 
              no_repeat_ngram_size: int, repetition_penalty: float, speculative: bool | None, draft_tokens: int, method: str,
              batch_size: int, engine: str, address: str | None, workers: int | None,
              gpus_per_worker: float | None, threads: int | None, as_json: bool,
-             out_path: str | None) -> None:
+             out_path: str | None, diagnostics: bool) -> None:
     """Rewrite INPUT (.txt, - for stdin, or a corpus: .jsonl or .parquet) with a per-group
     (epsilon, delta) guarantee.
 
@@ -99,7 +96,7 @@ def sanitize(input_path: str, spans_path: str | None, tagger: str, model: str | 
     params = dict(tagger=tagger, model=model, method=method, alpha=alpha, beta=beta, epsilon=epsilon,
                   delta=delta, groups=groups, max_new_tokens=max_new_tokens, temperature=temperature,
                   seed=seed, no_repeat_ngram_size=no_repeat_ngram_size, repetition_penalty=repetition_penalty,
-                  speculative=speculative, draft_tokens=draft_tokens)
+                  speculative=speculative, draft_tokens=draft_tokens, diagnostics=diagnostics)
     if input_path.endswith((".jsonl", ".parquet")):
         if spans_path:
             raise CLIError("--spans applies to a single document; put \"spans\" in each record instead")
@@ -123,6 +120,8 @@ def sanitize(input_path: str, spans_path: str | None, tagger: str, model: str | 
     else:
         output = f"{result.text.strip()}\n\n{format_report(result.report.to_dict())}"
     _emit(output, out_path)
+    if result.diagnostics is not None:
+        emit_diagnostics([json.dumps({"diagnostics": result.diagnostics}, ensure_ascii=False)])
 
 
 def _emit(output: str, out_path: str | None) -> None:

@@ -128,13 +128,14 @@ class _Actor:
         items = self.worker.items(batch)
         ids, n = [item.id for item in items], len(items)
         if not items:  # every item of the block was done before
-            return {"id": [], "line": [], "tokens": [], "seconds": [], "worker": [], "error": []}
+            return {"id": [], "line": [], "diagnostics": [], "tokens": [], "seconds": [], "worker": [], "error": []}
         try:
             res = self.worker(items)
         except TokenDPError as err:
-            return {"id": ids, "line": [""] * n, "tokens": [0] * n, "seconds": [0.0] * n,
+            return {"id": ids, "line": [""] * n, "diagnostics": [""] * n, "tokens": [0] * n, "seconds": [0.0] * n,
                     "worker": [self.worker.name] * n, "error": [f"{type(err).__name__}:{err}"] * n}
         return {"id": [r.id for r in res.records], "line": [r.line for r in res.records],
+                "diagnostics": [r.diagnostics or "" for r in res.records],
                 "tokens": [res.tokens] + [0] * (n - 1), "seconds": [res.seconds] + [0.0] * (n - 1),
                 "worker": [res.worker] * n, "error": [""] * n}
 
@@ -148,8 +149,8 @@ def _driver_batches(ds: Any) -> Iterator[BatchResult]:
                 raise _worker_error(row["error"])
             by_worker[row["worker"]].append(row)
         for worker, rows in by_worker.items():
-            yield BatchResult([OutputRecord(r["id"], r["line"]) for r in rows], sum(r["tokens"] for r in rows),
-                              sum(r["seconds"] for r in rows), worker)
+            yield BatchResult([OutputRecord(r["id"], r["line"], r["diagnostics"] or None) for r in rows],
+                              sum(r["tokens"] for r in rows), sum(r["seconds"] for r in rows), worker)
 
 
 def _worker_error(error: str) -> TokenDPError:

@@ -32,11 +32,15 @@ _PLACEMENT = ("device",)
 @dataclass(frozen=True)
 class CorpusRun:
     """A finished (or partly finished) run: its summary, and the output path (None: not all
-    outputs are done, or no --out) or the output lines in output order (no --out)."""
+    outputs are done, or no --out) or the output lines in output order (no --out). Diagnostics,
+    when asked for, stay apart: their lines in output order (no --out) or the file beside the
+    output they were written to (:func:`tokendp.engines.store.diagnostics_path`)."""
 
     summary: Summary
     output: Path | None
     lines: list[str] | None
+    diagnostics: list[str] | None = None
+    diagnostics_path: Path | None = None
 
 
 def check_engine(engine: str, ray_options: Mapping[str, Any]) -> None:
@@ -56,8 +60,9 @@ def sanitize_corpus(corpus_path: str | Path, params: Mapping[str, Any], *, out: 
 
     ``out``: ``FILE.jsonl``, ``FILE.parquet`` or a directory (see :mod:`tokendp.engines.store`);
     a run with the same ``out`` and parameters resumes where the last one stopped. None keeps
-    the records in memory and returns them as ``lines``. ``threads``: torch threads per worker
-    (local default: torch's; Ray default: 1). ``ray_options`` go to
+    the records in memory and returns them as ``lines``. With ``params["diagnostics"]`` the
+    documents' diagnostics are kept apart from the records (:class:`CorpusRun`). ``threads``:
+    torch threads per worker (local default: torch's; Ray default: 1). ``ray_options`` go to
     :func:`tokendp.engines.ray.run_ray` (``workers``, ``gpus_per_worker``, ``address``, ...).
     """
     check_engine(engine, ray_options)
@@ -84,10 +89,11 @@ def run_job(job: Job, params: Mapping[str, Any], *, out: str | Path | None, engi
     if out is None:
         sink = MemorySink()
         summary = run(sink)
-        return CorpusRun(summary, None, sink.lines(job))
+        return CorpusRun(summary, None, sink.lines(job), sink.diagnostics(job))
     with RunStore(out, job, job.run) as store:
         summary = run(store)
-        return CorpusRun(summary, store.finish(), None)
+        written = store.diagnostics_path if store.diagnostics_path.exists() else None
+        return CorpusRun(summary, store.finish(), None, diagnostics_path=written)
 
 
 def run_fingerprint(job: str, params: Mapping[str, Any], *, inputs: Mapping[str, Any] | None = None) -> dict[str, Any]:

@@ -14,6 +14,13 @@ order) and ``DIR/_SUCCESS`` marks a finished run. The work directory holds:
   record per line, flushed and fsynced after every batch;
 - ``.lock``: an exclusive lock held while a run writes, so two runs never share a directory.
 
+Diagnostics (``sanitize --diagnostics``: data-dependent, not covered by the guarantee) are never
+in the output: each record's go to ``NAME.diagnostics.jsonl`` beside the output (for ``--out
+FILE.jsonl``: ``FILE.diagnostics.jsonl``; for ``--out DIR``: ``DIR.diagnostics.jsonl``), one
+``{id, diagnostics}`` per line in completion order, appended across the sessions of a run and
+written before the records of the same batch; a document redone after a crash may appear twice,
+its last line belonging to the rewrite that was kept.
+
 Crashes. A record counts as written once its whole line (newline included) is on disk. On
 start, each part is read back and cut at its first incomplete or unreadable line (the only
 place a crash can leave one: the tail of the last write); the ids in the parts are the
@@ -52,10 +59,12 @@ class Outputs(Protocol):
 
 @dataclass(frozen=True)
 class OutputRecord:
-    """A finished document: its id and its output line (``{id, text, report}`` as JSON)."""
+    """A finished document: its id, its output line (``{id, text, report}`` as JSON) and, only
+    when asked for, its diagnostics line (``{id, diagnostics}``), which is kept apart."""
 
     id: str | int
     line: str
+    diagnostics: str | None = None
 
 
 class MemorySink:
@@ -64,16 +73,22 @@ class MemorySink:
     def __init__(self) -> None:
         self.done: set[str | int] = set()
         self._lines: dict[str | int, str] = {}
+        self._diagnostics: dict[str | int, str] = {}
 
     def write(self, records: Sequence[OutputRecord]) -> int:
         new = [r for r in records if r.id not in self.done]
         self._lines.update((r.id, r.line) for r in new)
+        self._diagnostics.update((r.id, r.diagnostics) for r in new if r.diagnostics is not None)
         self.done.update(r.id for r in new)
         return len(new)
 
     def lines(self, outputs: Outputs) -> list[str]:
         """The output lines in output order."""
         return [self._lines[i] for i in outputs.ids]
+
+    def diagnostics(self, outputs: Outputs) -> list[str] | None:
+        """The diagnostics lines in output order, or None if no record carried any."""
+        return [self._diagnostics[i] for i in outputs.ids if i in self._diagnostics] if self._diagnostics else None
 
 
 class RunStore:
@@ -83,11 +98,13 @@ class RunStore:
         self.out = Path(out)
         self.final_format = FORMATS.get(self.out.suffix.lower())
         self.work = Path(f"{self.out}.parts") if self.final_format else self.out
+        self.diagnostics_path = diagnostics_path(self.out)
         self.corpus, self.run = corpus, run
         self._expected = set(corpus.ids)
         self.done: set[str | int] = set()
         self._lock: BinaryIO | None = None
         self._part: BinaryIO | None = None
+        self._diagnostics: BinaryIO | None = None
 
     # ------------------------------------------------------------------ opening
     def __enter__(self) -> RunStore:
@@ -98,6 +115,9 @@ class RunStore:
         if self.work.is_dir() and not (self.work / RUN_FILE).exists() and any(
                 p.name != LOCK_FILE for p in self.work.iterdir()):
             raise InvalidInputError(f"{self.work} is not empty and holds no tokendp run; choose another --out")
+        if self.diagnostics_path.exists() and not (self.work / RUN_FILE).exists():
+            raise InvalidInputError(f"{self.diagnostics_path} already exists and belongs to no run in {self.work}; "
+                                    "delete it or choose another --out")
         self.work.mkdir(parents=True, exist_ok=True)
         try:
             self._take_lock()
@@ -110,10 +130,10 @@ class RunStore:
         return self
 
     def __exit__(self, *exc: object) -> None:
-        for fh in (self._part, self._lock):
+        for fh in (self._part, self._diagnostics, self._lock):
             if fh is not None:
                 fh.close()
-        self._part = self._lock = None
+        self._part = self._diagnostics = self._lock = None
 
     def _take_lock(self) -> None:
         self._lock = open(self.work / LOCK_FILE, "ab")
@@ -156,12 +176,23 @@ class RunStore:
                 new.append(rec)
                 seen.add(rec.id)
         if new:
+            self._write_diagnostics([rec.diagnostics for rec in new if rec.diagnostics is not None])
             part = self._open_part()
             part.write(b"".join(rec.line.encode("utf-8") + b"\n" for rec in new))
             part.flush()
             os.fsync(part.fileno())
             self.done.update(seen)
         return len(new)
+
+    def _write_diagnostics(self, lines: Sequence[str]) -> None:
+        """Append diagnostics lines to their own file, fsynced before the batch's records."""
+        if not lines:
+            return
+        if self._diagnostics is None:
+            self._diagnostics = open(self.diagnostics_path, "ab")
+        self._diagnostics.write(b"".join(line.encode("utf-8") + b"\n" for line in lines))
+        self._diagnostics.flush()
+        os.fsync(self._diagnostics.fileno())
 
     def _open_part(self) -> BinaryIO:
         if self._part is None:
@@ -188,6 +219,14 @@ class RunStore:
         _fsync_dir(self.out.parent)
         shutil.rmtree(self.work)
         return self.out
+
+
+def diagnostics_path(out: str | Path) -> Path:
+    """Where a run's diagnostics go, beside its output and never inside it: ``NAME.diagnostics.jsonl``
+    for ``--out NAME.jsonl`` or ``NAME.parquet``, ``DIR.diagnostics.jsonl`` for ``--out DIR``."""
+    out = Path(out)
+    stem = out.stem if out.suffix.lower() in FORMATS else out.name
+    return out.with_name(f"{stem}.diagnostics.jsonl")
 
 
 # ---------------------------------------------------------------------- part files

@@ -2,7 +2,7 @@
 lines ``{id, text, report}``.
 
 - :class:`SanitizeWorker`: corpus records rewritten with :func:`tokendp.sanitize.sanitize_batch`,
-  one line per document.
+  one line per document (and, with ``diagnostics``, one diagnostics line apart from it).
 - :class:`SynthesizeWorker`: whole batches of B references (planned on the driver,
   :mod:`tokendp.engines.synthesis`) turned into one synthetic text each with a
   :class:`tokendp.synthesize.Synthesizer`.
@@ -104,7 +104,9 @@ class SanitizeWorker(_Worker):
         tagger = self.tagger if any(s is None for s in spans) else None
         results = sanitize_batch([r.text for r in records], spans=spans, tagger=tagger, model=self.backend,
                                  seed=seeds, **self.params)
-        out = [OutputRecord(r.id, json.dumps({"id": r.id, **res.to_dict()}, ensure_ascii=False))
+        out = [OutputRecord(r.id, json.dumps({"id": r.id, **res.to_dict()}, ensure_ascii=False),
+                            None if res.diagnostics is None else
+                            json.dumps({"id": r.id, "diagnostics": res.diagnostics}, ensure_ascii=False))
                for r, res in zip(records, results)]
         return out, sum(res.report.tokens_generated for res in results)
 

@@ -24,6 +24,11 @@ When every charge is zCDP, the rhos add (Bun and Steinke 2016, Lemma 2.3) and th
 conversion (:func:`tokendp.accounting.zcdp_to_epsilon`, minimised over all orders, not a grid)
 is used if it is smaller, as the ledger does; so a lone zCDP charge costs exactly the epsilon
 its request was calibrated for.
+
+The epsilon is rounded up, never down: the curves a rho gives (a * rho) are rounded up, the
+curves added with :func:`tokendp.accounting.compose_rdp` and the rhos with
+:func:`tokendp.accounting.compose_zcdp` (upper bounds under any order of addition), and both
+conversions round up (docs/privacy.md, "Rounding of reported epsilons").
 """
 
 from __future__ import annotations
@@ -35,7 +40,7 @@ from typing import Literal
 
 import numpy as np
 
-from tokendp.accounting import DEFAULT_ORDERS, rdp_to_epsilon, zcdp_to_epsilon
+from tokendp.accounting import DEFAULT_ORDERS, compose_rdp, compose_zcdp, rdp_to_epsilon, upper_sum, zcdp_to_epsilon
 
 
 @dataclass(frozen=True)
@@ -53,11 +58,11 @@ class Charge:
             raise ValueError(f"an rdp charge needs its order alpha > 1, got {self.alpha!r}")
 
     def curve(self, orders: np.ndarray) -> np.ndarray:
-        """RDP at each order  # (K,)"""
+        """RDP at each order, rounded up  # (K,)"""
         if self.value == 0:
             return np.zeros_like(orders)
         if self.kind == "zcdp":
-            return orders * self.value
+            return np.asarray(upper_sum([orders * self.value], units=1.0))  # the product within U
         return np.where(orders <= self.alpha, self.value, math.inf)
 
 
@@ -73,8 +78,9 @@ def epsilon(charges: Iterable[Charge], *, delta: float) -> float:
     if not charges:
         return 0.0
     orders = grid(charges)  # (K,)
-    total = np.sum([c.curve(orders) for c in charges], axis=0)  # (K,)
+    total = compose_rdp(*(c.curve(orders) for c in charges))  # (K,)
     bound = rdp_to_epsilon(rdp=total, orders=orders, delta=delta)
     if all(c.kind == "zcdp" or c.value == 0 for c in charges):
-        bound = min(bound, zcdp_to_epsilon(rho=sum(c.value for c in charges if c.kind == "zcdp"), delta=delta))
+        rho = compose_zcdp([c.value for c in charges if c.kind == "zcdp"])
+        bound = min(bound, zcdp_to_epsilon(rho=rho, delta=delta))
     return bound

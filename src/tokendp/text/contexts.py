@@ -77,6 +77,8 @@ class DocumentContexts:
     alike; a function of the template and the span positions only, which are public
     (docs/privacy.md, "Equal rows, equal logits"). ``public_length``: the length every row is
     laid out in when some row's length is private (an untrusted chunk's), else None.
+    ``max_untrusted_tokens``: the public cap on an untrusted chunk's tokens, for the rows of a
+    prompt (:func:`tokendp.text.prompts.build_prompt_contexts`), else None.
     """
 
     rows: tuple[tuple[int, ...], ...]
@@ -85,6 +87,7 @@ class DocumentContexts:
     original: tuple[int, ...]
     public_prefix: int = 0
     public_length: int | None = None
+    max_untrusted_tokens: int | None = None
 
     @property
     def length(self) -> int:

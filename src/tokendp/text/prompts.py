@@ -26,14 +26,16 @@ token for token, to the public row: the neighbour the guarantee compares with (d
 "Untrusted context"). A chunk's length is therefore not public (its row may be longer or
 shorter than the public row); span lengths in trusted documents are, as in sanitize. So that the
 batch's layout stays public, each chunk is cut to ``max_untrusted_tokens`` (public) and every row
-is laid out as long as the longest a chunk's row can be (``DocumentContexts.public_length``).
+is laid out as long as the longest a chunk's row can be (``DocumentContexts.public_length``). The
+cut is silent: a message saying that a chunk was cut would tell whether its length exceeds the
+cap, which the guarantee does not cover. The cap must hold the stand-in, or the neighbour (a
+chunk that IS the stand-in) would be cut too and its row would no longer be the public row.
 Untrusted text is tokenised with ``split_special_tokens``: a chunk that spells out a control
 token such as ``<|im_end|>`` reads as those characters, never as the token.
 """
 
 from __future__ import annotations
 
-import warnings
 from collections.abc import Sequence
 from typing import Any, Literal
 
@@ -48,7 +50,7 @@ HEADER = "Document {n}:\n"
 SEPARATOR = "\n\n"
 QUESTION = "Question: {prompt}"
 QUESTION_PLACES = ("last", "first", "both")
-MAX_UNTRUSTED_TOKENS = 1024  # tokens of an untrusted chunk the model reads; the rest is cut
+MAX_UNTRUSTED_TOKENS = 1024  # the most tokens of an untrusted chunk the model reads by default; the rest is cut
 QuestionPlace = Literal["last", "first", "both"]
 _EMPTY = PromptTemplate((), ())
 
@@ -70,11 +72,14 @@ def build_prompt_contexts(prompt: str, contexts: Sequence[tuple[str, Sequence[Sp
                           instruction: str = DEFAULT_GENERATE_INSTRUCTION, stand_in: str = STAND_IN,
                           question: QuestionPlace = "last", groups: GroupSpec = "by-label",
                           on_overlap: Literal["merge", "error"] = "merge",
-                          max_untrusted_tokens: int = MAX_UNTRUSTED_TOKENS) -> DocumentContexts:
+                          max_untrusted_tokens: int | None = MAX_UNTRUSTED_TOKENS,
+                          layout_limit: int | None = None) -> DocumentContexts:
     """The rows of ``prompt`` over trusted ``contexts`` ((text, spans) each) and ``untrusted``
     chunks (see the module docstring). Groups: the span groups (sorted), then ``untrusted-j``.
     ``question``: the "Question: ..." line after the documents (``"last"``), before them, after
-    the instruction (``"first"``, which the rows then share), or in both places (``"both"``)."""
+    the instruction (``"first"``, which the rows then share), or in both places (``"both"``).
+    ``max_untrusted_tokens``: the tokens of a chunk its row reads (:func:`untrusted_cap`; None:
+    as many as keep the layout within ``layout_limit``, up to :data:`MAX_UNTRUSTED_TOKENS`)."""
     if not isinstance(prompt, str) or not prompt.strip():
         raise InvalidInputError("the prompt is empty: give the question or task to answer")
     if question not in QUESTION_PLACES:
@@ -85,17 +90,14 @@ def build_prompt_contexts(prompt: str, contexts: Sequence[tuple[str, Sequence[Sp
     docs = [build_contexts(text, spans, tokenizer, template=_EMPTY, placeholder=placeholder, groups=groups,
                            on_overlap=on_overlap) for text, spans in contexts]
     names = sorted({g.name for d in docs for g in d.groups})  # never reserved: build_contexts refuses those
-    if isinstance(max_untrusted_tokens, bool) or not isinstance(max_untrusted_tokens, int) or max_untrusted_tokens < 1:
+    if max_untrusted_tokens is not None and (isinstance(max_untrusted_tokens, bool)
+                                             or not isinstance(max_untrusted_tokens, int) or max_untrusted_tokens < 1):
         raise InvalidParameterError(f"max_untrusted_tokens must be an integer >= 1, got {max_untrusted_tokens!r}")
-    chunks = [_ids(tokenizer, c, untrusted=True) for c in untrusted]
-    if any(len(c) > max_untrusted_tokens for c in chunks):
-        warnings.warn(f"an untrusted chunk is longer than max_untrusted_tokens={max_untrusted_tokens} tokens and is "
-                      "cut there (--max-untrusted-tokens)", stacklevel=2)
-        chunks = [c[:max_untrusted_tokens] for c in chunks]
     stand = _ids(tokenizer, stand_in, untrusted=True)
     if not stand:
         raise InvalidInputError("the stand-in for untrusted chunks is empty; give a short text such as "
                                 f"{STAND_IN!r}")
+    chunks = [_ids(tokenizer, c, untrusted=True) for c in untrusted]  # cut below, once the cap is known
     n_docs = len(docs) + len(chunks)
     head = [_ids(tokenizer, (SEPARATOR if k else "") + HEADER.format(n=k + 1)) for k in range(n_docs)]
     asked = QUESTION.format(prompt=prompt)
@@ -113,13 +115,38 @@ def build_prompt_contexts(prompt: str, contexts: Sequence[tuple[str, Sequence[Sp
             body += head[len(docs) + j] + (ids if original or j == chunk else stand)
         return template.wrap(body + list(tail))
 
+    public = row()  # reads the stand-in for every chunk: the cap may depend on it
+    cap = untrusted_cap(max_untrusted_tokens, stand_tokens=len(stand), public_tokens=len(public),
+                        layout_limit=layout_limit)
+    chunks = [ids[:cap] for ids in chunks]  # cut silently: the cap is public, whether a chunk reached it is not
     info = [GroupInfo(n, sum(g.n_spans for d in docs for g in d.groups if g.name == n),
                       sum(g.n_tokens for d in docs for g in d.groups if g.name == n)) for n in names]
-    info += [GroupInfo(untrusted_name(j), 1, len(ids), untrusted=True) for j, ids in enumerate(chunks)]
-    rows = [row(), *(row(group=n) for n in names), *(row(chunk=j) for j in range(len(chunks)))]
-    longest = len(rows[0]) + max(0, max_untrusted_tokens - len(stand)) if chunks else None  # a chunk's row at most
+    info += [GroupInfo(untrusted_name(j), 1, cap, untrusted=True) for j in range(len(chunks))]  # the cap: public
+    rows = [public, *(row(group=n) for n in names), *(row(chunk=j) for j in range(len(chunks)))]
+    longest = len(public) + cap - len(stand) if chunks else None  # a chunk's row at most
     return DocumentContexts(tuple(rows), tuple(info), sum(d.document_tokens for d in docs), row(original=True),
-                            _public_prefix(len(template.before) + len(lead), head, docs, rows[0]), longest)
+                            _public_prefix(len(template.before) + len(lead), head, docs, public), longest, cap)
+
+
+def untrusted_cap(requested: int | None, *, stand_tokens: int, public_tokens: int, layout_limit: int | None) -> int:
+    """The number of tokens of an untrusted chunk its row reads, from public data only.
+
+    ``requested``, if given; it must hold the stand-in (``stand_tokens``), or the neighbour the
+    guarantee compares with, a chunk whose text IS the stand-in, would be cut too and its row
+    would no longer be the public row (InvalidParameterError). None: the most tokens, up to
+    :data:`MAX_UNTRUSTED_TOKENS`, for which a chunk's row, ``public_tokens`` - ``stand_tokens``
+    + cap, stays within ``layout_limit`` (the model's context less T; no limit: the maximum),
+    and never less than the stand-in (the fit check then refuses the prompt).
+    """
+    if requested is None:
+        room = MAX_UNTRUSTED_TOKENS if layout_limit is None else layout_limit - public_tokens + stand_tokens
+        return max(stand_tokens, min(MAX_UNTRUSTED_TOKENS, room))
+    if requested < stand_tokens:
+        raise InvalidParameterError(
+            f"max_untrusted_tokens={requested} is shorter than the stand-in ({stand_tokens} tokens): the neighbour "
+            "the guarantee compares with, a chunk whose text is the stand-in, would be cut too; raise "
+            "max_untrusted_tokens or shorten the stand-in")
+    return requested
 
 
 def _public_prefix(start: int, head: Sequence[Sequence[int]], docs: Sequence[DocumentContexts],
