@@ -3,7 +3,9 @@ and 2-layer models built from configs. Cached per process, so every test shares 
 
 from __future__ import annotations
 
+import atexit
 import functools
+import shutil
 import tempfile
 from pathlib import Path
 
@@ -69,10 +71,17 @@ def model(max_positions: int = 512, seed: int = 0, vocab: int = 0):
     return m
 
 
+def _scratch(prefix: str) -> Path:
+    """A temporary folder removed when the test process exits."""
+    path = Path(tempfile.mkdtemp(prefix=prefix))
+    atexit.register(shutil.rmtree, path, ignore_errors=True)
+    return path
+
+
 @functools.lru_cache(maxsize=None)
 def model_dir(options: str = "") -> Path:
     """A saved model directory (tiny model + tokenizer), with ``options`` as tokendp.json."""
-    path = Path(tempfile.mkdtemp(prefix="tokendp-tiny-"))
+    path = _scratch("tokendp-tiny-")
     model().save_pretrained(path)
     tokenizer().save_pretrained(path)
     if options:
@@ -138,7 +147,7 @@ def adapter_dirs(n: int = 3, seed: int = 0) -> tuple[Path, ...]:
 
     from peft import get_peft_model
 
-    root = Path(tempfile.mkdtemp(prefix="tokendp-adapters-"))
+    root = _scratch("tokendp-adapters-")
     dirs = []
     for j in range(n):
         torch.manual_seed(1000 * seed + j)
@@ -156,11 +165,10 @@ def adapter_dirs(n: int = 3, seed: int = 0) -> tuple[Path, ...]:
 def ensemble_dir(n: int = 3, seed: int = 0) -> Path:
     """A fresh ensemble directory (manifest + ``n`` tiny adapters) on :func:`model_dir`, as
     ``tokendp ensemble train`` lays it out."""
-    import shutil
 
     from tokendp.ensemble.manifest import Manifest, ShardInfo
 
-    root = Path(tempfile.mkdtemp(prefix="tokendp-ensemble-"))
+    root = _scratch("tokendp-ensemble-")
     shards = []
     for j, src in enumerate(adapter_dirs(n, seed)):
         shutil.copytree(src, root / src.name)
