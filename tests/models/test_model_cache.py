@@ -238,3 +238,28 @@ def test_shipped_rewriter_adapter_is_small_fp16_and_fits_smollm2():
     assert tensors["base_model.model.model.layers.29.mlp.down_proj.lora_A.weight"].shape == (r, 1536)
     assert json.loads((REWRITER_ADAPTER_DIR / "tokendp.json").read_text()) == {
         "placeholder": "_", "stop": ["<|im_start|>"]}
+
+
+def test_the_gguf_readers_bar_is_ours_or_follows_transformers_switch(capsys):
+    """transformers' GGUF reader draws with a plain tqdm, deaf to disable_progress_bar(): during
+    a conversion it draws with the bar given, else with transformers' tqdm, and is put back after."""
+    from transformers import modeling_gguf_pytorch_utils as reader
+    from transformers.utils import logging as hf_logging
+
+    original, seen = reader.tqdm, []
+
+    def bar(iterable, **kwargs):
+        seen.append(kwargs.get("desc"))
+        return iterable
+
+    with pytest.raises(RuntimeError), cache._gguf_bar(bar):
+        assert list(reader.tqdm(range(3), desc="tensors")) == [0, 1, 2]
+        raise RuntimeError("a failed conversion")
+    assert seen == ["tensors"] and reader.tqdm is original
+    hf_logging.disable_progress_bar()
+    try:
+        with cache._gguf_bar(None):
+            assert list(reader.tqdm(range(3), desc="tensors")) == [0, 1, 2]
+    finally:
+        hf_logging.enable_progress_bar()
+    assert reader.tqdm is original and "tensors" not in capsys.readouterr().err

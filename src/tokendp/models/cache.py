@@ -19,6 +19,8 @@ Safety of the cache:
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import hashlib
 import importlib.util
 import json
@@ -26,7 +28,7 @@ import os
 import shutil
 import sys
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -35,6 +37,7 @@ from tokendp.errors import TokenDPError
 
 MARKER = "tokendp-cache.json"
 CACHE_FORMAT = 1
+Bar = Callable[..., Iterable[Any]]  # tqdm's signature: bar(iterable, desc=...) -> the iterable, drawn
 
 
 class ModelNotInstalledError(TokenDPError):
@@ -129,18 +132,20 @@ def verify_gguf(path: Path, spec: GGUFModel) -> None:
             f"sha256 differs from {spec.sha256}); reinstall it with: {spec.install_hint}")
 
 
-def convert_gguf(gguf: Path, dest: Path) -> None:
+def convert_gguf(gguf: Path, dest: Path, *, bar: Bar | None = None) -> None:
     """Dequantise ``gguf`` with transformers and save tokenizer + float32 safetensors in ``dest``.
 
     ``save_pretrained`` refuses a GGUF-loaded model, so its state dict goes into a fresh model
-    built from the same config, without the ``quantization_config`` entry.
+    built from the same config, without the ``quantization_config`` entry. ``bar`` draws the
+    progress over the GGUF's tensors, most of the time (see :func:`_gguf_bar`).
     """
     import torch
     from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 
     kw = {"gguf_file": gguf.name}
     tokenizer = AutoTokenizer.from_pretrained(gguf.parent, **kw)
-    loaded = AutoModelForCausalLM.from_pretrained(gguf.parent, dtype=torch.float32, **kw)
+    with _gguf_bar(bar):
+        loaded = AutoModelForCausalLM.from_pretrained(gguf.parent, dtype=torch.float32, **kw)
     config_dict = loaded.config.to_dict()
     for key in ("quantization_config", "_name_or_path", "_model_name_or_path"):
         config_dict.pop(key, None)
@@ -156,6 +161,32 @@ def convert_gguf(gguf: Path, dest: Path) -> None:
     fresh.generation_config = loaded.generation_config
     fresh.save_pretrained(dest, safe_serialization=True)
     tokenizer.save_pretrained(dest)
+
+
+@contextlib.contextmanager
+def _gguf_bar(bar: Bar | None) -> Iterator[None]:
+    """Have transformers' GGUF reader draw its per-tensor bar with ``bar``, by default
+    transformers' own tqdm.
+
+    The reader uses a plain ``tqdm``, which ignores ``transformers.utils.logging.
+    disable_progress_bar()``: its frames went into piped output, the CLI's included. Through
+    transformers' tqdm that switch stops it like transformers' other loading bars; the CLI
+    passes its own bar instead, so the one-time conversion shows progress in the CLI's style
+    and only where the CLI shows bars. A transformers without that module-level ``tqdm`` is left
+    as it is.
+    """
+    from transformers import modeling_gguf_pytorch_utils as reader
+    from transformers.utils import logging as hf_logging
+
+    original = getattr(reader, "tqdm", None)
+    if original is None:
+        yield
+        return
+    reader.tqdm = bar or hf_logging.tqdm
+    try:
+        yield
+    finally:
+        reader.tqdm = original
 
 
 def _marker(spec: GGUFModel, files: list[str]) -> dict[str, Any]:
@@ -193,12 +224,13 @@ Converter = Callable[[Path, Path], None]
 
 def build_cache(spec: GGUFModel, *, root: str | Path | None = None, force: bool = False,
                 converter: Converter | None = None, gguf: Path | None = None,
-                verify: bool = True, log: Callable[[str], None] | None = None) -> Path:
+                verify: bool = True, log: Callable[[str], None] | None = None, bar: Bar | None = None) -> Path:
     """Convert ``spec``'s GGUF into the cache (atomically) unless a good conversion is there.
 
     ``converter(gguf_path, dest_dir)`` writes the model directory (default
-    :func:`convert_gguf`); ``gguf`` overrides where the file is found (tests). With ``force`` an
-    existing directory (good, partial or stale) is replaced.
+    :func:`convert_gguf`, drawing its progress with ``bar``); ``gguf`` overrides where the file is
+    found (tests). With ``force`` an existing directory (good, partial or stale) is replaced.
+    ``log`` receives the one line said before converting (default: stderr, "tokendp: " first).
     """
     dest = cache_dir(spec, root)
     if dest.exists() and not force:
@@ -214,10 +246,10 @@ def build_cache(spec: GGUFModel, *, root: str | Path | None = None, force: bool 
     if verify:
         verify_gguf(source, spec)
     dest.parent.mkdir(parents=True, exist_ok=True)
-    (log or _stderr)(f"tokendp: converting {spec.filename} once into {dest} (about 30 s)")
+    (log or _stderr)(f"converting {spec.filename} once into {dest} (about 30 s)")
     tmp = Path(tempfile.mkdtemp(prefix=f".{dest.name}.", suffix=".tmp", dir=dest.parent))
     try:
-        (converter or convert_gguf)(source, tmp)
+        (converter or functools.partial(convert_gguf, bar=bar))(source, tmp)
         files = [str(p.relative_to(tmp)) for p in tmp.rglob("*") if p.is_file()]
         (tmp / MARKER).write_text(json.dumps(_marker(spec, files), indent=2) + "\n", encoding="utf-8")
         if dest.exists() and not force and _is_good(dest, spec):  # another process finished first
@@ -255,4 +287,4 @@ def ensure_model_dir(spec: GGUFModel = SMOLLM2, *, root: str | Path | None = Non
 
 
 def _stderr(message: str) -> None:
-    print(message, file=sys.stderr, flush=True)
+    print(f"tokendp: {message}", file=sys.stderr, flush=True)
