@@ -240,26 +240,19 @@ def test_shipped_rewriter_adapter_is_small_fp16_and_fits_smollm2():
         "placeholder": "_", "stop": ["<|im_start|>"]}
 
 
-def test_the_gguf_readers_bar_is_ours_or_follows_transformers_switch(capsys):
+def test_the_gguf_readers_bar_follows_transformers_switch(capsys):
     """transformers' GGUF reader draws with a plain tqdm, deaf to disable_progress_bar(): during
-    a conversion it draws with the bar given, else with transformers' tqdm, and is put back after."""
+    a conversion it draws with transformers' tqdm, and is put back after, a failure included."""
     from transformers import modeling_gguf_pytorch_utils as reader
     from transformers.utils import logging as hf_logging
 
-    original, seen = reader.tqdm, []
-
-    def bar(iterable, **kwargs):
-        seen.append(kwargs.get("desc"))
-        return iterable
-
-    with pytest.raises(RuntimeError), cache._gguf_bar(bar):
-        assert list(reader.tqdm(range(3), desc="tensors")) == [0, 1, 2]
-        raise RuntimeError("a failed conversion")
-    assert seen == ["tensors"] and reader.tqdm is original
+    original = reader.tqdm
     hf_logging.disable_progress_bar()
     try:
-        with cache._gguf_bar(None):
+        with pytest.raises(RuntimeError), cache._gguf_bar_follows_transformers():
+            assert reader.tqdm is hf_logging.tqdm
             assert list(reader.tqdm(range(3), desc="tensors")) == [0, 1, 2]
+            raise RuntimeError("a failed conversion")
     finally:
         hf_logging.enable_progress_bar()
     assert reader.tqdm is original and "tensors" not in capsys.readouterr().err

@@ -28,7 +28,7 @@ import os
 import shutil
 import sys
 import tempfile
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -37,7 +37,8 @@ from tokendp.errors import TokenDPError
 
 MARKER = "tokendp-cache.json"
 CACHE_FORMAT = 1
-Bar = Callable[..., Iterable[Any]]  # tqdm's signature: bar(iterable, desc=...) -> the iterable, drawn
+_TOKENIZER, _WEIGHTS, _REBUILD, _SAVE = CONVERSION_STEPS = (
+    "reading the tokenizer", "reading the weights", "rebuilding the model", "saving")
 
 
 class ModelNotInstalledError(TokenDPError):
@@ -132,20 +133,25 @@ def verify_gguf(path: Path, spec: GGUFModel) -> None:
             f"sha256 differs from {spec.sha256}); reinstall it with: {spec.install_hint}")
 
 
-def convert_gguf(gguf: Path, dest: Path, *, bar: Bar | None = None) -> None:
+def convert_gguf(gguf: Path, dest: Path, *, on_step: Callable[[str], None] | None = None) -> None:
     """Dequantise ``gguf`` with transformers and save tokenizer + float32 safetensors in ``dest``.
 
     ``save_pretrained`` refuses a GGUF-loaded model, so its state dict goes into a fresh model
-    built from the same config, without the ``quantization_config`` entry. ``bar`` draws the
-    progress over the GGUF's tensors, most of the time (see :func:`_gguf_bar`).
+    built from the same config, without the ``quantization_config`` entry. ``on_step(name)``
+    is called as each of :data:`CONVERSION_STEPS` begins, for a progress display: most of the
+    time goes to parsing the GGUF's metadata, before and outside the reader's per-tensor bar.
     """
     import torch
     from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 
+    step = on_step or (lambda name: None)
     kw = {"gguf_file": gguf.name}
+    step(_TOKENIZER)
     tokenizer = AutoTokenizer.from_pretrained(gguf.parent, **kw)
-    with _gguf_bar(bar):
+    step(_WEIGHTS)
+    with _gguf_bar_follows_transformers():
         loaded = AutoModelForCausalLM.from_pretrained(gguf.parent, dtype=torch.float32, **kw)
+    step(_REBUILD)
     config_dict = loaded.config.to_dict()
     for key in ("quantization_config", "_name_or_path", "_model_name_or_path"):
         config_dict.pop(key, None)
@@ -159,21 +165,19 @@ def convert_gguf(gguf: Path, dest: Path, *, bar: Bar | None = None) -> None:
         raise ModelCacheError(f"converting {gguf.name}: tensors missing {missing[:3]} "
                               f"or unexpected {unexpected[:3]}")
     fresh.generation_config = loaded.generation_config
+    step(_SAVE)
     fresh.save_pretrained(dest, safe_serialization=True)
     tokenizer.save_pretrained(dest)
 
 
 @contextlib.contextmanager
-def _gguf_bar(bar: Bar | None) -> Iterator[None]:
-    """Have transformers' GGUF reader draw its per-tensor bar with ``bar``, by default
-    transformers' own tqdm.
+def _gguf_bar_follows_transformers() -> Iterator[None]:
+    """Have transformers' GGUF reader draw its per-tensor bar with transformers' own tqdm.
 
     The reader uses a plain ``tqdm``, which ignores ``transformers.utils.logging.
     disable_progress_bar()``: its frames went into piped output, the CLI's included. Through
-    transformers' tqdm that switch stops it like transformers' other loading bars; the CLI
-    passes its own bar instead, so the one-time conversion shows progress in the CLI's style
-    and only where the CLI shows bars. A transformers without that module-level ``tqdm`` is left
-    as it is.
+    transformers' tqdm that switch stops it, as it stops transformers' other loading bars. A
+    transformers without that module-level ``tqdm`` is left as it is.
     """
     from transformers import modeling_gguf_pytorch_utils as reader
     from transformers.utils import logging as hf_logging
@@ -182,7 +186,7 @@ def _gguf_bar(bar: Bar | None) -> Iterator[None]:
     if original is None:
         yield
         return
-    reader.tqdm = bar or hf_logging.tqdm
+    reader.tqdm = hf_logging.tqdm
     try:
         yield
     finally:
@@ -224,13 +228,15 @@ Converter = Callable[[Path, Path], None]
 
 def build_cache(spec: GGUFModel, *, root: str | Path | None = None, force: bool = False,
                 converter: Converter | None = None, gguf: Path | None = None,
-                verify: bool = True, log: Callable[[str], None] | None = None, bar: Bar | None = None) -> Path:
+                verify: bool = True, log: Callable[[str], None] | None = None,
+                on_step: Callable[[str], None] | None = None) -> Path:
     """Convert ``spec``'s GGUF into the cache (atomically) unless a good conversion is there.
 
     ``converter(gguf_path, dest_dir)`` writes the model directory (default
-    :func:`convert_gguf`, drawing its progress with ``bar``); ``gguf`` overrides where the file is
-    found (tests). With ``force`` an existing directory (good, partial or stale) is replaced.
-    ``log`` receives the one line said before converting (default: stderr, "tokendp: " first).
+    :func:`convert_gguf`, which reports its steps to ``on_step``); ``gguf`` overrides where the
+    file is found (tests). With ``force`` an existing directory (good, partial or stale) is
+    replaced. ``log`` receives the one line said before converting (default: stderr, after
+    "tokendp: ").
     """
     dest = cache_dir(spec, root)
     if dest.exists() and not force:
@@ -249,7 +255,7 @@ def build_cache(spec: GGUFModel, *, root: str | Path | None = None, force: bool 
     (log or _stderr)(f"converting {spec.filename} once into {dest} (about 30 s)")
     tmp = Path(tempfile.mkdtemp(prefix=f".{dest.name}.", suffix=".tmp", dir=dest.parent))
     try:
-        (converter or functools.partial(convert_gguf, bar=bar))(source, tmp)
+        (converter or functools.partial(convert_gguf, on_step=on_step))(source, tmp)
         files = [str(p.relative_to(tmp)) for p in tmp.rglob("*") if p.is_file()]
         (tmp / MARKER).write_text(json.dumps(_marker(spec, files), indent=2) + "\n", encoding="utf-8")
         if dest.exists() and not force and _is_good(dest, spec):  # another process finished first
