@@ -3,16 +3,19 @@ the decoding and corpus engine options."""
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 import shlex
 import sys
+import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
 import click
 
+from tokendp.cli._console import console
 from tokendp.errors import TokenDPError
 
 EXIT_BAD_INPUT = 2
@@ -58,6 +61,56 @@ def emit_diagnostics(lines: Sequence[str]) -> None:
         click.echo(line, err=True)
 
 
+BUSY_MACHINE = "On a busy machine, --threads 1 keeps torch's OpenMP threads from spinning against a neighbour."
+
+
+def threads_option(command: Callable) -> Callable:
+    """``--threads N``: torch's CPU threads for a command that runs a model (:func:`use_threads`)."""
+    return click.option("--threads", type=click.IntRange(min=1), default=None,
+                        help=f"Torch CPU threads [default: torch's]. {BUSY_MACHINE}")(command)
+
+
+def use_threads(threads: int | None) -> None:
+    """Set torch's intra-op threads when ``--threads`` was given; else leave torch's choice."""
+    if threads is not None:
+        import torch
+
+        torch.set_num_threads(threads)
+
+
+def convert_once(model: Any) -> None:
+    """Convert SmolLM2 into the cache now if ``model`` needs it and it was never done
+    (:func:`build_smollm2`), rather than inside the library's load, which says one plain line."""
+    from tokendp.models.registry import needs_conversion
+
+    if needs_conversion(model):
+        build_smollm2()
+
+
+def build_smollm2(*, force: bool = False) -> Path:
+    """SmolLM2's conversion into the cache (once; again with ``force``): the slow first run says
+    so and draws a bar of its steps, nothing of it under -q."""
+    from tokendp.models.cache import CONVERSION_STEPS, SMOLLM2, build_cache
+
+    out = console()
+    start = time.perf_counter()
+    with contextlib.ExitStack() as stack:
+        bar = None
+
+        def on_step(name: str) -> None:
+            nonlocal bar
+            if bar is None:  # opened after build_cache's line, and only if it converts
+                bar = stack.enter_context(out.bar(desc=f"convert ({name})", unit="step", total=len(CONVERSION_STEPS)))
+            else:
+                bar.set_description_str(f"convert ({name})", refresh=False)
+                bar.update(1)  # the step before it is done
+                bar.refresh()  # a new step shows at once, however soon after the last
+
+        path = build_cache(SMOLLM2, force=force, log=out.info, on_step=on_step)
+    out.detail(f"conversion: done in {time.perf_counter() - start:.1f} s")
+    return path
+
+
 def engine_options(*, default: str | None, engine_help: str) -> Callable[[Callable], Callable]:
     """The corpus engine options of sanitize and synthesize: ``--engine`` (default ``default``)
     and the placement of its workers."""
@@ -71,8 +124,8 @@ def engine_options(*, default: str | None, engine_help: str) -> Callable[[Callab
         click.option("--gpus-per-worker", type=click.FloatRange(min=0), default=None,
                      help="GPUs per Ray actor [default: 0]."),
         click.option("--threads", type=click.IntRange(min=1), default=None,
-                     help="Torch threads per worker; a Ray actor reserves as many CPUs [default: torch's for "
-                          "--engine local, 1 for ray]."),
+                     help="Torch CPU threads (per worker for a corpus; a Ray actor reserves as many CPUs) "
+                          f"[default: torch's, 1 per Ray actor]. {BUSY_MACHINE}"),
     ]
 
     def decorate(command: Callable) -> Callable:
