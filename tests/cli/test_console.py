@@ -163,3 +163,14 @@ def test_threads_is_accepted_by_the_other_model_commands(command, threads, tmp_p
 def test_help_says_when_one_thread_helps():
     res = _run("sanitize", "--help")
     assert "--threads" in res.output and "busy machine" in res.output
+
+
+def test_quiet_keeps_a_corpus_run_to_its_records(tmp_path):
+    corpus = tmp_path / "docs.jsonl"
+    corpus.write_text(json.dumps({"id": "a", "text": TEXT, "spans": [{"start": 8, "end": 19, "label": "PERSON"}]})
+                      + "\n", encoding="utf-8")
+    args = ["sanitize", corpus, "--model", "tiny", "--beta", "0.05", "--max-new-tokens", "2", "--seed", "0"]
+    loud, quiet = _run(*args, "--out", tmp_path / "out.jsonl"), _run("-q", *args, "--out", tmp_path / "quiet.jsonl")
+    assert loud.exit_code == quiet.exit_code == 0, loud.output
+    assert "1 documents written" in loud.stderr and "wrote" in loud.stderr
+    assert quiet.stderr == "" and (tmp_path / "quiet.jsonl").read_text() == (tmp_path / "out.jsonl").read_text()

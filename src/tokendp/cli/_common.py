@@ -148,13 +148,17 @@ def ray_options(engine: str | None, address: str | None, workers: int | None,
 
 def report_corpus_run(run: Any, out_path: str | Path | None) -> None:
     """An engine run's end: its records on stdout without --out, the summary and where the
-    output is (or that a rerun resumes it) on stderr; the diagnostics, if any, apart: on stderr
-    after the warning, or (with --out) where they were written."""
+    output is (both not under -q) or that a rerun resumes it on stderr; the diagnostics, if any,
+    apart: on stderr after the warning, or (with --out) where they were written."""
+    quiet = console().quiet
     if run.lines is not None:
         click.echo("\n".join(run.lines))
-    click.echo(run.summary.format(), err=True)
-    if out_path is not None:
-        click.echo(f"wrote {run.output}" if run.output else f"not finished: rerun to resume into {out_path}", err=True)
+    if not quiet:
+        click.echo(run.summary.format(), err=True)
+    if out_path is not None and not run.output:
+        click.echo(f"not finished: rerun to resume into {out_path}", err=True)
+    elif out_path is not None and not quiet:
+        click.echo(f"wrote {run.output}", err=True)
     if run.diagnostics is not None:
         emit_diagnostics(run.diagnostics)
     if run.diagnostics_path is not None:
