@@ -105,22 +105,37 @@ def test_verbose_adds_timings_and_the_rate():
     assert any("tokens/s" in line for line in lines)
 
 
-def test_the_conversion_says_so_draws_its_steps_and_is_silent_under_quiet(monkeypatch):
+@pytest.fixture
+def fake_conversion(monkeypatch, tmp_path):
+    """SmolLM2's conversion with a few bytes for the GGUF and a converter that only steps."""
     from tokendp.models import cache
 
-    def fake_build(spec, *, force=False, log, on_step, **_):
-        log(f"converting {spec.filename} once")
+    gguf = tmp_path / "smollm2.gguf"
+    gguf.write_bytes(b"GGUF stand-in")
+
+    def convert(source, dest, *, on_step):
         for name in cache.CONVERSION_STEPS:
             on_step(name)
-        return Path("converted")
+        (dest / "config.json").write_text("{}")
 
-    monkeypatch.setattr(cache, "build_cache", fake_build)
-    res = _run("--progress", "model", "build", "smollm2")
+    monkeypatch.setenv("TOKENDP_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setattr(cache, "gguf_path", lambda spec: gguf)
+    monkeypatch.setattr(cache, "verify_gguf", lambda path, spec: None)
+    monkeypatch.setattr(cache, "_find_spec", lambda name: object())
+    monkeypatch.setattr(cache, "convert_gguf", convert)
+
+
+def test_the_conversion_says_so_and_draws_its_steps_wherever_a_load_starts_it(fake_conversion):
+    res = _run("--progress", "model", "build", "smollm2", "-v")
     assert res.exit_code == 0, res.output
-    assert res.stderr.startswith("tokendp: converting SmolLM2-135M-Instruct.Q4_1.gguf once\n")
+    assert res.stderr.startswith("tokendp: converting SmolLM2-135M-Instruct.Q4_1.gguf once into ")
     assert "convert (saving)" in res.stderr and "3/4 [" in res.stderr and "step/s" in res.stderr
-    quiet = _run("-q", "--progress", "model", "build", "smollm2")
-    assert quiet.exit_code == 0 and quiet.stderr == "" and "converted" in quiet.stdout
+    assert "tokendp: conversion: done in" in res.stderr
+
+
+def test_quiet_silences_the_conversion(fake_conversion):
+    res = _run("-q", "--progress", "model", "build", "smollm2")
+    assert res.exit_code == 0 and res.stderr == "" and "converted model at" in res.stdout
 
 
 def test_no_color_removes_the_tags_highlighting(tmp_path):

@@ -4,6 +4,7 @@ for the conversion (the converter is injected) and a few bytes stand in for the 
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 from dataclasses import replace
@@ -256,3 +257,31 @@ def test_the_gguf_readers_bar_follows_transformers_switch(capsys):
     finally:
         hf_logging.enable_progress_bar()
     assert reader.tqdm is original and "tensors" not in capsys.readouterr().err
+
+
+def test_a_conversion_without_log_goes_to_the_innermost_report(fake, monkeypatch):
+    """How the CLI shows a conversion started deep inside a model load: the line and every step
+    reach the report installed around it; a caller's own log still wins."""
+    spec, gguf, root = fake
+    heard = []
+
+    @contextlib.contextmanager
+    def report(message):
+        heard.append(message)
+        yield heard.append
+        heard.append("done")
+
+    def convert(source, dest, *, on_step):
+        for name in cache.CONVERSION_STEPS:
+            on_step(name)
+        Converter()(source, dest)
+
+    monkeypatch.setattr(cache, "_find_spec", lambda name: object())
+    monkeypatch.setattr(cache, "convert_gguf", convert)
+    with cache.report_conversions(report):
+        build_cache(spec, root=root, gguf=gguf)
+        assert heard == [f"converting tiny.gguf once into {cache_dir(spec, root)} (about 30 s)",
+                         *cache.CONVERSION_STEPS, "done"]
+        logged = []
+        build_cache(spec, root=root, gguf=gguf, force=True, log=logged.append)
+    assert len(logged) == 1 and len(heard) == 6 and cache._reports == []

@@ -9,8 +9,9 @@ from __future__ import annotations
 import click
 
 from tokendp import __version__
-from tokendp.cli._console import add_global_options, no_color
+from tokendp.cli._console import add_global_options, no_color, report_conversion
 from tokendp.malloc import keep_freed_memory
+from tokendp.models.cache import report_conversions
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -29,6 +30,7 @@ def main(ctx: click.Context) -> None:
     -q, -v and --progress go before or after the subcommand; NO_COLOR turns colour off.
     """
     no_color(ctx)
+    ctx.with_resource(report_conversions(report_conversion))  # SmolLM2's first load, in the CLI's style
     keep_freed_memory()  # per-step buffers are reused instead of re-faulted (tokendp.malloc)
 
 

@@ -3,12 +3,10 @@ the decoding and corpus engine options."""
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import json
 import shlex
 import sys
-import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -76,39 +74,6 @@ def use_threads(threads: int | None) -> None:
         import torch
 
         torch.set_num_threads(threads)
-
-
-def convert_once(model: Any) -> None:
-    """Convert SmolLM2 into the cache now if ``model`` needs it and it was never done
-    (:func:`build_smollm2`), rather than inside the library's load, which says one plain line."""
-    from tokendp.models.registry import needs_conversion
-
-    if needs_conversion(model):
-        build_smollm2()
-
-
-def build_smollm2(*, force: bool = False) -> Path:
-    """SmolLM2's conversion into the cache (once; again with ``force``): the slow first run says
-    so and draws a bar of its steps, nothing of it under -q."""
-    from tokendp.models.cache import CONVERSION_STEPS, SMOLLM2, build_cache
-
-    out = console()
-    start = time.perf_counter()
-    with contextlib.ExitStack() as stack:
-        bar = None
-
-        def on_step(name: str) -> None:
-            nonlocal bar
-            if bar is None:  # opened after build_cache's line, and only if it converts
-                bar = stack.enter_context(out.bar(desc=f"convert ({name})", unit="step", total=len(CONVERSION_STEPS)))
-            else:
-                bar.set_description_str(f"convert ({name})", refresh=False)
-                bar.update(1)  # the step before it is done
-                bar.refresh()  # a new step shows at once, however soon after the last
-
-        path = build_cache(SMOLLM2, force=force, log=out.info, on_step=on_step)
-    out.detail(f"conversion: done in {time.perf_counter() - start:.1f} s")
-    return path
 
 
 def engine_options(*, default: str | None, engine_help: str) -> Callable[[Callable], Callable]:

@@ -14,7 +14,7 @@ import contextlib
 import os
 import sys
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -51,13 +51,12 @@ class Console:
             return False
         return sys.stderr.isatty() if self.progress is None else self.progress
 
-    def bar(self, iterable: Iterable[Any] | None = None, *, desc: str, unit: str = "token", total: int | None = None,
-            as_json: bool = False) -> Any:
+    def bar(self, *, desc: str, total: int, unit: str = "token", as_json: bool = False) -> Any:
         """A tqdm bar on stderr in the CLI's one style (``desc``: the command or step; counts of
         ``unit`` and their rate), cleared when done; drawn only where :meth:`bars` says."""
         from tqdm import tqdm
 
-        return tqdm(iterable, desc=desc, unit=unit, total=total, file=sys.stderr, leave=False, dynamic_ncols=True,
+        return tqdm(desc=desc, unit=unit, total=total, file=sys.stderr, leave=False, dynamic_ncols=True,
                     bar_format=BAR_FORMAT, disable=not self.bars(as_json=as_json))
 
     @contextlib.contextmanager
@@ -131,6 +130,29 @@ def console() -> Console:
     """The current command line's console (a default one outside the ``tokendp`` group)."""
     ctx = click.get_current_context(silent=True)
     return Console() if ctx is None else ctx.ensure_object(Console)
+
+
+@contextlib.contextmanager
+def report_conversion(message: str) -> Iterator[Callable[[str], None]]:
+    """How the CLI shows SmolLM2's one-time conversion, whichever command's model load starts
+    it (installed with :func:`tokendp.models.cache.report_conversions`): ``message`` as a note,
+    a bar of the steps, and with -v how long it took."""
+    from tokendp.models.cache import CONVERSION_STEPS
+
+    out = console()
+    out.info(message)
+    start = time.perf_counter()
+    with out.bar(desc=f"convert ({CONVERSION_STEPS[0]})", unit="step", total=len(CONVERSION_STEPS)) as bar:
+        begun = False
+
+        def on_step(name: str) -> None:
+            nonlocal begun
+            bar.n += begun  # the step before it is done
+            begun = True
+            bar.set_description_str(f"convert ({name})")  # drawn at once, however soon after the last
+
+        yield on_step
+    out.detail(f"conversion: done in {time.perf_counter() - start:.1f} s")
 
 
 def quiet_libraries() -> None:

@@ -7,8 +7,8 @@ from typing import Any
 
 import click
 
-from tokendp.cli._common import (CLIError, convert_once, decoding_options, diagnostics_option, emit_diagnostics,
-                                 library_errors, threads_option, use_threads)
+from tokendp.cli._common import (CLIError, decoding_options, diagnostics_option, emit_diagnostics, library_errors,
+                                 threads_option, use_threads)
 from tokendp.cli._console import console, quiet_libraries
 from tokendp.cli.sanitize import _emit, format_report
 
@@ -84,17 +84,18 @@ def generate(prompt: str, contexts: tuple[str, ...], spans_paths: tuple[str, ...
         raise CLIError(f"got {len(spans_paths)} --spans for {len(contexts)} --context; give one per --context, "
                        "in the same order (or none, to run --tagger)")
     from tokendp.text.documents import read_text_file
-    from tokendp.text.taggers import spans_from_json
+    from tokendp.text.taggers import get_tagger, spans_from_json
 
     texts = [read_text_file(p) for p in contexts]
     chunks = [read_text_file(p) for p in untrusted]
     spans = [spans_from_json(p, t) for p, t in zip(spans_paths, texts)] if spans_paths else None
-    out = console()
     tagging = f" and tagger {tagger}" if texts and spans is None else ""
+    if tagging:
+        get_tagger(tagger)  # a missing tagger package fails here, in one line, before any note
+    out = console()
     with out.step(f"loading model {model}{tagging}"):
         quiet_libraries()
         use_threads(threads)
-        convert_once(model)
         from tokendp.generate import prepare_generate, run_generate
 
         prepared = prepare_generate(

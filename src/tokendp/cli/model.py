@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from tokendp.cli._common import build_smollm2, echo_json, library_errors
+from tokendp.cli._common import echo_json, library_errors
 from tokendp.cli._console import quiet_libraries
 
 
@@ -41,8 +41,10 @@ def build(name: str, force: bool) -> None:
 
     Both smollm2 and rewriter use this conversion; it happens on first use anyway.
     """
+    from tokendp.models.cache import SMOLLM2, build_cache
+
     quiet_libraries()
-    path = build_smollm2(force=force)
+    path = build_cache(SMOLLM2, force=force)
     click.echo(f"{name}: converted model at {path}")
 
 

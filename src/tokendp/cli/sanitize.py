@@ -9,9 +9,10 @@ from typing import Any
 
 import click
 
-from tokendp.cli._common import (CLIError, convert_once, decoding_options, diagnostics_option, emit_diagnostics,
-                                 engine_options, library_errors, ray_options, report_corpus_run, use_threads)
+from tokendp.cli._common import (CLIError, decoding_options, diagnostics_option, emit_diagnostics, engine_options,
+                                 library_errors, ray_options, report_corpus_run, use_threads)
 from tokendp.cli._console import console, quiet_libraries
+from tokendp.text.taggers import get_tagger, spans_from_json
 
 
 def _read_text(path: str) -> str:
@@ -103,9 +104,9 @@ def sanitize(input_path: str, spans_path: str | None, tagger: str, model: str | 
     text = _read_text(input_path)
     spans = None
     if spans_path:
-        from tokendp.text.taggers import spans_from_json
-
         spans = spans_from_json(spans_path, text)
+    else:
+        get_tagger(tagger)  # a missing tagger package fails here, in one line, before any note
     result = _sanitize_one(text, spans, params, threads=threads, as_json=as_json)
     if as_json:
         output = json.dumps(result.to_dict(), indent=2, ensure_ascii=False)
@@ -125,7 +126,6 @@ def _sanitize_one(text: str, spans: list | None, params: dict[str, Any], *, thre
     with out.step(f"loading model {params['model']}{tagging}"):
         quiet_libraries()
         use_threads(threads)
-        convert_once(params["model"])
         from tokendp.sanitize import prepare_sanitize, run_sanitize
 
         prepared = prepare_sanitize([text], spans=None if spans is None else [spans], **prepare)
@@ -136,14 +136,10 @@ def _sanitize_one(text: str, spans: list | None, params: dict[str, Any], *, thre
 
 def _sanitize_corpus(input_path: str, params: dict[str, Any], out_path: str | None, engine: str, batch_size: int,
                      threads: int | None, ray: dict[str, Any]) -> None:
-    """A corpus on an engine, its bar counting documents where the console draws bars; SmolLM2
-    converted first in this process for the local engine (a Ray worker may run elsewhere)."""
-    console().info(f"sanitizing {input_path} on the {engine} engine")
-    quiet_libraries()
+    """A corpus on an engine, its bar counting documents where the console draws bars."""
     from tokendp.engines.runner import sanitize_corpus
 
-    if engine == "local":
-        convert_once(params["model"])
+    quiet_libraries()
     run = sanitize_corpus(input_path, params, out=out_path, engine=engine, batch_size=batch_size, threads=threads,
                           progress=console().bars(), **ray)
     report_corpus_run(run, out_path)

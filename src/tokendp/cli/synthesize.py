@@ -12,8 +12,7 @@ from pathlib import Path
 
 import click
 
-from tokendp.cli._common import (CLIError, convert_once, engine_options, library_errors, ray_options,
-                                 report_corpus_run, use_threads)
+from tokendp.cli._common import CLIError, engine_options, library_errors, ray_options, report_corpus_run, use_threads
 from tokendp.cli._console import console, quiet_libraries
 
 _FILE = click.Path(exists=True, dir_okay=False, path_type=Path)
@@ -119,12 +118,11 @@ def _run(path: Path, params: dict, num: int | None, concurrency: int, threads: i
     with out.step("loading model" + (f" {params['model']}" if params["model"] else "")):
         quiet_libraries()
         use_threads(threads)
-        from tokendp.synthesize import DEFAULT_MODEL, Synthesizer, reference_batches
+        from tokendp.synthesize import Synthesizer, reference_batches
 
         synthesizer = Synthesizer(concurrency=concurrency, **{k: v for k, v in params.items() if k != "seed"})
         batches = reference_batches(read_references(path), batch_size=synthesizer.batch_size, num=num)
         if batches:
-            convert_once(params["model"] or DEFAULT_MODEL)
             synthesizer.check_fits()
     total = len(batches) * synthesizer.max_tokens
     with out.tokens(f"generating {len(batches)} texts of {synthesizer.max_tokens} tokens", total, desc="synthesize",
@@ -134,15 +132,10 @@ def _run(path: Path, params: dict, num: int | None, concurrency: int, threads: i
 
 def _synthesize_corpus(path: Path, params: dict, num: int | None, out_path: Path | None, engine: str,
                        concurrency: int, threads: int | None, ray: dict) -> None:
-    """The texts on a corpus engine, its bar counting texts where the console draws bars;
-    SmolLM2 converted first in this process for the local engine (a Ray worker may run elsewhere)."""
-    console().info(f"synthesizing on the {engine} engine")
-    quiet_libraries()
+    """The texts on a corpus engine, its bar counting texts where the console draws bars."""
     from tokendp.engines.synthesis import synthesize_corpus
-    from tokendp.synthesize import DEFAULT_MODEL
 
-    if engine == "local":
-        convert_once(params["model"] or DEFAULT_MODEL)
+    quiet_libraries()
     run = synthesize_corpus(path, params, num=num, out=out_path, engine=engine, batch_size=concurrency,
                             threads=threads, progress=console().bars(), **ray)
     report_corpus_run(run, out_path)

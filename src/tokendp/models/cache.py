@@ -226,17 +226,49 @@ def check_cache(path: Path, spec: GGUFModel) -> dict[str, Any]:
 Converter = Callable[[Path, Path], None]
 
 
+# Given the line to say before a conversion: a context manager around it that yields the
+# ``on_step(name)`` callback of :func:`convert_gguf`.
+Report = Callable[[str], contextlib.AbstractContextManager[Callable[[str], None]]]
+_reports: list[Report] = []
+
+
+@contextlib.contextmanager
+def report_conversions(report: Report) -> Iterator[None]:
+    """Within the block, a conversion whose caller gave no ``log`` is reported by ``report``.
+
+    The conversion happens on first use, deep inside whichever model load needs it; this is how
+    a command line shows it in its own style (its notes, a bar of the steps, nothing with -q)
+    without every caller on the way passing a callback down. Not thread-safe: one block at a
+    time per process.
+    """
+    _reports.append(report)
+    try:
+        yield
+    finally:
+        _reports.remove(report)
+
+
+@contextlib.contextmanager
+def _reported(message: str, log: Callable[[str], None] | None) -> Iterator[Callable[[str], None]]:
+    """``message`` and the steps of one conversion, to ``log``, else the innermost
+    :func:`report_conversions`, else stderr (steps unreported)."""
+    if log is None and _reports:
+        with _reports[-1](message) as on_step:
+            yield on_step
+        return
+    (log or _stderr)(message)
+    yield lambda name: None
+
+
 def build_cache(spec: GGUFModel, *, root: str | Path | None = None, force: bool = False,
                 converter: Converter | None = None, gguf: Path | None = None,
-                verify: bool = True, log: Callable[[str], None] | None = None,
-                on_step: Callable[[str], None] | None = None) -> Path:
+                verify: bool = True, log: Callable[[str], None] | None = None) -> Path:
     """Convert ``spec``'s GGUF into the cache (atomically) unless a good conversion is there.
 
     ``converter(gguf_path, dest_dir)`` writes the model directory (default
-    :func:`convert_gguf`, which reports its steps to ``on_step``); ``gguf`` overrides where the
-    file is found (tests). With ``force`` an existing directory (good, partial or stale) is
-    replaced. ``log`` receives the one line said before converting (default: stderr, after
-    "tokendp: ").
+    :func:`convert_gguf`); ``gguf`` overrides where the file is found (tests). With ``force`` an
+    existing directory (good, partial or stale) is replaced. ``log`` receives the one line said
+    before converting; without it, :func:`report_conversions` or stderr hear of it.
     """
     dest = cache_dir(spec, root)
     if dest.exists() and not force:
@@ -252,10 +284,10 @@ def build_cache(spec: GGUFModel, *, root: str | Path | None = None, force: bool 
     if verify:
         verify_gguf(source, spec)
     dest.parent.mkdir(parents=True, exist_ok=True)
-    (log or _stderr)(f"converting {spec.filename} once into {dest} (about 30 s)")
     tmp = Path(tempfile.mkdtemp(prefix=f".{dest.name}.", suffix=".tmp", dir=dest.parent))
     try:
-        (converter or functools.partial(convert_gguf, on_step=on_step))(source, tmp)
+        with _reported(f"converting {spec.filename} once into {dest} (about 30 s)", log) as on_step:
+            (converter or functools.partial(convert_gguf, on_step=on_step))(source, tmp)
         files = [str(p.relative_to(tmp)) for p in tmp.rglob("*") if p.is_file()]
         (tmp / MARKER).write_text(json.dumps(_marker(spec, files), indent=2) + "\n", encoding="utf-8")
         if dest.exists() and not force and _is_good(dest, spec):  # another process finished first

@@ -52,12 +52,6 @@ def unknown_name_error(name: str) -> InvalidInputError:
                              "(or pass a model directory or hub id)")
 
 
-def needs_conversion(model: Any) -> bool:
-    """Whether loading ``model`` would first convert SmolLM2 into the cache: a name built on it
-    (rewriter, smollm2) and no cache directory yet (a partial one is an error at load)."""
-    return model in ("rewriter", "smollm2") and not cache_dir(SMOLLM2).exists()
-
-
 def base_model_dir(*, build: bool = True) -> Path:
     """The converted SmolLM2 directory, converting it on first use when ``build``."""
     from tokendp.models.cache import ensure_model_dir
