@@ -196,3 +196,16 @@ def test_mixed_batch_keeps_adapters_when_sequences_finish(lora_backend):
 def test_unknown_adapter_is_refused(lora_backend):
     with pytest.raises(InvalidInputError, match="unknown adapter.*shard-999"):
         lora_backend.prefill([RowSequence((Row((1, 2)), Row((1, 2), "shard-999")))])
+
+
+@pytest.mark.parametrize("fixture", ["backend", "lora_backend"])
+def test_passes_name_the_cache_as_the_model_expects(fixture, request):
+    """The cache goes under the forward's own keyword (``cache`` in the transformers versions that
+    renamed ``past_key_values``): no deprecation warning on any pass, peft model or not."""
+    import warnings
+
+    b = request.getfixturevalue(fixture)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        state, _ = b.prefill([RowSequence.from_ids([[5, 6, 7], [5, 8, 7]], public_prefix=1)])
+        b.decode(state, torch.tensor([9]))

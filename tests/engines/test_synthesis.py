@@ -157,7 +157,6 @@ def test_cli_engine_local_gives_the_texts_of_the_single_process_command(refs_pat
 @pytest.mark.parametrize(("args", "message"), [
     (["--workers", "2"], "apply with --engine"),
     (["--engine", "local", "--address", "auto"], "--address applies to --engine ray"),
-    (["--threads", "1"], "apply with --engine"),
     (["--engine", "local", "--num", "7"], "at most 6"),
     (["--engine", "local", "--delta", "2"], "delta"),
 ])

@@ -4,6 +4,7 @@ for the conversion (the converter is injected) and a few bytes stand in for the 
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 from dataclasses import replace
@@ -238,3 +239,49 @@ def test_shipped_rewriter_adapter_is_small_fp16_and_fits_smollm2():
     assert tensors["base_model.model.model.layers.29.mlp.down_proj.lora_A.weight"].shape == (r, 1536)
     assert json.loads((REWRITER_ADAPTER_DIR / "tokendp.json").read_text()) == {
         "placeholder": "_", "stop": ["<|im_start|>"]}
+
+
+def test_the_gguf_readers_bar_follows_transformers_switch(capsys):
+    """transformers' GGUF reader draws with a plain tqdm, deaf to disable_progress_bar(): during
+    a conversion it draws with transformers' tqdm, and is put back after, a failure included."""
+    from transformers import modeling_gguf_pytorch_utils as reader
+    from transformers.utils import logging as hf_logging
+
+    original = reader.tqdm
+    hf_logging.disable_progress_bar()
+    try:
+        with pytest.raises(RuntimeError), cache._gguf_bar_follows_transformers():
+            assert reader.tqdm is hf_logging.tqdm
+            assert list(reader.tqdm(range(3), desc="tensors")) == [0, 1, 2]
+            raise RuntimeError("a failed conversion")
+    finally:
+        hf_logging.enable_progress_bar()
+    assert reader.tqdm is original and "tensors" not in capsys.readouterr().err
+
+
+def test_a_conversion_without_log_goes_to_the_innermost_report(fake, monkeypatch):
+    """How the CLI shows a conversion started deep inside a model load: the line and every step
+    reach the report installed around it; a caller's own log still wins."""
+    spec, gguf, root = fake
+    heard = []
+
+    @contextlib.contextmanager
+    def report(message):
+        heard.append(message)
+        yield heard.append
+        heard.append("done")
+
+    def convert(source, dest, *, on_step):
+        for name in cache.CONVERSION_STEPS:
+            on_step(name)
+        Converter()(source, dest)
+
+    monkeypatch.setattr(cache, "_find_spec", lambda name: object())
+    monkeypatch.setattr(cache, "convert_gguf", convert)
+    with cache.report_conversions(report):
+        build_cache(spec, root=root, gguf=gguf)
+        assert heard == [f"converting tiny.gguf once into {cache_dir(spec, root)} (about 30 s)",
+                         *cache.CONVERSION_STEPS, "done"]
+        logged = []
+        build_cache(spec, root=root, gguf=gguf, force=True, log=logged.append)
+    assert len(logged) == 1 and len(heard) == 6 and cache._reports == []

@@ -26,6 +26,7 @@ model's). Rows of one sequence share a prefix only when they read it with the sa
 from __future__ import annotations
 
 import functools
+import inspect
 import json
 import warnings
 from collections.abc import Mapping, Sequence
@@ -41,6 +42,20 @@ from tokendp.errors import InvalidInputError, InvalidParameterError
 _DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
 OPTIONS_FILE = "tokendp.json"
 BASE_ADAPTER = "__base__"  # peft's name for "no adapter" in a mixed batch
+
+
+def cache_keyword(model: Any) -> str:
+    """The keyword under which ``model``'s forward takes (and its output holds) the key/value
+    cache: ``cache`` in the transformers versions that renamed it, which warn on every pass given
+    the old name (a FutureWarning that leaked into the CLI's piped stderr), else
+    ``past_key_values``. A peft model passes it through to its base model."""
+    base = model.get_base_model() if hasattr(model, "get_base_model") else model
+    return _cache_keyword(type(base))
+
+
+@functools.lru_cache(maxsize=None)
+def _cache_keyword(model_class: type) -> str:
+    return "cache" if "cache" in inspect.signature(model_class.forward).parameters else "past_key_values"
 
 
 def resolve_device(device: str | torch.device | None) -> torch.device:
@@ -205,8 +220,9 @@ class HFBackend:
         ``adapters``: peft's adapter name per row (a mixed adapter batch), given whenever the
         model is a peft model."""
         extra = {} if adapters is None else {"adapter_names": list(adapters)}
-        out = self.model(input_ids=ids, attention_mask=mask, position_ids=positions,
-                         past_key_values=cache, use_cache=True, logits_to_keep=keep, **extra)
+        extra[cache_keyword(self.model)] = cache
+        out = self.model(input_ids=ids, attention_mask=mask, position_ids=positions, use_cache=True,
+                         logits_to_keep=keep, **extra)
         return out.logits[:, -keep:, :].float()  # (B, keep, V)
 
     def _row_adapters(self, sequences: Sequence[RowSequence]) -> tuple[str, ...] | None:

@@ -9,12 +9,15 @@ from __future__ import annotations
 import click
 
 from tokendp import __version__
+from tokendp.cli._console import add_global_options, no_color, report_conversion
 from tokendp.malloc import keep_freed_memory
+from tokendp.models.cache import report_conversions
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="tokendp")
-def main() -> None:
+@click.pass_context
+def main(ctx: click.Context) -> None:
     """Token-level differential privacy for large language models.
 
     Rewrite documents (sanitize), answer a prompt from private and untrusted context
@@ -23,7 +26,11 @@ def main() -> None:
     (finetune), tag PII (tag), and compute privacy budgets (account), each with a formal
     (epsilon, delta) guarantee; or run all of it as a service with a durable budget per
     document and privacy group (serve, keys).
+
+    -q, -v and --progress go before or after the subcommand; NO_COLOR turns colour off.
     """
+    no_color(ctx)
+    ctx.with_resource(report_conversions(report_conversion))  # SmolLM2's first load, in the CLI's style
     keep_freed_memory()  # per-step buffers are reused instead of re-faulted (tokendp.malloc)
 
 
@@ -42,3 +49,4 @@ from tokendp.cli.tag import tag  # noqa: E402
 for _command in (sanitize, generate, synthesize, ensemble, predict, finetune, tag, account, model, eval_group,
                  serve, keys):
     main.add_command(_command)
+add_global_options(main)

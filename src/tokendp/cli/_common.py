@@ -13,6 +13,7 @@ from typing import Any
 
 import click
 
+from tokendp.cli._console import console
 from tokendp.errors import TokenDPError
 
 EXIT_BAD_INPUT = 2
@@ -58,6 +59,23 @@ def emit_diagnostics(lines: Sequence[str]) -> None:
         click.echo(line, err=True)
 
 
+BUSY_MACHINE = "On a busy machine, --threads 1 keeps torch's OpenMP threads from spinning against a neighbour."
+
+
+def threads_option(command: Callable) -> Callable:
+    """``--threads N``: torch's CPU threads for a command that runs a model (:func:`use_threads`)."""
+    return click.option("--threads", type=click.IntRange(min=1), default=None,
+                        help=f"Torch CPU threads [default: torch's]. {BUSY_MACHINE}")(command)
+
+
+def use_threads(threads: int | None) -> None:
+    """Set torch's intra-op threads when ``--threads`` was given; else leave torch's choice."""
+    if threads is not None:
+        import torch
+
+        torch.set_num_threads(threads)
+
+
 def engine_options(*, default: str | None, engine_help: str) -> Callable[[Callable], Callable]:
     """The corpus engine options of sanitize and synthesize: ``--engine`` (default ``default``)
     and the placement of its workers."""
@@ -71,8 +89,8 @@ def engine_options(*, default: str | None, engine_help: str) -> Callable[[Callab
         click.option("--gpus-per-worker", type=click.FloatRange(min=0), default=None,
                      help="GPUs per Ray actor [default: 0]."),
         click.option("--threads", type=click.IntRange(min=1), default=None,
-                     help="Torch threads per worker; a Ray actor reserves as many CPUs [default: torch's for "
-                          "--engine local, 1 for ray]."),
+                     help="Torch CPU threads (per worker for a corpus; a Ray actor reserves as many CPUs) "
+                          f"[default: torch's, 1 per Ray actor]. {BUSY_MACHINE}"),
     ]
 
     def decorate(command: Callable) -> Callable:
@@ -95,13 +113,17 @@ def ray_options(engine: str | None, address: str | None, workers: int | None,
 
 def report_corpus_run(run: Any, out_path: str | Path | None) -> None:
     """An engine run's end: its records on stdout without --out, the summary and where the
-    output is (or that a rerun resumes it) on stderr; the diagnostics, if any, apart: on stderr
-    after the warning, or (with --out) where they were written."""
+    output is (both not under -q) or that a rerun resumes it on stderr; the diagnostics, if any,
+    apart: on stderr after the warning, or (with --out) where they were written."""
+    quiet = console().quiet
     if run.lines is not None:
         click.echo("\n".join(run.lines))
-    click.echo(run.summary.format(), err=True)
-    if out_path is not None:
-        click.echo(f"wrote {run.output}" if run.output else f"not finished: rerun to resume into {out_path}", err=True)
+    if not quiet:
+        click.echo(run.summary.format(), err=True)
+    if out_path is not None and not run.output:
+        click.echo(f"not finished: rerun to resume into {out_path}", err=True)
+    elif out_path is not None and not quiet:
+        click.echo(f"wrote {run.output}", err=True)
     if run.diagnostics is not None:
         emit_diagnostics(run.diagnostics)
     if run.diagnostics_path is not None:

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import click
 
-from tokendp.cli._common import library_errors
-from tokendp.errors import InvalidParameterError
+from tokendp.cli._common import library_errors, threads_option, use_threads
+from tokendp.cli._console import console
 
 
 @click.group("ensemble")
@@ -43,8 +43,7 @@ def ensemble() -> None:
 @click.option("--dtype", type=click.Choice(["float32", "bfloat16", "float16"]), default=None,
               help="dtype of the frozen base model; the LoRA weights train in float32 "
                    "[default: float32 on cpu, bfloat16 on cuda].")
-@click.option("--threads", type=int, default=None,
-              help="Torch CPU threads [default: torch's]; 1 is fastest on a shared, busy CPU.")
+@threads_option
 @library_errors
 def train(data, shards, out, base, group_by, text_field, steps, batch_size, max_length, lora_r, lora_alpha, lr,
           seed, device, dtype, threads) -> None:
@@ -52,13 +51,9 @@ def train(data, shards, out, base, group_by, text_field, steps, batch_size, max_
     from tokendp._optional import require
 
     require("peft", "ensemble", "tokendp ensemble train", why="to train LoRA adapters")
-    import torch
     from tqdm import tqdm
 
-    if threads is not None:
-        if threads < 1:
-            raise InvalidParameterError(f"--threads must be >= 1, got {threads}")
-        torch.set_num_threads(threads)
+    use_threads(threads)
 
     from tokendp.ensemble.train import TrainConfig, train_ensemble
 
@@ -68,7 +63,8 @@ def train(data, shards, out, base, group_by, text_field, steps, batch_size, max_
                          max_length=max_length)
     # Shown in a log file too (an unattended run): updates every 30 s there, not on every step.
     with tqdm(total=shards * steps if shards and shards > 0 and steps and steps > 0 else None, unit="step",
-              desc="ensemble", mininterval=0.1 if sys.stderr.isatty() else 30.0) as bar:
+              desc="ensemble", file=sys.stderr, mininterval=0.1 if sys.stderr.isatty() else 30.0,
+              disable=console().quiet) as bar:
         def on_shard(j: int, skipped: bool) -> None:
             bar.set_description(f"shard {j + 1}/{shards}{' (done)' if skipped else ''}")
 

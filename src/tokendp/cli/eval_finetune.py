@@ -9,7 +9,8 @@ from pathlib import Path
 
 import click
 
-from tokendp.cli._common import echo_json, library_errors
+from tokendp.cli._common import echo_json, library_errors, threads_option, use_threads
+from tokendp.cli._console import console, quiet_libraries
 
 _EXPOSURE = click.option("--exposure", "method", type=click.Choice(["exact", "sampled"]), default="sampled", show_default=True,
                          help="exact: rank against all 10^digits candidates (10^(digits-1) sequences, slow on a CPU); "
@@ -23,10 +24,14 @@ _SAMPLES = click.option("--samples", type=int, default=2000, show_default=True, 
               help="The canary file (canaries.json written by tokendp finetune --canaries N).")
 @_EXPOSURE
 @_SAMPLES
+@threads_option
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
 @library_errors
-def eval_exposure(model_dir, canaries_file, method, samples, as_json) -> None:
+def eval_exposure(model_dir, canaries_file, method, samples, threads, as_json) -> None:
     """Exposure of each canary (Carlini et al. 2019): log2 |R| - log2 rank; 0 to 19.93 for 6 digits."""
+    console().info(f"loading model {model_dir}")
+    quiet_libraries()
+    use_threads(threads)
     from tokendp.eval.exposure import canary_exposures
     from tokendp.finetune.run import load_base
     from tokendp.text.canaries import read_canaries
@@ -63,14 +68,16 @@ def eval_exposure(model_dir, canaries_file, method, samples, as_json) -> None:
 @_EXPOSURE
 @_SAMPLES
 @click.option("--seed", type=int, default=1, show_default=True, help="Seed of data order and canaries.")
+@threads_option
 @library_errors
 def eval_finetune(data_dir, out, base, records, valid, max_tokens, epsilons, delta, tiers, epochs, batch_size, lr, lora_r,
-                  canaries, canary_repeats, method, samples, seed) -> None:
+                  canaries, canary_repeats, method, samples, seed, threads) -> None:
     """Compare no DP, DP-SGD and ATDP (each tier) at equal epsilon: perplexity, exposure, time."""
     from tokendp._optional import require
     from tokendp.cli._common import CLIError
 
     require("opacus", "train", "tokendp eval finetune", why="for DP-SGD")
+    use_threads(threads)
     from tokendp.eval.finetune import run_comparison
     from tokendp.finetune import FinetuneConfig
 
@@ -82,5 +89,5 @@ def eval_finetune(data_dir, out, base, records, valid, max_tokens, epsilons, del
                             canary_repeats=canary_repeats, seed=seed)
     run_comparison(data_dir, out, base=base, config=config, records=records, valid=valid, max_tokens=max_tokens, epsilons=eps,
                    tiers=tuple(t for t in tiers.split(",") if t), exposure=method, samples=samples,
-                   on_run=lambda name, done: click.echo(f"{name}: {'done' if done else 'training'}", err=True))
+                   on_run=lambda name, done: console().info(f"{name}: {'done' if done else 'training'}"))
     click.echo((out / "results.md").read_text(encoding="utf-8"), nl=False)

@@ -8,6 +8,7 @@ import click
 
 from tokendp._optional import require
 from tokendp.cli._common import finish_eval, library_errors
+from tokendp.cli._console import console
 from tokendp.cli.eval_sanitize import _floats
 from tokendp.errors import InvalidParameterError
 
@@ -58,6 +59,6 @@ def eval_injection(model: str, tasks: int, seed: int, epsilons: str, max_new_tok
     config = InjectionConfig(model=model, tasks=tasks, seed=seed, epsilons=_floats(epsilons),
                              max_new_tokens=max_new_tokens, temperature=temperature, delta=delta, batch=batch,
                              question=question)
-    rows = evaluate_injection(config, out_dir, progress=not as_json)
+    rows = evaluate_injection(config, out_dir, progress=console().bars(as_json=as_json))
     finish_eval("injection", rows, write_injection_results, lambda r: markdown_table(r, COLUMNS), out_dir=out_dir,
                 plots=not no_plots, as_json=as_json)

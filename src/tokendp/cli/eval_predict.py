@@ -12,6 +12,7 @@ import click
 
 from tokendp._optional import require
 from tokendp.cli._common import library_errors
+from tokendp.cli._console import console
 from tokendp.errors import InvalidParameterError
 
 MD_COLUMNS = (("method", "method"), ("setting", "setting"), ("epsilon", "epsilon"), ("ppl", "perplexity"),
@@ -109,7 +110,7 @@ def eval_predict(ensemble_dir: Path, data: Path, out_dir: Path, methods: str, ep
         alpha=order, queries=queries, window=window, delta=delta, seed=seed,
         adapters=tuple(_adapter(a) for a in adapters))
     torch.set_num_threads(threads)
-    rows = evaluate_prediction(config, out_dir, device=device, dtype=dtype, progress=not as_json)
+    rows = evaluate_prediction(config, out_dir, device=device, dtype=dtype, progress=console().bars(as_json=as_json))
     command = "tokendp eval " + " ".join(shlex.quote(a) for a in sys.argv[sys.argv.index("predict"):]) \
         if "predict" in sys.argv else ""
     meta = rows[0]

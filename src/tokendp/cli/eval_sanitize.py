@@ -8,6 +8,7 @@ import click
 
 from tokendp._optional import require
 from tokendp.cli._common import finish_eval, library_errors
+from tokendp.cli._console import console
 from tokendp.errors import InvalidParameterError
 
 
@@ -81,5 +82,5 @@ def eval_sanitize(data_dir: Path, candidates: Path, split: str, methods: str, ep
     if threads < 1:
         raise InvalidParameterError(f"--threads must be >= 1, got {threads}")
     torch.set_num_threads(threads)
-    rows = evaluate_sanitization(config, out_dir, progress=not as_json)
+    rows = evaluate_sanitization(config, out_dir, progress=console().bars(as_json=as_json))
     finish_eval("sanitize", rows, write_results, markdown_table, out_dir=out_dir, plots=not no_plots, as_json=as_json)

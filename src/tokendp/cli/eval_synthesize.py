@@ -9,6 +9,7 @@ import click
 
 from tokendp._optional import require
 from tokendp.cli._common import CLIError, eval_command, library_errors
+from tokendp.cli._console import console
 from tokendp.cli.synthesize import read_references
 
 
@@ -99,7 +100,7 @@ def eval_synthesize(data_dir, references_path, held_out_path, held_out_size, off
                              batch_size=batch_size, max_tokens=max_tokens, temperature=temperature, top_k=top_k,
                              delta=delta, domain=domain, seed=seed, buckets=buckets, mauve_seeds=mauve_seeds)
     rows = evaluate_synthesis(config, refs, held[:held_out_size], out_dir, off_topic=off_topic, device=device,
-                              progress=not as_json)
+                              progress=console().bars(as_json=as_json))
     command = eval_command("synthesize")
     paths = write_synthesis_results(rows, out_dir, command=command, plots=not no_plots)
     if as_json:

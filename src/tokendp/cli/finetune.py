@@ -5,12 +5,14 @@ A thin shell over :func:`tokendp.finetune.finetune`.
 
 from __future__ import annotations
 
+import sys
 import time
 from pathlib import Path
 
 import click
 
-from tokendp.cli._common import echo_json, library_errors
+from tokendp.cli._common import echo_json, library_errors, threads_option, use_threads
+from tokendp.cli._console import console
 from tokendp.text.sensitivity import TIERS
 
 
@@ -65,8 +67,7 @@ from tokendp.text.sensitivity import TIERS
 @click.option("--device", default=None, help="torch device [default: cuda if available, else cpu].")
 @click.option("--checkpoint-every", type=click.IntRange(min=1), default=200, show_default=True,
               help="Steps between checkpoints (a rerun of the same command resumes from the last).")
-@click.option("--threads", type=click.IntRange(min=1), default=None,
-              help="Torch CPU threads [default: torch's]; 1 is fastest on a shared, busy CPU.")
+@threads_option
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
 @library_errors
 def finetune(data, method, out, base, epsilon, delta, noise_multiplier, tier, weight, sensitive_weight_target,
@@ -97,17 +98,14 @@ def finetune(data, method, out, base, epsilon, delta, noise_multiplier, tier, we
     from tokendp.finetune import FinetuneConfig
     from tokendp.finetune import finetune as run
 
-    if threads is not None:
-        import torch
-
-        torch.set_num_threads(threads)
+    use_threads(threads)
     config = FinetuneConfig(method=method, epochs=epochs, steps=steps, batch_size=batch_size, lr=lr, max_length=max_length,
                             truncate=truncate, lora_r=lora_r, lora_alpha=lora_alpha, epsilon=epsilon, delta=delta, noise_multiplier=noise_multiplier,
                             clip_norm=clip_norm, tier=tier, weight=0.2 if weight is None else weight, gamma=gamma, jitter=jitter,
                             ceiling=ceiling, canaries=canaries, canary_repeats=canary_repeats, seed=seed, noise_seed=noise_seed,
                             grad_sample_mode=grad_sample_mode, text_field=text_field, checkpoint_every=checkpoint_every)
     start = time.monotonic()
-    with tqdm(unit="step", desc=method, disable=None) as bar:
+    with tqdm(unit="step", desc=method, file=sys.stderr, disable=not console().bars(as_json=as_json)) as bar:
         def on_progress(p) -> None:
             bar.total = p.steps
             bar.n = p.step

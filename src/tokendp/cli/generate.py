@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import json
-import sys
 from typing import Any
 
 import click
 
-from tokendp.cli._common import CLIError, decoding_options, diagnostics_option, emit_diagnostics, library_errors
+from tokendp.cli._common import (CLIError, decoding_options, diagnostics_option, emit_diagnostics, library_errors,
+                                 threads_option, use_threads)
+from tokendp.cli._console import console, quiet_libraries
 from tokendp.cli.sanitize import _emit, format_report
 
 
@@ -60,6 +61,7 @@ def format_generate_report(report: dict[str, Any]) -> str:
               show_default=True, help="original: read everything (no guarantee); public: spans hidden and "
                                       "untrusted chunks withheld (epsilon 0).")
 @decoding_options
+@threads_option
 @click.option("--json", "as_json", is_flag=True, help="Print {\"text\", \"report\"} as JSON.")
 @click.option("--out", "out_path", type=click.Path(dir_okay=False, writable=True), default=None,
               help="Write the output here instead of stdout.")
@@ -69,7 +71,7 @@ def generate(prompt: str, contexts: tuple[str, ...], spans_paths: tuple[str, ...
              untrusted: tuple[str, ...], model: str, epsilon: float | None, beta: float | None, alpha: float | None,
              delta: float, groups: str, max_new_tokens: int, temperature: float, seed: int | None, stand_in: str,
              max_untrusted_tokens: int | None, question: str, method: str, no_repeat_ngram_size: int, repetition_penalty: float,
-             speculative: bool | None, draft_tokens: int, as_json: bool,
+             speculative: bool | None, draft_tokens: int, threads: int | None, as_json: bool,
              out_path: str | None, diagnostics: bool) -> None:
     """Answer --prompt from --context documents (their spans protected, one group per label) and
     --untrusted chunks (one group each), with an (epsilon, delta) guarantee per group.
@@ -81,25 +83,30 @@ def generate(prompt: str, contexts: tuple[str, ...], spans_paths: tuple[str, ...
     if spans_paths and len(spans_paths) != len(contexts):
         raise CLIError(f"got {len(spans_paths)} --spans for {len(contexts)} --context; give one per --context, "
                        "in the same order (or none, to run --tagger)")
-    from tqdm import tqdm
-    from transformers.utils import logging as hf_logging
-
-    from tokendp.generate import generate as run
     from tokendp.text.documents import read_text_file
-    from tokendp.text.taggers import spans_from_json
+    from tokendp.text.taggers import get_tagger, spans_from_json
 
-    hf_logging.disable_progress_bar()
-    hf_logging.set_verbosity_error()
     texts = [read_text_file(p) for p in contexts]
     chunks = [read_text_file(p) for p in untrusted]
     spans = [spans_from_json(p, t) for p, t in zip(spans_paths, texts)] if spans_paths else None
-    with tqdm(total=max_new_tokens, file=sys.stderr, unit="token", desc="generate", leave=False) as bar:
-        result = run(prompt, context=texts or None, spans=spans, untrusted=chunks or None, tagger=tagger,
-                     model=model, method=method, alpha=alpha, beta=beta, epsilon=epsilon, delta=delta, groups=groups,
-                     max_new_tokens=max_new_tokens, temperature=temperature, seed=seed, stand_in=stand_in,
-                     max_untrusted_tokens=max_untrusted_tokens, question=question, no_repeat_ngram_size=no_repeat_ngram_size,
-                     repetition_penalty=repetition_penalty, speculative=speculative, draft_tokens=draft_tokens,
-                     diagnostics=diagnostics, on_token=lambda doc, token: bar.update(1))
+    tagging = f" and tagger {tagger}" if texts and spans is None else ""
+    if tagging:
+        get_tagger(tagger)  # a missing tagger package fails here, in one line, before any note
+    out = console()
+    with out.step(f"loading model {model}{tagging}"):
+        quiet_libraries()
+        use_threads(threads)
+        from tokendp.generate import prepare_generate, run_generate
+
+        prepared = prepare_generate(
+            [prompt], context=[texts or None], spans=[spans], untrusted=[chunks or None], tagger=tagger, model=model,
+            method=method, alpha=alpha, beta=beta, epsilon=epsilon, delta=delta, groups=groups,
+            max_new_tokens=max_new_tokens, temperature=temperature, stand_in=stand_in,
+            max_untrusted_tokens=max_untrusted_tokens, question=question, no_repeat_ngram_size=no_repeat_ngram_size,
+            repetition_penalty=repetition_penalty, speculative=speculative, draft_tokens=draft_tokens)
+    with out.tokens(f"generating up to {max_new_tokens} tokens", max_new_tokens, desc="generate",
+                    as_json=as_json) as on_token:
+        result = run_generate(prepared, seed=seed, on_token=on_token, diagnostics=diagnostics)[0]
     if as_json:
         output = json.dumps(result.to_dict(), indent=2, ensure_ascii=False)
     else:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import click
 
 from tokendp.cli._common import echo_json, library_errors
+from tokendp.cli._console import quiet_libraries
 
 
 @click.group("model")
@@ -42,6 +43,7 @@ def build(name: str, force: bool) -> None:
     """
     from tokendp.models.cache import SMOLLM2, build_cache
 
+    quiet_libraries()
     path = build_cache(SMOLLM2, force=force)
     click.echo(f"{name}: converted model at {path}")
 

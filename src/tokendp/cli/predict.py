@@ -11,7 +11,9 @@ from pathlib import Path
 
 import click
 
-from tokendp.cli._common import CLIError, diagnostics_option, echo_json, emit_diagnostics, library_errors
+from tokendp.cli._common import (CLIError, diagnostics_option, echo_json, emit_diagnostics, library_errors,
+                                 threads_option, use_threads)
+from tokendp.cli._console import console, quiet_libraries
 from tokendp.text.documents import jsonl_records
 
 
@@ -47,11 +49,12 @@ def read_prompts(path: Path) -> list[str]:
 @click.option("--seed", type=int, default=None, help="Seed for reproducible sampling [default: seeded from the OS].")
 @click.option("--base", default=None, help="Base model directory or cached hub id [default: the manifest's].")
 @click.option("--device", default=None, help="torch device [default: cuda if available, else cpu].")
+@threads_option
 @click.option("--json", "as_json", is_flag=True, help="Print {\"answers\", \"report\", \"stopped\"} as JSON.")
 @diagnostics_option("the mean size of the sampled set and the mean lambda")
 @library_errors
 def predict(ensemble_dir, prompt, prompts_path, epsilon, beta, delta, queries, sample_rate, alpha, max_new_tokens,
-            temperature, seed, base, device, as_json, diagnostics) -> None:
+            temperature, seed, base, device, threads, as_json, diagnostics) -> None:
     """Continue prompts with PMixED: (epsilon, delta)-DP per shard of the ensemble's private corpus."""
     from tokendp._optional import require
 
@@ -60,16 +63,17 @@ def predict(ensemble_dir, prompt, prompts_path, epsilon, beta, delta, queries, s
         raise CLIError("give exactly one of --prompt TEXT or --prompts FILE.jsonl")
     if (epsilon is None) == (beta is None):
         raise CLIError("give exactly one of --epsilon (per shard) or --beta")
-    from tqdm import tqdm
-
-    from tokendp.predict import predict as run
-
     prompts = [prompt] if prompt is not None else read_prompts(prompts_path)
-    with tqdm(total=queries, unit="tok", desc="predict", disable=None, leave=False) as bar:
+    out = console()
+    message = f"loading ensemble {ensemble_dir}, then predicting up to {queries} tokens"
+    with out.tokens(message, queries, desc="predict", as_json=as_json) as on_token:
+        quiet_libraries()
+        use_threads(threads)
+        from tokendp.predict import predict as run
+
         result = run(prompts, ensemble=ensemble_dir, queries=queries, delta=delta, epsilon=epsilon, beta=beta,
                      alpha=alpha, sample_rate=sample_rate, temperature=temperature, max_new_tokens=max_new_tokens,
-                     seed=seed, base=base, device=device, diagnostics=diagnostics,
-                     on_token=lambda doc, tok: bar.update(1))
+                     seed=seed, base=base, device=device, diagnostics=diagnostics, on_token=on_token)
     if as_json:
         echo_json(result.to_dict())
     else:

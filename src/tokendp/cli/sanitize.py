@@ -10,7 +10,9 @@ from typing import Any
 import click
 
 from tokendp.cli._common import (CLIError, decoding_options, diagnostics_option, emit_diagnostics, engine_options,
-                                 library_errors, ray_options, report_corpus_run)
+                                 library_errors, ray_options, report_corpus_run, use_threads)
+from tokendp.cli._console import console, quiet_libraries
+from tokendp.text.taggers import get_tagger, spans_from_json
 
 
 def _read_text(path: str) -> str:
@@ -87,12 +89,6 @@ def sanitize(input_path: str, spans_path: str | None, tagger: str, model: str | 
     document's rewrite depends only on the seed and its id, not on --batch-size, its neighbours,
     the engine or the workers.
     """
-    from transformers.utils import logging as hf_logging
-
-    from tokendp.sanitize import sanitize_batch
-
-    hf_logging.disable_progress_bar()  # a CLI run prints the rewrite and the report, not load bars
-    hf_logging.set_verbosity_error()
     params = dict(tagger=tagger, model=model, method=method, alpha=alpha, beta=beta, epsilon=epsilon,
                   delta=delta, groups=groups, max_new_tokens=max_new_tokens, temperature=temperature,
                   seed=seed, no_repeat_ngram_size=no_repeat_ngram_size, repetition_penalty=repetition_penalty,
@@ -100,21 +96,18 @@ def sanitize(input_path: str, spans_path: str | None, tagger: str, model: str | 
     if input_path.endswith((".jsonl", ".parquet")):
         if spans_path:
             raise CLIError("--spans applies to a single document; put \"spans\" in each record instead")
-        from tokendp.engines.runner import sanitize_corpus
-
-        run = sanitize_corpus(input_path, params, out=out_path, engine=engine, batch_size=batch_size, threads=threads,
-                              **ray_options(engine, address, workers, gpus_per_worker))
-        report_corpus_run(run, out_path)
+        _sanitize_corpus(input_path, params, out_path, engine, batch_size, threads,
+                         ray_options(engine, address, workers, gpus_per_worker))
         return
-    if engine != "local" or threads is not None or any(v is not None for v in (address, workers, gpus_per_worker)):
-        raise CLIError("--engine, --threads and the ray options apply to a corpus (.jsonl or .parquet)")
+    if engine != "local" or any(v is not None for v in (address, workers, gpus_per_worker)):
+        raise CLIError("--engine and the ray options apply to a corpus (.jsonl or .parquet)")
     text = _read_text(input_path)
     spans = None
     if spans_path:
-        from tokendp.text.taggers import spans_from_json
-
         spans = spans_from_json(spans_path, text)
-    result = sanitize_batch([text], spans=None if spans is None else [spans], **params)[0]
+    else:
+        get_tagger(tagger)  # a missing tagger package fails here, in one line, before any note
+    result = _sanitize_one(text, spans, params, threads=threads, as_json=as_json)
     if as_json:
         output = json.dumps(result.to_dict(), indent=2, ensure_ascii=False)
     else:
@@ -122,6 +115,34 @@ def sanitize(input_path: str, spans_path: str | None, tagger: str, model: str | 
     _emit(output, out_path)
     if result.diagnostics is not None:
         emit_diagnostics([json.dumps({"diagnostics": result.diagnostics}, ensure_ascii=False)])
+
+
+def _sanitize_one(text: str, spans: list | None, params: dict[str, Any], *, threads: int | None, as_json: bool) -> Any:
+    """One document: a line on stderr before anything slow (importing torch, loading the model,
+    SmolLM2's one-time conversion with its own bar), then a bar of the tokens released out of T."""
+    out = console()
+    prepare = {k: v for k, v in params.items() if k not in ("seed", "diagnostics")}
+    tagging = "" if spans is not None else f" and tagger {params['tagger']}"
+    with out.step(f"loading model {params['model']}{tagging}"):
+        quiet_libraries()
+        use_threads(threads)
+        from tokendp.sanitize import prepare_sanitize, run_sanitize
+
+        prepared = prepare_sanitize([text], spans=None if spans is None else [spans], **prepare)
+    limit = prepared.documents[0].max_new_tokens
+    with out.tokens(f"generating up to {limit} tokens", limit, desc="sanitize", as_json=as_json) as on_token:
+        return run_sanitize(prepared, seed=params["seed"], on_token=on_token, diagnostics=params["diagnostics"])[0]
+
+
+def _sanitize_corpus(input_path: str, params: dict[str, Any], out_path: str | None, engine: str, batch_size: int,
+                     threads: int | None, ray: dict[str, Any]) -> None:
+    """A corpus on an engine, its bar counting documents where the console draws bars."""
+    from tokendp.engines.runner import sanitize_corpus
+
+    quiet_libraries()
+    run = sanitize_corpus(input_path, params, out=out_path, engine=engine, batch_size=batch_size, threads=threads,
+                          progress=console().bars(), **ray)
+    report_corpus_run(run, out_path)
 
 
 def _emit(output: str, out_path: str | None) -> None:

@@ -7,7 +7,8 @@ import os
 import click
 
 from tokendp import __version__
-from tokendp.cli._common import library_errors
+from tokendp.cli._common import library_errors, threads_option, use_threads
+from tokendp.cli._console import quiet_libraries
 
 DEFAULT_DB = "tokendp-service.db"
 DB_HELP = ("The SQLite file (WAL mode) holding tenants, key hashes and every unit's charges; created, or "
@@ -50,10 +51,11 @@ def _db(path: str | None) -> str:
                    "The OpenAPI schema is always at /openapi.json.")
 @click.option("--log-level", type=click.Choice(["critical", "error", "warning", "info"]), default="info",
               show_default=True)
+@threads_option
 @library_errors
 def serve(host: str, port: int, db: str | None, model: str, tagger: str, max_body_bytes: int, max_new_tokens: int,
           rate_limit: int, max_auth_failures: int, max_tag_chars: int, max_batch: int, docs: bool,
-          log_level: str) -> None:
+          log_level: str, threads: int | None) -> None:
     """Serve the HTTP API and the web page (OpenAPI schema at /openapi.json, Swagger UI with --docs).
 
     Every /v1 call needs `Authorization: Bearer KEY` (make one with `tokendp keys create`).
@@ -62,8 +64,6 @@ def serve(host: str, port: int, db: str | None, model: str, tagger: str, max_bod
     any unit would exceed it; reservations are never refunded, a crash included. Semantics:
     docs/service.md. Document text never goes to the logs.
     """
-    from transformers.utils import logging as hf_logging
-
     from tokendp._optional import require
 
     require("fastapi", "serve", "tokendp serve")
@@ -71,8 +71,8 @@ def serve(host: str, port: int, db: str | None, model: str, tagger: str, max_bod
     from tokendp.service.app import create_app
     from tokendp.service.limits import Limits
 
-    hf_logging.disable_progress_bar()
-    hf_logging.set_verbosity_error()
+    quiet_libraries()
+    use_threads(threads)
     limits = Limits(max_body_bytes=max_body_bytes, max_new_tokens=max_new_tokens, requests_per_minute=rate_limit,
                     max_batch=max_batch, max_tag_chars=max_tag_chars, auth_failures_per_minute=max_auth_failures)
     app = create_app(_db(db), model=model, tagger=tagger, limits=limits, version=__version__, docs=docs)

@@ -12,7 +12,8 @@ from pathlib import Path
 
 import click
 
-from tokendp.cli._common import CLIError, engine_options, library_errors, ray_options, report_corpus_run
+from tokendp.cli._common import CLIError, engine_options, library_errors, ray_options, report_corpus_run, use_threads
+from tokendp.cli._console import console, quiet_libraries
 
 _FILE = click.Path(exists=True, dir_okay=False, path_type=Path)
 
@@ -99,29 +100,45 @@ def synthesize(references, references_option, epsilon, delta, batch_size, max_to
                   max_private_tokens=max_private_tokens, switch_threshold=switch_threshold, seed=seed, model=model,
                   domain=domain, prompt=prompt, max_reference_tokens=max_reference_tokens, device=device)
     if engine is not None:
-        from tokendp.engines.synthesis import synthesize_corpus
-
-        run = synthesize_corpus(path, params, num=num, out=out_path, engine=engine, batch_size=concurrency,
-                                threads=threads, **ray_options(engine, address, workers, gpus_per_worker))
-        report_corpus_run(run, out_path)
+        _synthesize_corpus(path, params, num, out_path, engine, concurrency, threads,
+                           ray_options(engine, address, workers, gpus_per_worker))
         return
-    if threads is not None or any(v is not None for v in (address, workers, gpus_per_worker)):
-        raise CLIError("--threads and the ray options apply with --engine")
+    if any(v is not None for v in (address, workers, gpus_per_worker)):
+        raise CLIError("the ray options apply with --engine ray")
     if out_path is not None and out_path.is_dir():
         raise CLIError(f"{out_path} is a directory; without --engine, --out is a file")
-    _print(_run(path, params, num, concurrency), as_json, out_path)
+    _print(_run(path, params, num, concurrency, threads, as_json), as_json, out_path)
 
 
-def _run(path: Path, params: dict, num: int | None, concurrency: int) -> list:
-    """The texts, written in this process with a progress bar (tokens) on stderr."""
-    from tqdm import tqdm
+def _run(path: Path, params: dict, num: int | None, concurrency: int, threads: int | None, as_json: bool) -> list:
+    """The texts, written in this process: a line before anything slow (importing torch, loading
+    the model, SmolLM2's one-time conversion), then a bar of the tokens generated out of
+    (texts x T) on stderr."""
+    out = console()
+    with out.step("loading model" + (f" {params['model']}" if params["model"] else "")):
+        quiet_libraries()
+        use_threads(threads)
+        from tokendp.synthesize import Synthesizer, reference_batches
 
-    from tokendp.synthesize import partition, synthesize
+        synthesizer = Synthesizer(concurrency=concurrency, **{k: v for k, v in params.items() if k != "seed"})
+        batches = reference_batches(read_references(path), batch_size=synthesizer.batch_size, num=num)
+        if batches:
+            synthesizer.check_fits()
+    total = len(batches) * synthesizer.max_tokens
+    with out.tokens(f"generating {len(batches)} texts of {synthesizer.max_tokens} tokens", total, desc="synthesize",
+                    as_json=as_json) as on_token:
+        return synthesizer(batches, seed=params["seed"], on_token=on_token)
 
-    refs = read_references(path)
-    texts = len(partition(len(refs), batch_size=params["batch_size"], num=num)) if params["batch_size"] > 0 else 0
-    with tqdm(total=texts * params["max_tokens"], unit="tok", desc="synthesize", disable=None, leave=False) as bar:
-        return synthesize(refs, num=num, concurrency=concurrency, on_token=lambda doc, tok: bar.update(1), **params)
+
+def _synthesize_corpus(path: Path, params: dict, num: int | None, out_path: Path | None, engine: str,
+                       concurrency: int, threads: int | None, ray: dict) -> None:
+    """The texts on a corpus engine, its bar counting texts where the console draws bars."""
+    from tokendp.engines.synthesis import synthesize_corpus
+
+    quiet_libraries()
+    run = synthesize_corpus(path, params, num=num, out=out_path, engine=engine, batch_size=concurrency,
+                            threads=threads, progress=console().bars(), **ray)
+    report_corpus_run(run, out_path)
 
 
 def _print(results: list, as_json: bool, out_path: Path | None) -> None:

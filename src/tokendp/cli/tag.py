@@ -10,6 +10,7 @@ from pathlib import Path
 import click
 
 from tokendp.cli._common import library_errors
+from tokendp.cli._console import console
 from tokendp.text.documents import is_jsonl, read_documents
 from tokendp.text.spans import Span
 from tokendp.text.taggers import TAGGER_NAMES, get_tagger
@@ -88,4 +89,5 @@ def tag(input_path: Path, tagger_name: str, as_json: bool, html_path: Path | Non
             click.echo(_highlight_terminal(text, spans))
     if html_path is not None:
         html_path.write_text(_html_page(results), encoding="utf-8")
-        click.echo(f"wrote {html_path}", err=True)
+        if not console().quiet:
+            click.echo(f"wrote {html_path}", err=True)

