@@ -11,6 +11,7 @@ import click
 from tokendp import __version__
 from tokendp.cli._console import add_global_options, no_color, report_conversion
 from tokendp.malloc import keep_freed_memory
+from tokendp.openmp import sleeping_openmp
 from tokendp.models.cache import report_conversions
 
 
@@ -30,6 +31,7 @@ def main(ctx: click.Context) -> None:
     -q, -v and --progress go before or after the subcommand; NO_COLOR turns colour off.
     """
     no_color(ctx)
+    sleeping_openmp()  # before torch loads: waiting threads sleep instead of spinning (tokendp.openmp)
     ctx.with_resource(report_conversions(report_conversion))  # SmolLM2's first load, in the CLI's style
     keep_freed_memory()  # per-step buffers are reused instead of re-faulted (tokendp.malloc)
 
