@@ -102,7 +102,8 @@ def main() -> None:
             print(json.dumps(rows[-1]), flush=True)
     print("| wait policy | threads | quiet | beside one busy process | ratio |\n|---|---:|---:|---:|---:|")
     for r in rows:
-        print(f"| {r['policy']} | {r['threads']} | {r['quiet_s']:.2f} s | {r['busy_s']:.2f} s | **{r['busy_over_quiet']:.2f}** |")
+        print(f"| {r['policy']} | {r['threads']} | {r['quiet_s']:.2f} s | {r['busy_s']:.2f} s "
+              f"| **{r['busy_over_quiet']:.2f}** |")
 
 
 if __name__ == "__main__":

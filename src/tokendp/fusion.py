@@ -273,9 +273,13 @@ class Decoding:
     speculative: bool | None = None
     draft_tokens: int = 4
 
-    def __post_init__(self) -> None:  # the processor validates its own two settings
-        PublicLogitsProcessor(repetition_penalty=self.repetition_penalty,
-                              no_repeat_ngram_size=self.no_repeat_ngram_size)
+    def __post_init__(self) -> None:
+        self.processor()  # it validates its own two settings, before anything loads
+
+    def processor(self) -> PublicLogitsProcessor:
+        """The public decoding constraints as the decoding loop applies them to every row."""
+        return PublicLogitsProcessor(repetition_penalty=self.repetition_penalty,
+                                     no_repeat_ngram_size=self.no_repeat_ngram_size)
 
     def constraints(self) -> dict[str, Any]:
         """The public decoding constraints, as the report lists them."""
@@ -314,8 +318,7 @@ def run_fusion(prepared: PreparedFusion, *, seed: int | Sequence[int] | None = N
     outputs = generate(backend, job.sequences(), job.step, max_new_tokens=[doc.max_new_tokens for doc in job.documents],
                        temperature=d.temperature, generator=make_generators(seed, n), eos_ids=backend.eos_token_ids,
                        stop_strings=[*backend.options.get("stop", []), *d.stop], charge=job.charge, on_token=on_token,
-                       logits_processor=PublicLogitsProcessor(repetition_penalty=d.repetition_penalty,
-                                                              no_repeat_ngram_size=d.no_repeat_ngram_size),
+                       logits_processor=d.processor(),
                        drafter=drafter(d.speculative, d.draft_tokens, n, prepared.placeholder))
     return job, outputs
 

@@ -55,7 +55,7 @@ def test_a_reservation_that_differs_from_the_job_streams_no_token_and_is_voided(
 def test_a_failure_before_the_first_token_charges_nothing(worker, monkeypatch):
     worker, store, tenant = worker
 
-    def broken(backend, batch, on_token):
+    def broken(batch, on_token):
         raise RuntimeError("prefill failed")
 
     monkeypatch.setitem(batching._RUNNERS, "sanitize", broken)
@@ -67,7 +67,7 @@ def test_a_failure_before_the_first_token_charges_nothing(worker, monkeypatch):
 def test_a_failure_after_a_token_keeps_the_reservation_spent(worker, monkeypatch):
     worker, store, tenant = worker
 
-    def broken(backend, batch, on_token):
+    def broken(batch, on_token):
         on_token(0, 5)
         raise RuntimeError("failed mid-way")
 

@@ -59,7 +59,8 @@ def emit_diagnostics(lines: Sequence[str]) -> None:
         click.echo(line, err=True)
 
 
-BUSY_MACHINE = "On a busy machine, --threads 1 keeps torch's OpenMP threads from spinning against a neighbour."
+BUSY_MACHINE = ("On a busy machine, --threads 1 is the steadiest: beside one busy process it keeps its quiet "
+                "speed (docs/performance.md).")
 
 
 def threads_option(command: Callable) -> Callable:

@@ -191,7 +191,7 @@ class Worker:
                 streams[i](token)
 
         try:
-            results = _RUNNERS[kind](self.backend, ready, on_token)
+            results = _RUNNERS[kind](ready, on_token)  # each job holds its prepared job and model
         except Exception as err:
             log.error("%s batch of %d failed: %s", kind, len(ready), type(err).__name__)
             results = [err] * len(ready)
@@ -231,7 +231,7 @@ class _TextStream:
             self.shown = text
 
 
-def _run_sanitize(backend: Any, batch: list[Job], on_token: Callable[[int, int], None]) -> list[dict]:
+def _run_sanitize(batch: list[Job], on_token: Callable[[int, int], None]) -> list[dict]:
     from tokendp.fusion import PreparedFusion
     from tokendp.generation import document_seed
     from tokendp.sanitize import run_sanitize
@@ -242,7 +242,7 @@ def _run_sanitize(backend: Any, batch: list[Job], on_token: Callable[[int, int],
     return [{"id": j.request.id, **r.to_dict()} for j, r in zip(batch, results)]
 
 
-def _run_generate(backend: Any, batch: list[Job], on_token: Callable[[int, int], None]) -> list[dict]:
+def _run_generate(batch: list[Job], on_token: Callable[[int, int], None]) -> list[dict]:
     from tokendp.generate import run_generate
 
     (job,) = batch
@@ -250,7 +250,7 @@ def _run_generate(backend: Any, batch: list[Job], on_token: Callable[[int, int],
     return [{"id": job.request.id, **result.to_dict()}]
 
 
-def _run_synthesize(backend: Any, batch: list[Job], on_token: Callable[[int, int], None]) -> list[dict]:
+def _run_synthesize(batch: list[Job], on_token: Callable[[int, int], None]) -> list[dict]:
     (job,) = batch
     prepared = job.plan.job
     texts = prepared.synthesizer(list(prepared.batches), seed=job.request.seed, on_token=on_token)
