@@ -221,3 +221,58 @@ def test_mollify_leaves_its_inputs_alone(dtype: torch.dtype) -> None:
     for alpha in (2.0, 3.0):
         mollify(lp, lq, alpha=alpha, cap=0.05)
     assert torch.equal(lp, before[0]) and torch.equal(lq, before[1])
+
+
+@pytest.mark.parametrize("exponent", [0.25, 0.5, 0.75, 1.0, 1.5, 2.0, 2.5, 2.75, 3.0, 5.0, 7.0, 11.0, 15.0, 23.0, 63.0])
+def test_quarter_power_within_its_rounding_count(exponent: float) -> None:
+    """The product-and-square-root chain against 50-digit powers: within gamma_ceil(c) of the
+    exact power of its (exact float64) input, for w across many binades (the float32 chain, an
+    estimate only, within the same count of its own unit roundoff)."""
+    from tokendp.divergence import _gamma, _quarter_power
+
+    gen = torch.Generator().manual_seed(int(4 * exponent))
+    w = torch.exp(torch.empty(400, dtype=torch.float64).uniform_(-8.0, 8.0, generator=gen) / max(exponent, 1.0))
+    got, count = _quarter_power(w.clone(), exponent)
+    mpmath.mp.dps = 50
+    worst = max(abs(float(mpmath.mpf(g) / mpmath.power(mpmath.mpf(x), mpmath.mpf(exponent)) - 1))
+                for g, x in zip(got.tolist(), w.tolist()))
+    assert worst <= _gamma(math.ceil(count)), (worst, count)
+    assert worst > 0 or exponent == 1.0  # the chain rounds: the bound is not vacuous
+    got32, count32 = _quarter_power(w.float(), exponent)
+    u32 = 2.0**-24
+    exact = [mpmath.power(mpmath.mpf(x), mpmath.mpf(exponent)) for x in w.float().double().tolist()]
+    worst32 = max(abs(float(mpmath.mpf(g) / e - 1)) for g, e in zip(got32.double().tolist(), exact) if abs(g) < 1e38)
+    assert count32 == count and worst32 <= math.ceil(count) * u32 / (1 - math.ceil(count) * u32)  # a float32 estimate
+
+
+def test_power_pair_reciprocal_of_subnormal_is_infinite() -> None:
+    """A w^(a-1) that underflows to a subnormal has lost digits: its reciprocal is +inf in the
+    rigorous pass (an upper bound), never an underestimate."""
+    from tokendp.divergence import _power_pair
+
+    w = torch.tensor([1e-5, 1e-300, 0.5, 2.0], dtype=torch.float64)
+    lower, power_a, power_1a = _power_pair(w, 64.0, rigorous=True)
+    assert 0 < lower[0] < torch.finfo(torch.float64).tiny  # 1e-315: subnormal
+    assert power_1a[0] == math.inf and power_1a[1] == math.inf
+    assert torch.allclose(power_1a[2:], w[2:] ** -63.0, rtol=1e-13) and torch.allclose(power_a[2:], w[2:] ** 64.0, rtol=1e-13)
+
+
+@pytest.mark.parametrize("alpha", [1.25, 3.0, 3.5, 3.3, 64.0])
+def test_general_order_bounds_are_tight_upper_bounds(alpha: float) -> None:
+    """The float64 pass at orders other than 2 (product chains at multiples of 1/4, exp/log at
+    3.3): each direction's bound is above the 50-digit divergence of the mixture, by < 1e-9."""
+    from tokendp.divergence import _evaluate_general
+
+    gen = torch.Generator().manual_seed(7)
+    lp = torch.log_softmax(torch.randn(2, 300, generator=gen, dtype=torch.float64) * 2, -1)  # (m, V)
+    lq = torch.log_softmax(torch.randn(300, generator=gen, dtype=torch.float64) * 2, -1)
+    lam = torch.tensor([0.01, 0.05, 0.3], dtype=torch.float64).expand(2, 3)  # (m, K)
+    prob = _prepare(lp, lq, alpha, torch.full((2,), 0.5, dtype=torch.float64))
+    ev = _evaluate_general(prob, lam, slopes=False)
+    for j in range(2):
+        for k in range(3):
+            mix = (lam[j, k] * lp[j].exp() + (1 - lam[j, k]) * lq.exp()).tolist()
+            forward = _mp_renyi(mix, lq.exp().tolist(), alpha)
+            reverse = _mp_renyi(lq.exp().tolist(), mix, alpha)
+            for bound, exact in ((ev.forward[j, k].item(), forward), (ev.reverse[j, k].item(), reverse)):
+                assert exact <= bound <= exact * (1 + 1e-9) + 1e-13, (alpha, j, k, bound, exact)

@@ -18,6 +18,7 @@ accept them hold for any summation order (docs/privacy.md, "Floating point").
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
 
@@ -309,7 +310,7 @@ def _evaluate_order2(prob: _Problem, lam: Tensor, *, slopes: bool = True) -> _Ev
 
 
 def _power_rounding(prob: _Problem, lam: Tensor, p: float) -> Tensor:
-    """Relative rounding (..., m, K) of each term w^p of S_p at any order, in float64.
+    """Relative rounding (..., m, K) of each term w^p = exp(p log w) of S_p, in float64.
 
     w = (1 - lam) + (lam c) e is within 4 U (non-negative terms), l = log w within
     4 U + TAU |l| absolute, p l within |p| that plus U |p l|, and exp(p l) within TAU more:
@@ -321,43 +322,136 @@ def _power_rounding(prob: _Problem, lam: Tensor, p: float) -> Tensor:
     return _TAU + abs(p) * (5.0 * _U + (_TAU + _U) * big_l)
 
 
+def _is_quarter(exponent: float) -> bool:
+    """Whether w^exponent comes from products and square roots: a positive multiple of 1/4
+    (every order of the calibration grid, ``tokendp.fusion.ALPHA_GRID``, minus 1)."""
+    return exponent > 0 and float(4.0 * exponent).is_integer() and exponent <= 1024
+
+
+def _quarter_power(w: Tensor, exponent: float) -> tuple[Tensor, float]:
+    """(w^exponent, c) for a positive multiple of 1/4, by square roots and square-and-multiply:
+    no exp or log, a few elementwise passes.
+
+    c bounds the roundings: the computed value is the exact power of the computed w times
+    prod_i (1 + d_i)^(r_i) with |d_i| <= U and sum_i |r_i| <= c, so it is within gamma_ceil(c)
+    (relative) of w^exponent, in any precision with its own U. A product rounds once and adds
+    its factors' counts; a square root halves its input's count and adds :data:`_SQRT_COUNT`.
+    """
+    whole, quarters = divmod(round(4.0 * exponent), 4)
+    result, count = None, 0.0
+    if quarters:
+        root = torch.sqrt(w)  # w^(1/2)
+        if quarters == 2:
+            result, count = root, _SQRT_COUNT
+        else:
+            fourth = torch.sqrt(root)  # w^(1/4)
+            fourth_count = _SQRT_COUNT / 2.0 + _SQRT_COUNT
+            result, count = ((fourth, fourth_count) if quarters == 1
+                             else (root.mul_(fourth), _SQRT_COUNT + fourth_count + 1.0))
+    base, base_count = w, 0.0
+    while whole:
+        if whole & 1:
+            result, count = (base.clone(), base_count) if result is None else (result.mul_(base), count + base_count + 1.0)
+        whole >>= 1
+        if whole:
+            base, base_count = base * base, 2.0 * base_count + 1.0
+    return result, count
+
+
+_SQRT_COUNT = 4.0
+"""Roundings charged to a square root: 4 U, above the correctly rounded IEEE square root (U)
+of CPUs and CUDA's double precision (vectorised float32 square roots on some CPUs are not
+correctly rounded; the float32 search only estimates)."""
+
+
+def _power_pair(w: Tensor, a: float, *, rigorous: bool) -> tuple[Tensor, Tensor, Tensor]:
+    """(w^(a-1), w^a, w^(1-a)) elementwise: from :func:`_quarter_power` when a - 1 is a multiple of 1/4, else exp/log.
+
+    ``rigorous``: reciprocals of values below the smallest normal number become +inf, so a
+    subnormal's lost digits can only raise a sum (S_p bounds stay upper bounds).
+    """
+    if _is_quarter(a - 1.0):
+        lower, _ = _quarter_power(w, a - 1.0)  # w^(a-1)
+    else:
+        lower = torch.mul(torch.log(w), a - 1.0).exp_()
+    reciprocal = torch.reciprocal(lower)
+    if rigorous:
+        reciprocal.masked_fill_(lower < torch.finfo(w.dtype).tiny, math.inf)
+    return lower, torch.mul(lower, w), reciprocal
+
+
+def _pair_rounding(prob: _Problem, lam: Tensor) -> tuple[Tensor | float, Tensor | float]:
+    """Relative rounding of the terms w^a and w^(1-a) of :func:`_power_pair` in float64.
+
+    Product path: w is within 4 U, carried to the power a - 1 (4 (a-1) roundings), c more for
+    the chain, one for w^a = w^(a-1) w (and 4 more, w's own) or for the reciprocal; plus
+    2^-1000, which covers terms that underflow (each below 2^-1022, and S_p >= 1 by Jensen's
+    inequality, since E_Q[w] = 1 and x^p is convex for p >= 1 and p <= 0).
+    Otherwise :func:`_power_rounding` of each exponent, plus one rounding for w^a = w^(a-1) w.
+    """
+    a = prob.alpha
+    if _is_quarter(a - 1.0):
+        chain = _quarter_count(a - 1.0)
+        forward = _gamma_real(4.0 * a + chain + 1.0) + 2.0**-1000
+        reverse = _gamma_real(4.0 * (a - 1.0) + chain + 1.0) + 2.0**-1000
+        return forward, reverse
+    lower = _power_rounding(prob, lam, a - 1.0)
+    return lower + 6.0 * _U, lower + 2.0 * _U
+
+
+@functools.lru_cache(maxsize=64)
+def _quarter_count(exponent: float) -> float:
+    """The rounding count c of :func:`_quarter_power` at ``exponent`` (computed on a 1-element tensor)."""
+    return _quarter_power(torch.ones(1, dtype=torch.float64), exponent)[1]
+
+
+def _gamma_real(count: float) -> float:
+    """gamma_n (:func:`_gamma`) for n = ceil(count)."""
+    return _gamma(math.ceil(count))
+
+
 def _evaluate_general(prob: _Problem, lam: Tensor, *, slopes: bool = True) -> _Evaluation:
     """One float64 pass over V for K candidates per group at any order a > 1, with rigorous
-    bounds (:func:`_upper`, :func:`_power_rounding`): S_p = sum_y q exp(p log w) for
-    p in (a, 1 - a), and dS_p/dlam = p sum_y q w^p (rho - 1) / w."""
+    bounds (:func:`_upper`, :func:`_pair_rounding`): S_a = sum_y q w^a and S_(1-a) = sum_y q / w^(a-1),
+    with slopes dS_a/dlam = a sum_y q w^(a-1) (rho - 1) and dS_(1-a)/dlam = (1-a) sum_y q (rho - 1) / w^a."""
     a = prob.alpha
     lam_w = lam.unsqueeze(-1)  # (..., m, K, 1)
     rho = prob.rho  # (..., m, V)
     w = torch.addcmul(1.0 - lam_w, rho.unsqueeze(-2), lam_w)  # (..., m, K, V)
-    log_w = w.log()
-    out = []
-    for p in (a, 1.0 - a):
-        power = torch.mul(log_w, p).exp_()  # w^p   (..., m, K, V)
-        s = _q_sum(power, prob.q)  # (..., m, K)
-        divergence = _upper(prob, s, p, _power_rounding(prob, lam, p))
-        slope = p * _q_sum(power.div_(w).mul_(rho.unsqueeze(-2) - 1.0), prob.q) / s if slopes else s + math.nan
-        out.append((divergence, slope / (a - 1.0)))
-    (forward, forward_slope), (reverse, reverse_slope) = out
-    return _Evaluation(forward, reverse, forward_slope, reverse_slope)
+    lower, power_a, power_1a = _power_pair(w, a, rigorous=True)  # w^(a-1), w^a, w^(1-a)   (..., m, K, V)
+    s_forward, s_reverse = _q_sum(power_a, prob.q), _q_sum(power_1a, prob.q)  # (..., m, K)
+    round_forward, round_reverse = _pair_rounding(prob, lam)
+    forward = _upper(prob, s_forward, a, round_forward)
+    reverse = _upper(prob, s_reverse, 1.0 - a, round_reverse)
+    if not slopes:
+        return _Evaluation(forward, reverse, forward + math.nan, reverse + math.nan)
+    r = rho.unsqueeze(-2) - 1.0  # (..., m, 1, V)
+    forward_slope = a * _q_sum(lower.mul_(r), prob.q) / s_forward
+    reverse_slope = (1.0 - a) * _q_sum(power_1a.div_(w).mul_(r), prob.q) / s_reverse
+    return _Evaluation(forward, reverse, forward_slope / (a - 1.0), reverse_slope / (a - 1.0))
 
 
 def _evaluate_float32(prob: _Problem, lam: Tensor, *, slopes: bool = True) -> _Evaluation:
     """The float32 search's pass at orders a != 2: estimates, certified by :func:`_certify`.
 
-    With z = lam r and l = log w, for p in (a, 1-a): phi_p(w) = w^p - 1 - p z >= 0 (so no sum
-    cancels), sum_y Q w^p = 1 + sum_y Q phi_p(w), and dS_p/dlam = p sum_y Q r w^p / w.
+    With z = lam r: phi_p(w) = w^p - 1 - p z >= 0 for p in (a, 1-a) (so no sum cancels),
+    sum_y Q w^p = 1 + sum_y Q phi_p(w), and dS_p/dlam = p sum_y Q r w^(p-1); the powers come
+    from :func:`_power_pair`.
     """
     a, src = prob.alpha, prob.float32
     lam_w = lam.to(torch.float32).unsqueeze(-1)  # (..., m, K, 1)
     r = src.r.unsqueeze(-2)  # (..., m, 1, V)
     z = lam_w * r  # (..., m, K, V)
-    w = torch.mul(src.rho.unsqueeze(-2), lam_w).add_(1.0 - lam_w)  # (..., m, K, V)
-    log_w = w.log()
+    w = torch.addcmul(1.0 - lam_w, src.rho.unsqueeze(-2), lam_w)  # (..., m, K, V)
+    lower, power_a, power_1a = _power_pair(w, a, rigorous=False)  # w^(a-1), w^a, w^(1-a)
     out = []
-    for p in (a, 1.0 - a):
-        power = torch.mul(log_w, p).exp_()  # w^p   (..., m, K, V)
-        excess = _q_sum(torch.sub(power, z, alpha=p).sub_(1.0), src.q)  # sum Q phi_p(w) = sum Q w^p - 1
-        slope = p * _q_sum(power.div_(w).mul_(r), src.q) if slopes else excess + math.nan
+    for p, power, before in ((a, power_a, lower), (1.0 - a, power_1a, None)):
+        excess = _q_sum(torch.add(power, z, alpha=-p).sub_(1.0), src.q)  # sum Q phi_p(w) = sum Q w^p - 1
+        if slopes:
+            before = before if before is not None else power.div_(w)  # w^(p-1)
+            slope = p * _q_sum(before.mul_(r), src.q)
+        else:
+            slope = excess + math.nan
         out.append(((torch.log1p(excess) / (a - 1.0)).clamp_min(0.0), slope / ((1.0 + excess) * (a - 1.0))))
     (forward, forward_slope), (reverse, reverse_slope) = out
     return _Evaluation(forward, reverse, forward_slope, reverse_slope)
@@ -460,13 +554,15 @@ def _estimate(lo: _End, hi: _End, level: Tensor) -> Tensor:
     return torch.sigmoid(newton)
 
 
-def _next_candidates(lo: _End, hi: _End, level: Tensor, *, final: bool) -> tuple[Tensor, Tensor]:
+def _next_candidates(lo: _End, hi: _End, level: Tensor, *, final: bool, noisy: bool) -> tuple[Tensor, Tensor]:
     """K = 3 weights per group between the rigorous bounds of :func:`_bounds`, and the upper bound.
 
     Before the last pass: the lower bound, the estimate of :func:`_estimate` and the upper
     bound (which tightens the next chord and tangent). In the last pass the upper bound can no
     longer become the answer, so its place goes to the estimate moved slightly towards the
-    lower bound, in case the estimate overshoots lam* by a hair.
+    lower bound, in case the estimate overshoots lam* by a hair. A ``noisy`` (float32) search
+    hedges towards the last feasible weight instead: its rounding can put the chord root, like
+    the estimate, a hair above lam*.
     """
     lower, upper = _bounds(lo, hi)
     est = _estimate(lo, hi, level)
@@ -474,7 +570,7 @@ def _next_candidates(lo: _End, hi: _End, level: Tensor, *, final: bool) -> tuple
     x_mid = (torch.logit(lower, eps=1e-9) + torch.logit(upper, eps=1e-9)) / 2
     est = torch.where(torch.isfinite(est), est, torch.sigmoid(x_mid))
     est = torch.minimum(torch.maximum(est, lower), upper)
-    third = est - _HEDGE * (est - lower) if final else upper
+    third = est - _HEDGE * (est - (lo.lam if noisy else lower)) if final else upper
     return torch.stack((lower, third, est), dim=-1), upper
 
 
@@ -565,7 +661,8 @@ def _search(prob: _Problem, out_dtype: torch.dtype) -> tuple[Tensor, Tensor]:
         cand = _End(lam, div, slope, *_slack(prob, ev))
         lo, hi = _update(lo, hi, cand, feasible, active)
         active = active & (hi.lam - lo.lam > _CLOSED)
-        candidates, upper = _next_candidates(lo, hi, prob.level, final=i == _SEARCH_PASSES - 1)
+        candidates, upper = _next_candidates(lo, hi, prob.level, final=i == _SEARCH_PASSES - 1,
+                                             noisy=prob.float32 is not None)
         # A group is done once the rigorous upper bound on its optimum is within _CLOSED of lo.
         active = active & (upper - lo.lam > _CLOSED)
         if on_cpu and not bool(active.any()):
