@@ -242,7 +242,7 @@ def train(cfg: Config, *, model=None, tokenizer=None, tab=None, wiki=None,
             sums[e.kind][1] += 1
         return value, {"ema": ema}
 
-    with ProgressBar("rewriter", file=sys.stdout, mininterval=10) as bar:
+    with ProgressBar("rewriter", file=sys.stdout, mininterval=10, total=cfg.steps) as bar:
         def log(p: Progress) -> None:
             nonlocal sums
             bar(p)
