@@ -7,12 +7,16 @@
 
 Data: :mod:`tokendp.models.training.rewriter` (TAB tuning-half paragraphs with fresh typed
 fillers, synthetic Faker documents, WikiText fill and copy), in the model's chat template with
-the default paraphrase instruction. Only the adapter trains (LoRA on q, k, v, o, gate, up,
-down); the base model stays frozen. Every ``--checkpoint-every`` steps the run writes, each
-atomically (temporary name, then rename): ``ckpt-STEP.pt`` (adapter, optimiser, scheduler,
-step; the last two are kept) and ``adapter/`` (the fp16 adapter as shipped, with
-``training.json``). Rerunning the same command resumes from the newest checkpoint; the data
-stream is re-seeded from (seed, step).
+the default paraphrase instruction. Only the adapter trains (peft's LoRA on q, k, v, o, gate,
+up, down); the base model stays frozen. The loop is tokendp's shared resumable one
+(:mod:`tokendp.training`): every ``--checkpoint-every`` steps the run writes, each atomically
+(temporary name, then rename): ``checkpoint.pt`` (adapter, optimiser, scheduler, step, in
+tokendp's one checkpoint format) and ``adapter/`` (the fp16 adapter as shipped, in PEFT's
+layout, with ``training.json``). Rerunning the same command resumes from the checkpoint; the
+data stream is re-seeded from (seed, step). A checkpoint is taken up only by the same run: the
+same TAB and WikiText paragraphs (by content) and settings; ``--steps`` may grow (the run
+continues, its schedule stretched to the new length), ``--device``, ``--threads`` and the
+logging and checkpoint intervals may change.
 """
 
 from __future__ import annotations
@@ -24,15 +28,21 @@ import os
 import shutil
 import sys
 import tempfile
-import time
+import warnings
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import torch
 
-from tokendp.models.lora import LLAMA_TARGETS, add_lora, load_lora_state, lora_state_dict, save_adapter
 from tokendp.models.training.rewriter import (KINDS, MIXTURE, RewriteExample, RewriterStream, tab_paragraphs,
                                               tiny_model_and_tokenizer)
+from tokendp.training import Progress, ProgressBar, ResumableLoop, fingerprint
+
+LLAMA_TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
+CHECKPOINT = "checkpoint.pt"
+# Settings that change neither the data nor the objective: a run may resume with others.
+RESUMABLE_WITH_OTHER = ("out", "steps", "threads", "device", "checkpoint_every", "log_every", "hardware",
+                        "tab", "wikitext")  # the paragraphs themselves are in the fingerprint
 
 OBJECTIVE = ("chat template + default paraphrase instruction; source = paragraph with every token "
              "overlapping a hidden span as one '_' placeholder; target = the paragraph with fresh "
@@ -60,7 +70,6 @@ class Config:
     threads: int = 1
     device: str = "cpu"
     checkpoint_every: int = 20
-    keep: int = 2
     log_every: int = 5
     min_chars: int = 120
     max_chars: int = 1100
@@ -97,10 +106,6 @@ def batch_loss(model, batch: list[RewriteExample], pad_id: int) -> tuple[torch.T
     return ce.mean(), int(attn.sum()), per_example.tolist()
 
 
-def _checkpoints(out: Path) -> list[Path]:
-    return sorted(out.glob("ckpt-*.pt"))
-
-
 def _atomic_dir(write, dest: Path) -> None:
     """Write a directory with ``write(tmp)`` and rename it to ``dest`` (replacing an old one)."""
     tmp = Path(tempfile.mkdtemp(prefix=f".{dest.name}.", dir=dest.parent))
@@ -133,10 +138,34 @@ def load_base(cfg: Config):
     return model, tok
 
 
-def train(cfg: Config, *, model=None, tokenizer=None, tab=None, wiki=None) -> Path:
-    """Train or resume into ``cfg.out``; returns the adapter directory."""
-    from tqdm import tqdm
+def add_lora(model, cfg: Config):
+    """The peft model: LoRA (rank r, alpha) on ``cfg.targets``, the base frozen, A drawn from ``cfg.seed``."""
+    from peft import LoraConfig, get_peft_model
 
+    lora = LoraConfig(r=cfg.r, lora_alpha=cfg.alpha, lora_dropout=0.0, target_modules=list(cfg.targets), bias="none",
+                      task_type="CAUSAL_LM")
+    torch.manual_seed(cfg.seed)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", FutureWarning)  # peft calls transformers' deprecated is_gradient_checkpointing
+        peft_model = get_peft_model(model, lora)
+    peft_model.peft_config["default"].base_model_name_or_path = cfg.base_name
+    return peft_model
+
+
+def save_adapter(peft_model, dest: Path) -> None:
+    """PEFT's layout (``PeftModel.save_pretrained``), the tensors stored in float16 as shipped."""
+    from safetensors.torch import load_file, save_file
+
+    peft_model.save_pretrained(dest, save_embedding_layers=False)  # LoRA layers only; no hub look-up
+    weights = dest / "adapter_model.safetensors"
+    tensors = {k: v.to(torch.float16).contiguous() for k, v in load_file(str(weights)).items()}
+    save_file(tensors, str(weights), metadata={"format": "pt"})
+
+
+def train(cfg: Config, *, model=None, tokenizer=None, tab=None, wiki=None,
+          on_progress=None) -> Path:
+    """Train or resume into ``cfg.out``; returns the adapter directory. ``on_progress`` gets each
+    step's :class:`tokendp.training.Progress` (after the progress bar)."""
     torch.set_num_threads(cfg.threads)
     out = Path(cfg.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -147,57 +176,47 @@ def train(cfg: Config, *, model=None, tokenizer=None, tab=None, wiki=None) -> Pa
             if cfg.tab and Path(cfg.tab).is_dir() else []
     if wiki is None:
         wiki = _wiki(cfg)
-    torch.manual_seed(cfg.seed)
-    add_lora(model, r=cfg.r, alpha=cfg.alpha, targets=cfg.targets)
-    model.to(cfg.device)
+    peft_model = add_lora(model, cfg)
+    peft_model.to(cfg.device)
+    lm = peft_model.get_base_model()  # the LlamaForCausalLM with LoRA layers in it
     if cfg.device.startswith("cuda"):
         cfg.hardware = f"1 {torch.cuda.get_device_name()} (bf16 autocast, float32 adapter)"
-    params = [p for p in model.parameters() if p.requires_grad]
+    params = [p for p in peft_model.parameters() if p.requires_grad]
     opt = torch.optim.AdamW(params, lr=cfg.lr, betas=(0.9, 0.999), weight_decay=cfg.weight_decay)
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: lr_factor(s, cfg))
-    step, elapsed, tokens, ema = 0, 0.0, 0, None
-    found = _checkpoints(out)
-    if found:
-        state = torch.load(found[-1], weights_only=False, map_location=cfg.device)
-        load_lora_state(model, state["lora"])
-        opt.load_state_dict(state["optimizer"])
-        sched.load_state_dict(state["scheduler"])
-        step, elapsed, tokens, ema = state["step"], state["elapsed"], state["tokens"], state["ema"]
-        print(f"resumed from {found[-1].name} at step {step}", flush=True)
-    (out / "config.json").write_text(json.dumps(asdict(cfg), indent=2) + "\n")
-    stream = RewriterStream(tokenizer, tab=tab, wiki=wiki, seed=cfg.seed * 1_000_003 + step,
-                            max_tokens=cfg.max_tokens)
-    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
-    model.train()
-    t0, start_elapsed = time.time(), elapsed
+    counters = {"tokens": 0, "ema": None}
     sums = {k: [0.0, 0] for k in KINDS}
+    settings = {k: v for k, v in asdict(cfg).items() if k not in RESUMABLE_WITH_OTHER}
+    run = fingerprint(data=[{"tab": p} for p in tab] + [{"wiki": p} for p in wiki],
+                      settings={"format": "tokendp.rewriter/1", "objective": OBJECTIVE, **settings})
 
-    def checkpoint() -> None:
-        wall = start_elapsed + time.time() - t0
-        path = out / f"ckpt-{step:06d}.pt"
-        tmp = path.with_suffix(".tmp")
-        torch.save({"lora": lora_state_dict(model), "optimizer": opt.state_dict(),
-                    "scheduler": sched.state_dict(), "step": step, "elapsed": wall,
-                    "tokens": tokens, "ema": ema, "config": asdict(cfg)}, tmp)
-        os.replace(tmp, path)
-        for old in _checkpoints(out)[:-cfg.keep]:
-            old.unlink()
+    def export(step: int) -> None:
         info = {"base_model": cfg.base_name, "step": step, "total_steps": cfg.steps,
-                "train_minutes": round(wall / 60, 1), "tokens_seen": tokens,
-                "loss_ema": None if ema is None else round(ema, 4), "objective": OBJECTIVE,
+                "train_minutes": round(loop.elapsed / 60, 1), "tokens_seen": counters["tokens"],
+                "loss_ema": None if counters["ema"] is None else round(counters["ema"], 4), "objective": OBJECTIVE,
                 "mixture": dict(zip(KINDS, MIXTURE)), "tab_paragraphs": len(tab),
                 "hardware": cfg.hardware, "config": asdict(cfg)}
 
         def write(tmpdir: Path) -> None:
-            save_adapter(model, tmpdir, r=cfg.r, alpha=cfg.alpha, targets=cfg.targets,
-                         base_model=cfg.base_name, dtype=torch.float16)
+            save_adapter(peft_model, tmpdir)
             (tmpdir / "training.json").write_text(json.dumps(info, indent=2) + "\n")
 
         _atomic_dir(write, out / "adapter")
 
-    bar = tqdm(total=cfg.steps, initial=step, desc="rewriter", mininterval=10, dynamic_ncols=True,
-               file=sys.stdout)
-    while step < cfg.steps:
+    loop = ResumableLoop(model=peft_model, optimizer=opt, scheduler=sched, steps=cfg.steps, checkpoint=out / CHECKPOINT,
+                         run=run, checkpoint_every=cfg.checkpoint_every, checkpoint_at_end=True,
+                         map_location=cfg.device, on_checkpoint=export,
+                         save_extra=lambda: {"tokens": counters["tokens"], "ema": counters["ema"], "config": asdict(cfg)},
+                         load_extra=lambda state: counters.update(tokens=state["tokens"], ema=state["ema"]))
+    if loop.resume():
+        print(f"resumed from {CHECKPOINT} at step {loop.step}", flush=True)
+    (out / "config.json").write_text(json.dumps(asdict(cfg), indent=2) + "\n")
+    stream = RewriterStream(tokenizer, tab=tab, wiki=wiki, seed=cfg.seed * 1_000_003 + loop.step,
+                            max_tokens=cfg.max_tokens)
+    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+    peft_model.train()
+
+    def step(_: int) -> tuple[float, dict[str, float]]:
         batch = stream.batch(cfg.batch)
         # On a CPU, one example per pass with gradients accumulated: no padding (examples differ
         # up to 4x in length, and a padded batch costs its longest row times the batch size). On
@@ -207,7 +226,7 @@ def train(cfg: Config, *, model=None, tokenizer=None, tab=None, wiki=None) -> Pa
         n_answer = sum(len(e.ids) - e.n_prompt for e in batch)
         value, n_tok, per_example = 0.0, 0, []
         for part in passes:
-            loss, n, per = batch_loss(model, part, pad)
+            loss, n, per = batch_loss(lm, part, pad)
             share = sum(len(e.ids) - e.n_prompt for e in part) / n_answer
             (loss * share).backward()
             value += loss.item() * share
@@ -216,27 +235,31 @@ def train(cfg: Config, *, model=None, tokenizer=None, tab=None, wiki=None) -> Pa
         torch.nn.utils.clip_grad_norm_(params, 1.0)
         opt.step()
         sched.step()
-        step += 1
-        tokens += n_tok
-        ema = value if ema is None else 0.95 * ema + 0.05 * value
+        counters["tokens"] += n_tok
+        ema = counters["ema"] = value if counters["ema"] is None else 0.95 * counters["ema"] + 0.05 * value
         for e, v in zip(batch, per_example):
             sums[e.kind][0] += v
             sums[e.kind][1] += 1
-        bar.update(1)
-        bar.set_postfix(loss=f"{value:.3f}", ema=f"{ema:.3f}", refresh=False)
-        if step % cfg.log_every == 0 or step == cfg.steps:
-            kinds = {k: round(s / n, 3) for k, (s, n) in sums.items() if n}
-            line = {"step": step, "loss": round(value, 4), "ema": round(ema, 4),
-                    "lr": sched.get_last_lr()[0], "tokens": tokens,
-                    "minutes": round((start_elapsed + time.time() - t0) / 60, 2), **kinds}
-            with open(out / "metrics.jsonl", "a") as f:
-                f.write(json.dumps(line) + "\n")
-            sums = {k: [0.0, 0] for k in KINDS}
-        if step % cfg.checkpoint_every == 0 or step == cfg.steps:
-            checkpoint()
-    bar.close()
+        return value, {"ema": ema}
+
+    with ProgressBar("rewriter", file=sys.stdout, mininterval=10, total=cfg.steps) as bar:
+        def log(p: Progress) -> None:
+            nonlocal sums
+            bar(p)
+            if p.step % cfg.log_every == 0 or p.step == cfg.steps:
+                kinds = {k: round(s / n, 3) for k, (s, n) in sums.items() if n}
+                line = {"step": p.step, "loss": round(p.loss, 4), "ema": round(p.metrics["ema"], 4),
+                        "lr": sched.get_last_lr()[0], "tokens": counters["tokens"],
+                        "minutes": round(p.elapsed / 60, 2), **kinds}
+                with open(out / "metrics.jsonl", "a") as f:
+                    f.write(json.dumps(line) + "\n")
+                sums = {k: [0.0, 0] for k in KINDS}
+            if on_progress is not None:
+                on_progress(p)
+
+        loop.run(step, log)
     if not (out / "adapter").exists():
-        checkpoint()
+        loop.save()
     return out / "adapter"
 
 

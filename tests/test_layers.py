@@ -17,7 +17,7 @@ RANK = {
     "_optional": 1, "malloc": 1, "openmp": 1,
     "accounting": 2, "text": 2,
     "divergence": 3, "models": 3,
-    "mechanisms": 4, "backends": 4, "sampling": 4, "logits_processors": 4, "drafts": 4,
+    "mechanisms": 4, "backends": 4, "sampling": 4, "logits_processors": 4, "drafts": 4, "training": 4,
     "generation": 5, "ensemble": 5,
     "fusion": 6,
     "sanitize": 7, "synthesize": 7, "predict": 7, "finetune": 7, "generate": 7,

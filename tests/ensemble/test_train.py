@@ -131,6 +131,38 @@ def test_checkpoint_inside_a_shard_resumes_to_the_same_adapter(tmp_path):
     assert not (part / ".shard-000.partial").exists()
 
 
+def test_a_same_sized_corpus_with_other_text_is_refused(tmp_path):
+    """Same records, groups and token counts, other text: the manifest cannot tell, the fingerprint
+    can, both for a finished ensemble and for a shard's checkpoint."""
+    import tokendp.ensemble.train as train_mod
+
+    cfg = TrainConfig(steps=4, batch_size=2, max_length=32, checkpoint_every=2)
+    data = corpus(tmp_path / "c.jsonl", n=4)
+    lines = data.read_text().splitlines()
+    other = tmp_path / "o.jsonl"
+    other.write_text("\n".join(x.replace(f'{SECRET} {i}"', f'{SECRET} {i + 5}"') for i, x in enumerate(lines)) + "\n")
+    assert other.read_text() != data.read_text() and len(other.read_text()) == len(data.read_text())
+    out = tmp_path / "ens"
+    calls = []
+
+    def interrupt(n):
+        calls.append(n)
+        if sum(calls) == 3:
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        train_ensemble(data, shards=1, out=out, base=tinylm.model_dir(), seed=0, config=cfg, on_step=interrupt)
+    assert (out / ".shard-000.partial" / train_mod.CHECKPOINT).is_file()
+    with pytest.raises(InvalidInputError, match="holds a run with other data or settings") as err:
+        train_ensemble(other, shards=1, out=out, base=tinylm.model_dir(), seed=0, config=cfg)
+    assert SECRET not in str(err.value)
+    progress = []
+    train_ensemble(data, shards=1, out=out, base=tinylm.model_dir(), seed=0, config=cfg, on_progress=progress.append)
+    assert [p.step for p in progress] == [3, 4] and all(p.steps == 4 and p.label == "shard 1/1" for p in progress)
+    with pytest.raises(InvalidInputError, match="holds a run with other data or settings"):
+        train_ensemble(other, shards=1, out=out, base=tinylm.model_dir(), seed=0, config=cfg)
+
+
 def test_trained_ensemble_answers_prompts(tmp_path):
     data = corpus(tmp_path / "c.jsonl", n=6)
     out = tmp_path / "ens"

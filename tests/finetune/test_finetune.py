@@ -220,3 +220,32 @@ def test_cli_eval_finetune_writes_the_table(tmp_path):
     assert all(name in table for name in ("| base (not fine-tuned) |", "| none |", "| dpsgd-eps8 |", "| atdp-low-entity-eps8 |"))
     rows = json.loads((tmp_path / "cmp" / "results.json").read_text())["rows"]
     assert all(r["epsilon"] is None or r["epsilon"] <= 8.0 for r in rows)
+
+
+def test_a_same_sized_corpus_with_other_text_never_resumes_the_run(tmp_path):
+    """The checkpoint is taken up by the run's fingerprint (a hash of every record and the
+    settings), not by the number of records; the refusal names no record."""
+    class Stop(Exception):
+        pass
+
+    def stop(progress):
+        if progress.step == 2:
+            raise Stop
+
+    settings = {"method": "dpsgd", "epochs": 1, "batch_size": 6, "lora_r": 0, "epsilon": 5.0, "noise_seed": 1,
+                "checkpoint_every": 1}
+    base = str(tinylm.model_dir())
+    with pytest.raises(Stop):
+        finetune(texts=TEXTS, out=tmp_path / "r", base=base, config=FinetuneConfig(**settings), on_progress=stop)
+    state = torch.load(tmp_path / "r" / ".checkpoint.pt", weights_only=False)
+    assert state["format"] == "tokendp.checkpoint/1" and len(state["fingerprint"]) == 64
+    other = [t.replace(SECRET, "Ottoline Featherstonehaugh") for t in TEXTS]
+    assert len(other) == len(TEXTS)
+    with pytest.raises(InvalidInputError, match="other data or settings") as err:
+        finetune(texts=other, out=tmp_path / "r", base=base, config=FinetuneConfig(**settings),
+                 on_progress=lambda p: pytest.fail("trained on from another corpus's checkpoint"))
+    assert "Ottoline" not in str(err.value) and SECRET not in str(err.value)
+    report = finetune(texts=TEXTS, out=tmp_path / "r", base=base, config=FinetuneConfig(**settings))
+    assert report["steps"] == report["steps_per_epoch"]
+    assert not (tmp_path / "r" / ".checkpoint.pt").exists()
+    assert not any(state["fingerprint"] in p.read_text(errors="ignore") for p in (tmp_path / "r").rglob("*.json"))

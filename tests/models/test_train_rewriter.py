@@ -61,21 +61,31 @@ def test_examples_hide_every_span_token_and_copy_the_rest():
 
 
 def test_smoke_run_checkpoints_resumes_and_exports_a_small_adapter(tmp_path):
-    from tokendp.models.lora import read_adapter
+    from safetensors.torch import load_file
+
+    from tokendp.errors import InvalidInputError
 
     script = _script()
     model, tok = script.tiny_model_and_tokenizer()
     cfg = script.Config(out=str(tmp_path / "run"), base_name="tiny", tab="", wikitext="", steps=3, batch=2,
                         warmup=1, r=4, alpha=8, max_tokens=48, checkpoint_every=3, log_every=1)
     script.train(cfg, model=model, tokenizer=tok, tab=[], wiki=[])
-    assert [p.name for p in sorted((tmp_path / "run").glob("ckpt-*.pt"))] == ["ckpt-000003.pt"]
+    assert sorted(p.name for p in (tmp_path / "run").glob("*.pt")) == ["checkpoint.pt"]
+    assert torch.load(tmp_path / "run" / "checkpoint.pt", weights_only=False)["step"] == 3
     model, tok = script.tiny_model_and_tokenizer()
-    cfg.steps = 5
+    cfg.steps = 5  # a longer run continues the same one
     adapter = script.train(cfg, model=model, tokenizer=tok, tab=[], wiki=[])
-    state = torch.load(tmp_path / "run" / "ckpt-000005.pt", weights_only=False)
-    assert state["step"] == 5 and state["tokens"] > 0
-    config, tensors = read_adapter(adapter)
-    assert config["r"] == 4 and all(t.dtype == torch.float16 for t in tensors.values())
+    state = torch.load(tmp_path / "run" / "checkpoint.pt", weights_only=False)
+    assert state["format"] == "tokendp.checkpoint/1" and state["step"] == 5 and state["tokens"] > 0
+    config = json.loads((adapter / "adapter_config.json").read_text())
+    tensors = load_file(str(adapter / "adapter_model.safetensors"))
+    assert config["r"] == 4 and config["peft_type"] == "LORA" and config["base_model_name_or_path"] == "tiny"
+    assert tensors and all(t.dtype == torch.float16 for t in tensors.values())
+    assert all(k.startswith("base_model.model.model.layers.") for k in tensors)
     assert json.loads((adapter / "training.json").read_text())["step"] == 5
     lines = (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()
     assert [json.loads(x)["step"] for x in lines] == [1, 2, 3, 4, 5]
+    model, tok = script.tiny_model_and_tokenizer()
+    cfg.r = 8  # another run: refused, never resumed from this one's checkpoint
+    with pytest.raises(InvalidInputError, match="other data or settings"):
+        script.train(cfg, model=model, tokenizer=tok, tab=[], wiki=[])

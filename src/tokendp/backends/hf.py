@@ -154,6 +154,30 @@ class HFBackend:
                                                                 is_trainable=False)
         self.model.eval()
 
+    def merge_adapter(self, path: str | Path) -> None:
+        """Merge the LoRA adapter saved at ``path`` (PEFT's layout) into the model's weights, by
+        peft (``PeftModel.from_pretrained`` then ``merge_and_unload``): every adapted layer
+        becomes ``W + s B A`` with ``s = lora_alpha / r`` (``lora_alpha / sqrt(r)`` with
+        ``use_rslora``), DoRA's magnitudes and LoRA biases folded in, ``modules_to_save`` copied
+        over. The adapter is read into float32 (peft's ``autocast_adapter_dtype``) and ``s B A``
+        is added in place, so a bfloat16 or float16 weight is rounded once. The merged model then
+        runs exactly at the base model's cost."""
+        from tokendp._optional import require
+
+        peft = require("peft", "smollm2", "a merged LoRA adapter (--model rewriter)", why="to merge it")
+        path = Path(path)
+        if not (path / "adapter_config.json").is_file():
+            raise InvalidInputError(f"{path} is not a LoRA adapter directory (it has no adapter_config.json, PEFT's layout)")
+        if isinstance(self.model, peft.PeftModel):
+            raise InvalidInputError("merge the adapter before loading per-row adapters (add_adapters)")
+        with warnings.catch_warnings():  # peft calls transformers' deprecated is_gradient_checkpointing
+            warnings.simplefilter("ignore", FutureWarning)
+            try:
+                wrapped = peft.PeftModel.from_pretrained(self.model, str(path), is_trainable=False)
+            except (ValueError, RuntimeError, KeyError) as exc:
+                raise InvalidInputError(f"the adapter at {path} does not fit this model: {exc}") from None
+            self.model = wrapped.merge_and_unload().eval()
+
     @classmethod
     def load(cls, model: str | Path, *, device: str | torch.device | None = None,
              dtype: str | torch.dtype | None = None, name: str | None = None,
@@ -401,9 +425,7 @@ def load_named_model(name: str, *, device: Any = None, dtype: Any = None, adapte
     label = name if adapter is None else f"rewriter:{path}"
     backend = HFBackend.load(base_model_dir(), device=device, dtype=dtype, name=label)
     if path is not None:
-        from tokendp.models.lora import merge_adapter
-
-        merge_adapter(backend.model, path)
+        backend.merge_adapter(path)
         options = path / "tokendp.json"
         if options.is_file():
             backend.options = json.loads(options.read_text(encoding="utf-8"))

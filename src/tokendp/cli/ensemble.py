@@ -5,7 +5,6 @@ A thin shell over :func:`tokendp.ensemble.train.train_ensemble`.
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 import click
@@ -51,8 +50,6 @@ def train(data, shards, out, base, group_by, text_field, steps, batch_size, max_
     from tokendp._optional import require
 
     require("peft", "ensemble", "tokendp ensemble train", why="to train LoRA adapters")
-    from tqdm import tqdm
-
     use_threads(threads)
 
     from tokendp.ensemble.train import TrainConfig, train_ensemble
@@ -61,16 +58,12 @@ def train(data, shards, out, base, group_by, text_field, steps, batch_size, max_
         base = "tiny"
     config = TrainConfig(steps=steps, lora_r=lora_r, lora_alpha=lora_alpha, lr=lr, batch_size=batch_size,
                          max_length=max_length)
-    # Shown in a log file too (an unattended run): updates every 30 s there, not on every step.
-    with tqdm(total=shards * steps if shards and shards > 0 and steps and steps > 0 else None, unit="step",
-              desc="ensemble", file=sys.stderr, mininterval=0.1 if sys.stderr.isatty() else 30.0,
-              disable=console().quiet) as bar:
-        def on_shard(j: int, skipped: bool) -> None:
-            bar.set_description(f"shard {j + 1}/{shards}{' (done)' if skipped else ''}")
+    from tokendp.training import ProgressBar
 
+    # Shown in a log file too (an unattended run): updates every 30 s there, not on every step.
+    with ProgressBar("ensemble", disable=console().quiet) as bar:
         manifest = train_ensemble(data, shards=shards, out=out, base=base, seed=seed, group_by=group_by,
-                                  text_field=text_field, config=config, device=device, dtype=dtype, on_step=bar.update,
-                                  on_shard=on_shard)
+                                  text_field=text_field, config=config, device=device, dtype=dtype, on_progress=bar)
     click.echo(f"{manifest.ensemble_size} adapters in {out} (records per shard: "
                f"{', '.join(str(s.records) for s in manifest.shards)}); answer prompts with "
                f"`tokendp predict --ensemble {out} ...`")

@@ -5,7 +5,6 @@ A thin shell over :func:`tokendp.finetune.finetune`.
 
 from __future__ import annotations
 
-import sys
 import time
 from pathlib import Path
 
@@ -93,8 +92,6 @@ def finetune(data, method, out, base, epsilon, delta, noise_multiplier, tier, we
         from tokendp.finetune.data import paper_weight
 
         weight = paper_weight(target=sensitive_weight_target, fraction=sensitive_fraction)
-    from tqdm import tqdm
-
     from tokendp.finetune import FinetuneConfig
     from tokendp.finetune import finetune as run
 
@@ -105,18 +102,10 @@ def finetune(data, method, out, base, epsilon, delta, noise_multiplier, tier, we
                             ceiling=ceiling, canaries=canaries, canary_repeats=canary_repeats, seed=seed, noise_seed=noise_seed,
                             grad_sample_mode=grad_sample_mode, text_field=text_field, checkpoint_every=checkpoint_every)
     start = time.monotonic()
-    with tqdm(unit="step", desc=method, file=sys.stderr, disable=not console().bars(as_json=as_json)) as bar:
-        def on_progress(p) -> None:
-            bar.total = p.steps
-            bar.n = p.step
-            shown = {"loss": f"{p.loss:.3f}"}
-            if p.epsilon is not None:
-                shown["eps"] = f"{p.epsilon:.2f}"
-            bar.set_postfix(shown, refresh=False)
-            bar.refresh()
+    from tokendp.training import ProgressBar
 
-        report = run(data, out=out, base=base, config=config, device=device, on_progress=on_progress,
-                     on_phase=lambda label: bar.set_description(f"{method}: {label}"))
+    with ProgressBar(method, disable=not console().bars(as_json=as_json)) as bar:
+        report = run(data, out=out, base=base, config=config, device=device, on_progress=bar, on_phase=bar.describe)
     if as_json:
         echo_json(report)
         return

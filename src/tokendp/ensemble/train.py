@@ -14,16 +14,20 @@ on its texts, for ``steps`` mini-batches drawn from that shard only. An adapter 
 another shard's data, which is what PMixED's per-shard guarantee needs (docs/privacy.md,
 "PMixED"); a shard without trainable tokens keeps its fresh adapter (B = 0: the base model).
 
-Resumable. A shard whose adapter directory is complete is skipped; inside a shard, the adapter,
-optimiser and sampler state are checkpointed every ``checkpoint_every`` steps and a rerun
-continues from there. The manifest (``manifest.json``) holds counts and parameters only, never
-text, and a rerun with other settings on the same directory is refused.
+Resumable. Each shard runs the shared :class:`~tokendp.training.loop.ResumableLoop`: the
+adapter, optimiser and sampler state are checkpointed every ``checkpoint_every`` steps under the
+shard's fingerprint (a content hash of its texts and the settings), and a rerun continues from
+there; a shard whose adapter directory is complete is skipped. The ensemble directory is claimed
+by the fingerprint of the whole corpus and the settings (``.run.json``): a rerun with other data,
+even a corpus of the same size, or other settings is refused. The manifest (``manifest.json``)
+holds counts and parameters only, never text. (A fingerprint is not DP; it sits beside adapters
+that are not DP either: PMixED's guarantee is on the predictions, and the ensemble directory is
+as private as the corpus.)
 """
 
 from __future__ import annotations
 
 import hashlib
-
 import json
 import math
 import shutil
@@ -37,6 +41,7 @@ from tokendp.ensemble.manifest import (MANIFEST_FILE, Manifest, ShardInfo, adapt
                                        shard_name)
 from tokendp.errors import InvalidInputError, InvalidParameterError
 from tokendp.text.documents import is_jsonl, jsonl_records, text_lines
+from tokendp.training import Progress, ResumableLoop, check_run, fingerprint
 
 CHECKPOINT = "checkpoint.pt"
 
@@ -154,13 +159,16 @@ def _batch(seqs: Sequence[Sequence[int]], pad_id: int) -> dict[str, Any]:
 
 
 def train_adapter(backend: Any, seqs: Sequence[Sequence[int]], out: Path, *, config: TrainConfig, seed: int,
-                  on_step: Callable[[int], None] | None = None) -> None:
+                  run: str, on_step: Callable[[int], None] | None = None,
+                  on_progress: Callable[[Progress], None] | None = None, label: str = "") -> None:
     """Train one fresh LoRA adapter on ``seqs`` (token ids of one shard) on ``backend``'s base
-    model and save it to ``out`` in PEFT's layout; resumes from ``out``'s sibling checkpoint
-    directory. The base model is handed back without the adapter (peft ``unload``), so the next
-    shard starts from the base model again and never from this shard's weights."""
+    model and save it to ``out`` in PEFT's layout; resumes from the checkpoint of the run ``run``
+    (the shard's fingerprint) in ``out``'s sibling work directory. The base model is handed back
+    without the adapter (peft ``unload``), so the next shard starts from the base model again and
+    never from this shard's weights. ``on_step(n)`` counts steps (those restored from a
+    checkpoint at once); ``on_progress`` gets each step's :class:`~tokendp.training.Progress`."""
     import torch
-    from peft import get_peft_model, get_peft_model_state_dict, set_peft_model_state_dict
+    from peft import get_peft_model
 
     pad = backend._pad_id()
     with warnings.catch_warnings(), torch.random.fork_rng(devices=[]):  # the caller's global RNG is left alone
@@ -172,32 +180,35 @@ def train_adapter(backend: Any, seqs: Sequence[Sequence[int]], out: Path, *, con
     params = [p for p in model.parameters() if p.requires_grad]
     optimizer = torch.optim.AdamW(params, lr=config.lr, weight_decay=config.weight_decay)
     sampler = torch.Generator().manual_seed(seed)
-    done = 0
-    ckpt = work / CHECKPOINT
-    if ckpt.is_file():
-        state = torch.load(ckpt, map_location=backend.device, weights_only=False)
-        set_peft_model_state_dict(model, state["adapter"])
-        optimizer.load_state_dict(state["optimizer"])
-        sampler.set_state(state["sampler"])
-        done = int(state["step"])
-        if on_step is not None:
-            on_step(done)
-    model.train()
-    for step in range(done, config.steps if seqs else done):
+    loop = ResumableLoop(model=model, optimizer=optimizer, steps=config.steps if seqs else 0, checkpoint=work / CHECKPOINT,
+                         run=run, checkpoint_every=config.checkpoint_every, map_location=backend.device, label=label,
+                         save_extra=lambda: {"sampler": sampler.get_state()},
+                         load_extra=lambda state: sampler.set_state(state["sampler"]))
+    if loop.resume() and on_step is not None:
+        on_step(loop.step)
+
+    def step(_: int) -> float:
         pick = torch.randint(len(seqs), (min(config.batch_size, len(seqs)),), generator=sampler).tolist()
         batch = {k: v.to(backend.device) for k, v in _batch([seqs[i] for i in pick], pad).items()}
         loss = model(**batch).loss
         loss.backward()
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
+        return float(loss.detach())
+
+    def progress(p: Progress) -> None:
         if on_step is not None:
             on_step(1)
-        if (step + 1) % config.checkpoint_every == 0 and step + 1 < config.steps:
-            torch.save({"adapter": get_peft_model_state_dict(model), "optimizer": optimizer.state_dict(),
-                        "sampler": sampler.get_state(), "step": step + 1}, work / (CHECKPOINT + ".tmp"))
-            (work / (CHECKPOINT + ".tmp")).replace(ckpt)
-    if not seqs and on_step is not None:
-        on_step(config.steps)  # nothing to learn: the fresh adapter (B = 0) is the base model
+        if on_progress is not None:
+            on_progress(p)
+
+    model.train()
+    loop.run(step, progress)
+    if not seqs:  # nothing to learn: the fresh adapter (B = 0) is the base model
+        if on_step is not None:
+            on_step(config.steps)
+        if on_progress is not None:
+            on_progress(Progress(config.steps, config.steps, float("nan"), 0.0, {}, label))
     model.eval()
     final = work / "adapter"
     model.save_pretrained(final)
@@ -211,7 +222,8 @@ def train_adapter(backend: Any, seqs: Sequence[Sequence[int]], out: Path, *, con
 def train_ensemble(data: str | Path, *, shards: int, out: str | Path, base: str | Path, seed: int = 0,
                    group_by: str | None = None, text_field: str = "text", config: TrainConfig | None = None,
                    device: str | None = None, dtype: str | None = None, on_step: Callable[[int], None] | None = None,
-                   on_shard: Callable[[int, bool], None] | None = None) -> Manifest:
+                   on_shard: Callable[[int, bool], None] | None = None,
+                   on_progress: Callable[[Progress], None] | None = None) -> Manifest:
     """Split ``data`` into ``shards`` disjoint shards, train one adapter per shard into ``out``
     (skipping finished ones), and write the manifest (see the module docstring).
 
@@ -220,8 +232,10 @@ def train_ensemble(data: str | Path, *, shards: int, out: str | Path, base: str 
     frozen base model's (default float32 on the CPU, bfloat16 on a GPU); the LoRA weights and
     their optimiser state stay float32 either way (peft keeps adapters in float32).
 
-    ``on_step(n)`` is called with the number of optimiser steps just done (for a progress bar, of
-    ``shards * config.steps`` in all); ``on_shard(index, skipped)`` as each shard starts.
+    ``on_step(n)`` is called with the number of optimiser steps just done (of ``shards *
+    config.steps`` in all); ``on_shard(index, skipped)`` as each shard starts; ``on_progress``
+    with a :class:`~tokendp.training.Progress` over the whole ensemble after every step (its
+    label names the shard), e.g. a :class:`~tokendp.training.ProgressBar`.
     """
     from tokendp._optional import require
 
@@ -247,15 +261,28 @@ def train_ensemble(data: str | Path, *, shards: int, out: str | Path, base: str 
         if old.to_dict() != manifest.to_dict():
             raise InvalidInputError(f"{root} holds an ensemble trained with other data or settings; "
                                     "use a new --out directory (or the same settings to resume)")
+    settings = {"format": "tokendp.ensemble.train/1", **{k: v for k, v in manifest.to_dict().items() if k != "shards"},
+                "shards": shards}
+    check_run(root, fingerprint(data=texts if groups is None else zip(texts, groups), settings=settings))
     manifest.write(root)
+    total = shards * config.steps
     for j, info in enumerate(infos):
         target = root / info.name
         finished = adapter_complete(target)
         if on_shard is not None:
             on_shard(j, finished)
+        label = f"shard {j + 1}/{shards}"
         if finished:
             if on_step is not None:
                 on_step(config.steps)
+            if on_progress is not None:
+                on_progress(Progress((j + 1) * config.steps, total, float("nan"), 0.0, {}, f"{label} (done)"))
             continue
-        train_adapter(backend, tokenized[j], target, config=config, seed=seed * 1_000_003 + j, on_step=on_step)
+        shard_progress = None
+        if on_progress is not None:
+            def shard_progress(p: Progress, offset: int = j * config.steps) -> None:
+                on_progress(Progress(offset + p.step, total, p.loss, p.elapsed, p.metrics, p.label))
+        run = fingerprint(data=tokenized[j], settings={**settings, "shard": j, "shard_seed": seed * 1_000_003 + j})
+        train_adapter(backend, tokenized[j], target, config=config, seed=seed * 1_000_003 + j, run=run,
+                      on_step=on_step, on_progress=shard_progress, label=label)
     return manifest

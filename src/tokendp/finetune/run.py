@@ -206,11 +206,14 @@ def finetune(data: str | Path | None = None, *, out: str | Path, base: str = "ti
              texts: list[str] | None = None, tagger: Any = None, pos: Any = None, device: str | None = None,
              on_progress: Callable[[Any], None] | None = None, on_phase: Callable[[str], None] | None = None) -> dict[str, Any]:
     """Fine-tune ``base`` on the JSONL corpus ``data`` (or ``texts``) into ``out``; returns the
-    report (also written to ``out/finetune.json``). Rerun with the same arguments to resume.
+    report (also written to ``out/finetune.json``). Rerun with the same arguments to resume: the
+    checkpoint is taken up only by the same corpus (by content, not by size) and settings. A
+    finished run is returned as it is when the settings match; its directory keeps no trace of
+    the corpus's content (the release), so it cannot check that the corpus is the same.
 
     ``tagger`` and ``pos`` replace the tiered detector's entity tagger and part-of-speech source
     (tests pass hand-made ones). ``on_progress`` receives a
-    :class:`~tokendp.finetune.train.Progress` after every step; ``on_phase`` a short label
+    :class:`~tokendp.training.Progress` after every step; ``on_phase`` a short label
     as the run moves from reading to training to saving.
     """
     config = (config or FinetuneConfig()).check()
@@ -277,7 +280,13 @@ def finetune(data: str | Path | None = None, *, out: str | Path, base: str = "ti
                     batch_size=config.batch_size, sampling_rate=plan["sampling_rate"] or 1.0, sigmas=sigmas,
                     clip_norm=config.clip_norm, lr=config.lr, epsilon_budget=plan.get("epsilon"),
                     delta=config.delta if plan["private"] else None)
-    trainer = Trainer(model, records, run_plan, pad_id=backend._pad_id(), workdir=root,
+    # The run's identity: a content hash of the corpus (canaries included) and every setting. It
+    # lives only in the checkpoint, which holds non-private weights and is deleted at the end: a
+    # hash of the corpus is not DP, so the released directory keeps none.
+    from tokendp.training import fingerprint
+
+    run = fingerprint(data=corpus, settings={k: v for k, v in settings.items() if k != "records"})
+    trainer = Trainer(model, records, run_plan, pad_id=backend._pad_id(), workdir=root, run=run,
                       data_generator=sampler or torch.Generator().manual_seed(config.seed), noise_generator=noise,
                       grad_sample_mode=config.grad_sample_mode, checkpoint_every=config.checkpoint_every,
                       keep_generator_states=not private or config.noise_seed is not None)

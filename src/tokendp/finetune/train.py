@@ -14,8 +14,11 @@ the end (a disagreement raises rather than report a wrong epsilon).
 
 ``none``: the same loss with every weight 1, shuffled batches of ``batch_size``, plain AdamW.
 
-Resumable: every ``checkpoint_every`` steps the trainable weights, optimiser, ledger and step are
-saved to ``OUT/.checkpoint.pt``; a rerun continues. The states of the generators that draw the
+Resumable: the loop, its checkpoints and the resume are the shared
+:class:`~tokendp.training.loop.ResumableLoop`; every ``checkpoint_every`` steps the trainable
+weights, optimiser, ledger and step are saved to ``OUT/.checkpoint.pt`` under the run's
+fingerprint (a content hash of the corpus and the settings), and a rerun of the same run
+continues (another corpus, even of the same size, is refused). The states of the generators that draw the
 Poisson sample and the noise are saved only when ``keep_generator_states`` (a run seeded for
 reproduction): otherwise a resumed run draws fresh OS-seeded randomness, so a checkpoint never
 holds what would let its reader predict the noise or the sample of the steps after it.
@@ -24,10 +27,8 @@ holds what would let its reader predict the noise or the sample of the steps aft
 from __future__ import annotations
 
 import math
-import os
-import time
 import warnings
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -37,6 +38,7 @@ import torch
 from tokendp.accounting import INTEGER_ORDERS, Ledger, SubsampledGaussianEvent
 from tokendp.errors import TokenDPError
 from tokendp.finetune.data import Record, pad_batch
+from tokendp.training import Progress, ResumableLoop
 
 CHECKPOINT = ".checkpoint.pt"
 UNIT = "record"
@@ -62,15 +64,6 @@ class Plan:
         return self.epochs * self.steps_per_epoch
 
 
-@dataclass
-class Progress:
-    step: int
-    steps: int
-    loss: float
-    epsilon: float | None
-    elapsed: float
-
-
 def weighted_loss(model: Any, batch: dict[str, torch.Tensor]) -> torch.Tensor:
     """Mean over records of (1/n_i) sum_t w_{i,t} CE_{i,t}: the per-record losses are what
     Opacus differentiates and clips one by one (loss_reduction="mean")."""
@@ -82,16 +75,6 @@ def weighted_loss(model: Any, batch: dict[str, torch.Tensor]) -> torch.Tensor:
     return per_record.mean()
 
 
-def _save(path: Path, state: dict) -> None:
-    tmp = path.with_suffix(".tmp")
-    torch.save(state, tmp)
-    os.replace(tmp, path)
-
-
-def _trainable_state(model: torch.nn.Module) -> dict[str, torch.Tensor]:
-    return {n: p.detach().clone() for n, p in model.named_parameters() if p.requires_grad}
-
-
 def _zero_grad_samples(params: Sequence[torch.nn.Parameter]) -> None:
     """An empty Poisson sample: zero-size per-sample gradients, so the step still adds its noise
     (and is charged) like every other step."""
@@ -100,13 +83,14 @@ def _zero_grad_samples(params: Sequence[torch.nn.Parameter]) -> None:
 
 
 class Trainer:
-    """Runs a :class:`Plan` on ``model`` (already LoRA-wrapped or full) over ``records``."""
+    """Runs a :class:`Plan` on ``model`` (already LoRA-wrapped or full) over ``records``, in the
+    shared :class:`~tokendp.training.loop.ResumableLoop` under the run fingerprint ``run``."""
 
     def __init__(self, model: torch.nn.Module, records: Sequence[Record], plan: Plan, *, pad_id: int, workdir: Path,
-                 data_generator: torch.Generator, noise_generator: torch.Generator | None, grad_sample_mode: str = "hooks",
-                 checkpoint_every: int = 200, keep_generator_states: bool = True) -> None:
+                 run: str, data_generator: torch.Generator, noise_generator: torch.Generator | None,
+                 grad_sample_mode: str = "hooks", checkpoint_every: int = 200, keep_generator_states: bool = True) -> None:
         self.plan, self.records, self.pad_id = plan, list(records), pad_id
-        self.workdir, self.checkpoint_every = workdir, checkpoint_every
+        self.workdir = workdir
         self.data_generator = data_generator
         self.keep_generator_states = keep_generator_states
         self.model = model
@@ -114,8 +98,6 @@ class Trainer:
         self.optimizer: Any = torch.optim.AdamW(self.params, lr=plan.lr, weight_decay=0.0)
         self.ledger: Ledger | None = None
         self.accountant: Any = None
-        self.step = 0
-        self.elapsed = 0.0
         if plan.private:
             from opacus import GradSampleModule
             from opacus.accountants import RDPAccountant
@@ -132,32 +114,28 @@ class Trainer:
             self.optimizer.attach_step_hook(self.accountant.get_optimizer_hook_fn(sample_rate=plan.sampling_rate))
             self.ledger = Ledger({UNIT: plan.epsilon_budget}, delta=plan.delta, orders=INTEGER_ORDERS)
         self.noise_generator = noise_generator
+        # The checkpoint holds the plain module's weights and the inner AdamW (not Opacus's wrappers).
+        self.loop = ResumableLoop(model=self._base(), optimizer=self.optimizer.original_optimizer if plan.private else self.optimizer,
+                                  steps=plan.steps, checkpoint=workdir / CHECKPOINT, run=run,
+                                  checkpoint_every=checkpoint_every, save_extra=self._extra, load_extra=self._load_extra)
+
+    @property
+    def step(self) -> int:
+        return self.loop.step
+
+    @property
+    def elapsed(self) -> float:
+        return self.loop.elapsed
 
     # --- checkpoints ---------------------------------------------------------------------------
-    def _state(self) -> dict[str, Any]:
-        optimizer = self.optimizer.original_optimizer if self.plan.private else self.optimizer
-        return {"step": self.step, "elapsed": self.elapsed, "params": _trainable_state(self._base()),
-                "optimizer": optimizer.state_dict(),
-                "data_generator": self.data_generator.get_state() if self.keep_generator_states else None,
+    def _extra(self) -> dict[str, Any]:
+        return {"data_generator": self.data_generator.get_state() if self.keep_generator_states else None,
                 "noise_generator": (self.noise_generator.get_state()
                                     if self.noise_generator is not None and self.keep_generator_states else None),
                 "ledger": None if self.ledger is None else self.ledger.state_dict(),
                 "accountant": None if self.accountant is None else list(self.accountant.history)}
 
-    def _base(self) -> torch.nn.Module:
-        return self.model._module if self.plan.private else self.model
-
-    def resume(self) -> bool:
-        path = self.workdir / CHECKPOINT
-        if not path.is_file():
-            return False
-        state = torch.load(path, map_location="cpu", weights_only=False)
-        named = dict(self._base().named_parameters())
-        with torch.no_grad():
-            for name, value in state["params"].items():
-                named[name].copy_(value)
-        optimizer = self.optimizer.original_optimizer if self.plan.private else self.optimizer
-        optimizer.load_state_dict(state["optimizer"])
+    def _load_extra(self, state: Mapping[str, Any]) -> None:
         if state["data_generator"] is not None:
             self.data_generator.set_state(state["data_generator"])
         if self.noise_generator is not None and state["noise_generator"] is not None:
@@ -165,11 +143,16 @@ class Trainer:
         if self.ledger is not None:
             self.ledger.load_state_dict(state["ledger"])
             self.accountant.history = [tuple(h) for h in state["accountant"]]
-        self.step, self.elapsed = int(state["step"]), float(state["elapsed"])
-        return True
+
+    def _base(self) -> torch.nn.Module:
+        return self.model._module if self.plan.private else self.model
+
+    def resume(self) -> bool:
+        """Continue from ``OUT/.checkpoint.pt`` if it holds this run (another run's is refused)."""
+        return self.loop.resume()
 
     def checkpoint(self) -> None:
-        _save(self.workdir / CHECKPOINT, self._state())
+        self.loop.save()
 
     # --- batches -------------------------------------------------------------------------------
     def _epoch_batches(self, skip: int) -> Iterator[list[int]]:
@@ -188,22 +171,21 @@ class Trainer:
         batches = [order[i:i + plan.batch_size] for i in range(0, n, plan.batch_size)][:plan.steps_per_epoch]
         return iter(batches[skip:])
 
+    def _batches(self) -> Iterator[list[int]]:
+        """The batches of every step left, epoch after epoch (each epoch's drawn as it starts)."""
+        while self.step < self.plan.steps:
+            yield from self._epoch_batches(self.step % self.plan.steps_per_epoch)
+
     # --- the loop ------------------------------------------------------------------------------
     def run(self, on_step: Callable[[Progress], None] | None = None) -> None:
-        plan = self.plan
+        batches = self._batches()
+
+        def step(_: int) -> tuple[float, dict[str, float]]:
+            loss = self._one_step(next(batches))
+            return loss, ({} if self.ledger is None else {"epsilon": self.ledger.epsilon(UNIT)})
+
         self.model.train()
-        while self.step < plan.steps:
-            in_epoch = self.step % plan.steps_per_epoch
-            for indices in self._epoch_batches(in_epoch):
-                start = time.monotonic()
-                loss = self._one_step(indices)
-                self.step += 1
-                self.elapsed += time.monotonic() - start
-                if on_step is not None:
-                    on_step(Progress(self.step, plan.steps, loss, None if self.ledger is None else self.ledger.epsilon(UNIT),
-                                     self.elapsed))
-                if self.step % self.checkpoint_every == 0 and self.step < plan.steps:
-                    self.checkpoint()
+        self.loop.run(step, on_step)
         self.model.eval()
         if self.ledger is not None:
             self._check_against_opacus()
