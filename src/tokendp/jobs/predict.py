@@ -26,8 +26,6 @@ Calibration: given epsilon, beta = pmixed_beta(epsilon, alpha, N, q, T, delta).
 from __future__ import annotations
 
 import math
-import sys
-import types
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -302,13 +300,3 @@ def _stop_message(queries: int, answered: int, total: int) -> str:
     return (f"budget exhausted: all {queries} predicted tokens (queries) are spent; {answered} of {total} "
             "prompts were answered in full, the rest are cut where the budget ran out. Another run spends "
             "another epsilon per shard on top of this one (guarantees compose): plan a larger --queries up front.")
-
-
-class _CallableModule(types.ModuleType):
-    """``tokendp.predict`` is both this module and the function."""
-
-    def __call__(self, prompts: Sequence[str] | str, **kwargs: Any) -> PredictResult:
-        return predict(prompts, **kwargs)
-
-
-sys.modules[__name__].__class__ = _CallableModule

@@ -52,8 +52,6 @@ from __future__ import annotations
 
 import functools
 import math
-import sys
-import types
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -547,14 +545,3 @@ def reference_batches(references: Sequence[str], *, batch_size: int, num: int | 
 def _topk_plus_mean(out: Generated) -> float | None:
     size = out.diagnostics.get("topk_plus_size")
     return None if size is None else float(size.float().mean())
-
-
-class _CallableModule(types.ModuleType):
-    """``tokendp.synthesize`` is both this module and the function: importing the module as an
-    attribute of the package (which Python does on first import) must not break the call."""
-
-    def __call__(self, references: Sequence[str], **kwargs: Any) -> list[SyntheticText]:
-        return synthesize(references, **kwargs)
-
-
-sys.modules[__name__].__class__ = _CallableModule

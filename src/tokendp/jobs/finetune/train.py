@@ -36,7 +36,7 @@ import torch
 
 from tokendp.accounting import INTEGER_ORDERS, Ledger, SubsampledGaussianEvent
 from tokendp.errors import TokenDPError
-from tokendp.finetune.data import Record, pad_batch
+from tokendp.jobs.finetune.data import Record, pad_batch
 
 CHECKPOINT = ".checkpoint.pt"
 UNIT = "record"

@@ -19,8 +19,6 @@ output does not depend on any private token: epsilon 0 for every group.
 from __future__ import annotations
 
 import math
-import sys
-import types
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -30,7 +28,7 @@ from tokendp.backends import HFBackend, load_backend
 from tokendp.errors import InvalidInputError, InvalidParameterError
 from tokendp.fusion import (Budget, Decoding, FusionReport, Method, PreparedFusion, TextResult, check_fits_untagged,
                             check_params, prepare_documents, run_fusion, spans_of)
-from tokendp.fusion import choose_alpha  # noqa: F401 (re-exported: tokendp.sanitize.choose_alpha)
+from tokendp.fusion import choose_alpha  # noqa: F401 (re-exported: tokendp.jobs.sanitize.choose_alpha)
 from tokendp.text.contexts import DocumentContexts, GroupSpec, build_contexts, placeholder_id, prompt_template
 from tokendp.text.spans import Span
 
@@ -200,14 +198,3 @@ def _guarantee(method: str, limit: int) -> str:
     return (f"(epsilon_i, delta)-DP per privacy group i, for documents that differ only in group i's "
             f"span tokens, over all {limit} possible generated tokens (DP-Fusion's RDP bound: "
             "tokendp.accounting.dp_fusion_epsilon, proof in docs/privacy.md)")
-
-
-class _CallableModule(types.ModuleType):
-    """``tokendp.sanitize`` is both this module and the function: importing the module as an
-    attribute of the package (which Python does on first import) must not break the call."""
-
-    def __call__(self, text: str, **kwargs: Any) -> SanitizeResult:
-        return sanitize(text, **kwargs)
-
-
-sys.modules[__name__].__class__ = _CallableModule

@@ -22,8 +22,6 @@ it depend on the chunks' lengths): a prompt that leaves no room for T tokens is 
 
 from __future__ import annotations
 
-import sys
-import types
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -136,7 +134,7 @@ def generate_batch(
             (in the local cache), an ``HFBackend``, or None for the embedded default model.
         method: ``"dp-fusion"`` (private), ``"original"`` (everything visible, no guarantee),
             ``"public"`` (every span hidden and every chunk withheld: epsilon 0).
-        alpha, beta, epsilon, delta, groups: as for :func:`tokendp.sanitize.sanitize_batch`;
+        alpha, beta, epsilon, delta, groups: as for :func:`tokendp.jobs.sanitize.sanitize_batch`;
             a mapping names span groups and untrusted chunks (``{"PERSON": 4, "untrusted-1": 1}``).
         max_new_tokens: T, fixed before generation and counted in full (default 128); the
             prompt with its documents must leave room for it in the model's context.
@@ -157,7 +155,7 @@ def generate_batch(
         question: where the prompt goes: after the documents (``"last"``), before them
             (``"first"``) or both; public layout, no effect on the guarantee.
         stop, on_overlap, device, dtype, on_token, no_repeat_ngram_size, repetition_penalty,
-            speculative, draft_tokens, diagnostics: as for :func:`tokendp.sanitize.sanitize_batch`
+            speculative, draft_tokens, diagnostics: as for :func:`tokendp.jobs.sanitize.sanitize_batch`
             (drafts come from the public row: the prompt, trusted text and stand-ins; the
             diagnostics, computed from the chunks too, are never in the report).
     """
@@ -280,13 +278,3 @@ def _guarantee(method: str, limit: int) -> str:
             "against the prompt with group i's spans hidden; for an untrusted chunk, against the prompt with "
             "that chunk withheld, whatever the chunk says (DP-Fusion's RDP bound: "
             "tokendp.accounting.dp_fusion_epsilon, proof in docs/privacy.md)")
-
-
-class _CallableModule(types.ModuleType):
-    """``tokendp.generate`` is both this module and the function."""
-
-    def __call__(self, prompt: str, **kwargs: Any) -> GenerateResult:
-        return generate(prompt, **kwargs)
-
-
-sys.modules[__name__].__class__ = _CallableModule
