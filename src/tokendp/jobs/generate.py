@@ -97,19 +97,38 @@ def _chunks(untrusted: str | Sequence[str] | None) -> list[str]:
     return [] if untrusted is None else [untrusted] if isinstance(untrusted, str) else list(untrusted)
 
 
-def generate(prompt: str, *, context: str | Sequence[str] | None = None,
-             spans: Spans | Sequence[Spans | None] | None = None, untrusted: str | Sequence[str] | None = None,
-             **kwargs: Any) -> GenerateResult:
-    """Answer one prompt; ``context`` is one document (``spans`` its spans) or a list (``spans``
-    one list or None per document). See :func:`generate_batch` for every parameter."""
-    return generate_batch([prompt], context=[context], spans=[spans], untrusted=[untrusted], **kwargs)[0]
+def generate(
+    prompt: str, *, context: str | Sequence[str] | None = None, spans: Spans | Sequence[Spans | None] | None = None,
+    untrusted: str | Sequence[str] | None = None, tagger: str | Any = "auto",
+    model: str | Path | HFBackend | Any | None = None, tokenizer: Any = None, method: Method = "dp-fusion",
+    alpha: float | None = None, beta: Budget = None, epsilon: Budget = None, delta: float = 1e-5,
+    groups: GroupSpec = "by-label", max_new_tokens: int = DEFAULT_MAX_NEW_TOKENS, temperature: float = 0.7,
+    seed: int | None = None, instruction: str = DEFAULT_GENERATE_INSTRUCTION, template: str | None = None,
+    placeholder: str | None = None, stand_in: str = STAND_IN, max_untrusted_tokens: int | None = None,
+    question: QuestionPlace = "last", stop: Sequence[str] = (), on_overlap: Literal["merge", "error"] = "merge",
+    device: str | None = None, dtype: str | None = None, on_token: Callable[[int, int], None] | None = None,
+    no_repeat_ngram_size: int = 0, repetition_penalty: float = 1.0,
+    speculative: bool | None = None, draft_tokens: int = 4, diagnostics: bool = False,
+) -> GenerateResult:
+    """Answer one prompt (``tokendp.generate``); ``context`` is one document (``spans`` its spans)
+    or a list (``spans`` one list or None per document). Every other parameter is as for
+    :func:`generate_batch`, which this calls with a batch of one (``on_token`` gets prompt index 0)."""
+    return generate_batch(
+        [prompt], context=[context], spans=[spans], untrusted=[untrusted], tagger=tagger, model=model,
+        tokenizer=tokenizer, method=method, alpha=alpha, beta=beta, epsilon=epsilon, delta=delta, groups=groups,
+        max_new_tokens=max_new_tokens, temperature=temperature, seed=seed, instruction=instruction,
+        template=template, placeholder=placeholder, stand_in=stand_in, max_untrusted_tokens=max_untrusted_tokens,
+        question=question, stop=stop, on_overlap=on_overlap, device=device, dtype=dtype, on_token=on_token,
+        no_repeat_ngram_size=no_repeat_ngram_size, repetition_penalty=repetition_penalty, speculative=speculative,
+        draft_tokens=draft_tokens, diagnostics=diagnostics)[0]
 
 
 def generate_batch(
     prompts: Sequence[str], *, context: Sequence[str | Sequence[str] | None] | None = None,
     spans: Sequence[Spans | Sequence[Spans | None] | None] | None = None,
     untrusted: Sequence[str | Sequence[str] | None] | None = None, tagger: str | Any = "auto",
-    model: str | Path | HFBackend | None = None, method: Method = "dp-fusion", alpha: float | None = None,
+    model: str | Path | HFBackend | Any | None = None, tokenizer: Any = None, method: Method = "dp-fusion",
+    alpha: float | None = None,
     beta: Budget = None, epsilon: Budget = None, delta: float = 1e-5, groups: GroupSpec = "by-label",
     max_new_tokens: int = DEFAULT_MAX_NEW_TOKENS, temperature: float = 0.7, seed: int | None = None,
     instruction: str = DEFAULT_GENERATE_INSTRUCTION, template: str | None = None, placeholder: str | None = None,
@@ -131,7 +150,10 @@ def generate_batch(
             its own privacy group ``untrusted-j``, read only by its own row.
         tagger: a tagger name for ``tokendp.text.taggers.get_tagger`` or an object with ``tag``.
         model: a name (``"smollm2"``, ``"rewriter"``, ``"tiny"``), a model directory, a hub id
-            (in the local cache), an ``HFBackend``, or None for the embedded default model.
+            (in the local cache), an ``HFBackend``, None for the embedded default model, or a
+            transformers causal LM or peft ``PeftModel`` object, on any device and in any dtype
+            (as for :func:`tokendp.jobs.sanitize.sanitize_batch`).
+        tokenizer: the model object's tokenizer (only with a model object).
         method: ``"dp-fusion"`` (private), ``"original"`` (everything visible, no guarantee),
             ``"public"`` (every span hidden and every chunk withheld: epsilon 0).
         alpha, beta, epsilon, delta, groups: as for :func:`tokendp.jobs.sanitize.sanitize_batch`;
@@ -160,7 +182,8 @@ def generate_batch(
             diagnostics, computed from the chunks too, are never in the report).
     """
     prepared = prepare_generate(
-        prompts, context=context, spans=spans, untrusted=untrusted, tagger=tagger, model=model, method=method,
+        prompts, context=context, spans=spans, untrusted=untrusted, tagger=tagger, model=model, tokenizer=tokenizer,
+        method=method,
         alpha=alpha, beta=beta, epsilon=epsilon, delta=delta, groups=groups, max_new_tokens=max_new_tokens,
         temperature=temperature, instruction=instruction, template=template, placeholder=placeholder,
         stand_in=stand_in, max_untrusted_tokens=max_untrusted_tokens, question=question, stop=stop,
@@ -180,7 +203,8 @@ def prepare_generate(
     prompts: Sequence[str], *, context: Sequence[str | Sequence[str] | None] | None = None,
     spans: Sequence[Spans | Sequence[Spans | None] | None] | None = None,
     untrusted: Sequence[str | Sequence[str] | None] | None = None, tagger: str | Any = "auto",
-    model: str | Path | HFBackend | None = None, method: Method = "dp-fusion", alpha: float | None = None,
+    model: str | Path | HFBackend | Any | None = None, tokenizer: Any = None, method: Method = "dp-fusion",
+    alpha: float | None = None,
     beta: Budget = None, epsilon: Budget = None, delta: float = 1e-5, groups: GroupSpec = "by-label",
     max_new_tokens: int = DEFAULT_MAX_NEW_TOKENS, temperature: float = 0.7,
     instruction: str = DEFAULT_GENERATE_INSTRUCTION, template: str | None = None, placeholder: str | None = None,
@@ -210,7 +234,7 @@ def prepare_generate(
         from tokendp.text.taggers import get_tagger  # before the model: a missing package fails at once
 
         tagger = get_tagger(tagger) if isinstance(tagger, str) else tagger
-    backend = load_backend(model, device=device, dtype=dtype)
+    backend = load_backend(model, tokenizer=tokenizer, device=device, dtype=dtype)
     tok, opts = backend.tokenizer, backend.options
     if template is None and not getattr(tok, "chat_template", None):
         template = PLAIN_QA_TEMPLATE
