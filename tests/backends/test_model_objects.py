@@ -83,6 +83,16 @@ def test_any_dtype_and_an_explicit_device_cast(lm):
     assert next(backend.model.parameters()).dtype == torch.bfloat16
 
 
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_a_model_on_the_gpu_runs_where_it_is(lm):
+    gpu = lm.to("cuda", torch.bfloat16)
+    backend = load_backend(gpu, tokenizer=tinylm.tokenizer())
+    assert backend.device.type == "cuda"
+    res = tokendp.sanitize(LETTER, spans=SPANS, model=gpu, tokenizer=tinylm.tokenizer(), beta=0.1,
+                           max_new_tokens=3, seed=0, **MASKED)
+    assert res.report.tokens_generated >= 1 and next(gpu.parameters()).device.type == "cuda"
+
+
 def test_generate_synthesize_and_predict_take_model_objects(lm):
     tok = tinylm.tokenizer()
     ans = tokendp.generate("Where does he live?", context=LETTER, spans=SPANS, model=lm, tokenizer=tok, beta=0.1,
