@@ -117,14 +117,14 @@ def _tokenizer_for(model: Any) -> Any:
     from transformers import AutoTokenizer
 
     path = getattr(getattr(model, "config", None), "_name_or_path", "")
-    if isinstance(path, (str, Path)) and str(path):
-        try:
-            return AutoTokenizer.from_pretrained(str(path))
-        except (OSError, ValueError):
-            pass
-    raise InvalidParameterError(
-        f"a model object needs its tokenizer: pass tokenizer= (no tokenizer is saved at the model's "
-        f"name_or_path {model_label(model)!r})")
+    if not (isinstance(path, (str, Path)) and str(path)):
+        raise InvalidParameterError("a model object needs its tokenizer: pass tokenizer= (the model has no "
+                                    "name_or_path to load one from)")
+    try:
+        return AutoTokenizer.from_pretrained(str(path))
+    except (OSError, ValueError):
+        raise InvalidParameterError(f"a model object needs its tokenizer: pass tokenizer= (none is saved at the "
+                                    f"model's name_or_path {str(path)!r})") from None
 
 
 def _first_time(model: Any) -> bool:
