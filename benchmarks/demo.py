@@ -69,7 +69,7 @@ def floor(tokens: int, repeats: int) -> float:
     from tokendp.fusion import FusionJob
     from tokendp.generation import generate, make_generator
     from tokendp.mechanisms import MechanismStep
-    from tokendp.sanitize import prepare_sanitize
+    from tokendp.jobs.sanitize import prepare_sanitize
 
     spans = json.loads((ROOT / "examples" / "letter.spans.json").read_text())
     prepared = prepare_sanitize([(ROOT / "examples" / "letter.txt").read_text()], spans=[spans], model="rewriter",

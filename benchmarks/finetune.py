@@ -4,7 +4,7 @@ same model and batch, with Opacus's per-sample gradients by hooks and by functor
 Setting: the embedded ``tiny`` model (4.5M parameters, every weight trained, tied embeddings),
 ``--batch`` records of ``--tokens`` tokens, AdamW, float32 on CPU. Each mode runs ``--steps``
 steps after one warm-up step, interleaved over ``--repeats`` rounds; the best round counts.
-A step is the trainer's own (:class:`tokendp.finetune.train.Trainer`): forward, backward, and for
+A step is the trainer's own (:class:`tokendp.jobs.finetune.train.Trainer`): forward, backward, and for
 the DP modes per-sample gradients, clipping, noise, the ledger charge. ATDP differs from DP-SGD
 only in its loss weights and its sigma, which cost nothing, so ``atdp`` and ``dpsgd`` share the
 per-sample-gradient mode. Ghost clipping is not measured: Opacus 1.6 refuses tied parameters
@@ -25,9 +25,9 @@ from pathlib import Path
 
 import torch
 
-from tokendp.finetune.data import Record
-from tokendp.finetune.run import load_base
-from tokendp.finetune.train import Plan, Trainer
+from tokendp.jobs.finetune.data import Record
+from tokendp.jobs.finetune.run import load_base
+from tokendp.jobs.finetune.train import Plan, Trainer
 
 
 def _trainer(mode: str, records: list[Record], batch: int, steps: int) -> Trainer:

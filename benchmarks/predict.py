@@ -105,7 +105,7 @@ def main() -> None:
     keep_freed_memory()
 
     from tokendp.backends import HFBackend, Row, RowSequence
-    from tokendp.predict import load_ensemble, predict, prompt_rows
+    from tokendp.jobs.predict import load_ensemble, predict, prompt_rows
 
     if args.ensemble is not None:
         root = args.ensemble

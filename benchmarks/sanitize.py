@@ -178,7 +178,7 @@ def main() -> None:
     from tokendp.backends import HFBackend, RowSequence, load_backend
     from tokendp.generation import generate, make_generator
     from tokendp.mechanisms import MechanismStep
-    from tokendp.sanitize import sanitize_batch
+    from tokendp.jobs.sanitize import sanitize_batch
     from tokendp.text.contexts import build_contexts, placeholder_id, prompt_template
     from tokendp.text.spans import Span
 

@@ -83,7 +83,7 @@ def main() -> None:
     keep_freed_memory()  # as the tokendp command does
 
     from tokendp.backends import load_backend
-    from tokendp.sanitize import sanitize_batch
+    from tokendp.jobs.sanitize import sanitize_batch
 
     backend = load_backend(args.model)
     counter = PassCounter(backend)

@@ -93,7 +93,7 @@ def main() -> None:
     torch.set_num_threads(args.threads)
     keep_freed_memory()  # as the tokendp command does (tokendp.malloc); both sides of the ratio alike
 
-    from tokendp.synthesize import batch_rows, partition, synthesize
+    from tokendp.jobs.synthesize import batch_rows, partition, synthesize
     from tokendp.text.prompt_pair import synthesis_prompts
 
     backend = load_backend(args.large, args.device)

@@ -16,7 +16,7 @@ from tokendp.accounting import dp_fusion_epsilon, dp_fusion_rdp_per_token
 from tokendp.backends import HFBackend
 from tokendp.errors import InvalidInputError, InvalidParameterError
 from tokendp.fusion import FusionJob
-from tokendp.generate import generate, generate_batch
+from tokendp.jobs.generate import generate, generate_batch
 from tokendp.mechanisms import MechanismStep
 from tokendp.text.prompts import STAND_IN
 from tokendp.text.spans import Span

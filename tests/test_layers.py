@@ -20,7 +20,7 @@ RANK = {
     "mechanisms": 4, "backends": 4, "sampling": 4, "logits_processors": 4, "drafts": 4, "training": 4,
     "generation": 5, "ensemble": 5,
     "fusion": 6,
-    "sanitize": 7, "synthesize": 7, "predict": 7, "finetune": 7, "generate": 7,
+    "jobs": 7,
     "eval": 8,
     "service": 9, "engines": 9,
     "cli": 10, "__main__": 11,

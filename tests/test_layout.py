@@ -96,7 +96,7 @@ def _same_rows(backend, seqs, keep):
 
 
 def test_a_longer_reference_changes_no_other_row_of_its_batch(backend):
-    from tokendp.synthesize import batch_rows
+    from tokendp.jobs.synthesize import batch_rows
     from tokendp.text.prompt_pair import synthesis_prompts
 
     tok = tinylm.tokenizer(chat=True)

@@ -11,7 +11,7 @@ import tinylm
 import tokendp
 from tokendp.accounting import pmixed_beta, pmixed_epsilon
 from tokendp.errors import InvalidInputError, InvalidParameterError
-from tokendp.predict import load_ensemble, predict, prompt_rows
+from tokendp.jobs.predict import load_ensemble, predict, prompt_rows
 
 PROMPTS = ["The court held", "Dear Dr Helen"]
 
@@ -63,7 +63,7 @@ def test_predict_is_reproducible_with_a_seed_and_beta_mode(ens, backend):
 def test_beta_zero_is_the_public_model(ens, backend, monkeypatch):
     """beta = 0 mixes every member fully into the public row: each step's distribution is the
     base model's (row 0), and epsilon is 0."""
-    import tokendp.predict as mod
+    import tokendp.jobs.predict as mod
 
     real, checked = mod._Job.step, []
 
@@ -103,7 +103,7 @@ def test_sequential_prompts_share_the_budget(ens, backend):
 def test_every_token_is_charged_before_release(ens, backend, monkeypatch):
     """The ledger holds exactly T tokens: with one prompt and max_new_tokens = T, T tokens are charged
     and the certified epsilon equals the ledger's."""
-    import tokendp.predict as mod
+    import tokendp.jobs.predict as mod
 
     seen = {}
     real = mod._Job.charge
@@ -159,7 +159,7 @@ def test_a_member_trained_on_nothing_reads_exactly_the_public_row(tmp_path, monk
 
     from peft import get_peft_model
 
-    import tokendp.predict as mod
+    import tokendp.jobs.predict as mod
 
     ens = tinylm.ensemble_dir(3)
     shutil.rmtree(ens / "shard-001")

@@ -10,7 +10,7 @@ import tinylm
 from tokendp.accounting import dp_fusion_epsilon
 from tokendp.backends import HFBackend
 from tokendp.errors import InvalidInputError, InvalidParameterError
-from tokendp.sanitize import choose_alpha, sanitize, sanitize_batch
+from tokendp.jobs.sanitize import choose_alpha, sanitize, sanitize_batch
 from tokendp.text.spans import Span
 
 OPTIONS = {"prompt_template": "<|doc|>{document}<|rewrite|>", "placeholder": "<|mask|>"}

@@ -15,7 +15,7 @@ from tokendp.accounting import (amin_epsilon, amin_switch_clip, amin_switch_epsi
                                 invisibleink_epsilon, zcdp_to_epsilon)
 from tokendp.backends import HFBackend
 from tokendp.errors import InvalidInputError, InvalidParameterError
-from tokendp.synthesize import ReferenceBatch, Synthesizer, batch_rows, partition, rho_per_token, synthesize
+from tokendp.jobs.synthesize import ReferenceBatch, Synthesizer, batch_rows, partition, rho_per_token, synthesize
 from tokendp.text.prompt_pair import synthesis_prompts
 
 REFS = [f"Patient {i} was admitted to St James's on {i} June with chest pain." for i in range(10)]
@@ -249,7 +249,7 @@ def test_dclip_and_top_k_plus_depend_on_public_logits_as_documented():
 
 def test_ledger_of_the_job_admits_exactly_max_tokens_tokens():
     from tokendp.errors import BudgetExceededError
-    from tokendp.synthesize import _Job, calibrate_clip
+    from tokendp.jobs.synthesize import _Job, calibrate_clip
 
     for method in ("invisibleink", "amin"):
         clip = calibrate_clip(method=method, epsilon=2.0, delta=1e-6, batch_size=4, temperature=1.0, max_tokens=20)
@@ -294,7 +294,7 @@ def test_switch_that_never_fires_gives_text_that_ignores_the_references(backend)
 
 def test_switch_job_charges_its_worst_case_before_the_first_token():
     from tokendp.errors import BudgetExceededError
-    from tokendp.synthesize import Switch, _Job, calibrate_clip, certified_epsilon
+    from tokendp.jobs.synthesize import Switch, _Job, calibrate_clip, certified_epsilon
 
     switch = Switch(svt_epsilon=0.5, max_private_tokens=3)
     params = dict(method="amin", delta=1e-6, batch_size=4, temperature=1.0, max_tokens=12, switch=switch)

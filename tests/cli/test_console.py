@@ -58,7 +58,7 @@ def test_piped_output_has_notes_only_no_bar_or_library_noise():
 
 
 def test_the_first_line_comes_before_the_model_loads(monkeypatch):
-    import tokendp.sanitize as library
+    import tokendp.jobs.sanitize as library
 
     real = library.load_backend
 

@@ -100,7 +100,7 @@ def test_write_results_checks_matplotlib_before_writing(monkeypatch, tmp_path):
 @pytest.mark.parametrize("tagger,extra", [("presidio", 'pip install "tokendp[presidio]"'),
                                           ("spacy", "pip install spacy")])
 def test_sanitize_with_a_missing_tagger_exits_2_before_loading_the_model(monkeypatch, tmp_path, tagger, extra):
-    import tokendp.sanitize as sanitize_module
+    import tokendp.jobs.sanitize as sanitize_module
 
     calls: list[str] = []
     _forbid(monkeypatch, sanitize_module, "load_backend", calls)

@@ -13,7 +13,7 @@ from tokendp.backends import HFBackend
 from tokendp.cli import main
 from tokendp.engines import plan_batches, synthesize_corpus
 from tokendp.errors import InvalidInputError
-from tokendp.synthesize import synthesize
+from tokendp.jobs.synthesize import synthesize
 
 from .corpora import (assert_disjoint_batches, interrupt_after, model_dir, read_output, references, write_jsonl,
                       write_parquet)

@@ -185,7 +185,7 @@ def test_an_added_adapter_reuses_the_cached_methods(ens, heldout, tmp_path, monk
 def _finetuned(tmp_path, method="dpsgd", epsilon=8.0):
     """A `tokendp finetune` run on the tiny base with the ensemble's LoRA layout (r 4, alpha 32)."""
     pytest.importorskip("opacus")
-    from tokendp.finetune import FinetuneConfig, finetune
+    from tokendp.jobs.finetune import FinetuneConfig, finetune
 
     private = {"epsilon": epsilon, "noise_seed": 0} if method != "none" else {}
     config = FinetuneConfig(method=method, steps=2, batch_size=4, lora_r=4, lora_alpha=32.0, lr=0.05,

@@ -14,9 +14,9 @@ from tokendp.errors import InvalidInputError, InvalidParameterError
 
 pytest.importorskip("opacus")
 
-from tokendp.finetune import FinetuneConfig, finetune  # noqa: E402
-from tokendp.finetune.data import build_records, paper_weight, token_weights  # noqa: E402
-from tokendp.finetune.train import weighted_loss  # noqa: E402
+from tokendp.jobs.finetune import FinetuneConfig, finetune  # noqa: E402
+from tokendp.jobs.finetune.data import build_records, paper_weight, token_weights  # noqa: E402
+from tokendp.jobs.finetune.train import weighted_loss  # noqa: E402
 from tokendp.text.spans import Span  # noqa: E402
 
 SECRET = "Zebulon Quartermaine"  # a "private" string that must never reach a message or report
@@ -167,7 +167,7 @@ def test_weights_mark_sensitive_tokens_and_w_one_is_the_plain_loss():
     assert token_weights(offsets, [], 0.5) == (0.5,) * len(offsets)
     model = tinylm.model()
     plain = build_records([text], tok, max_length=512)
-    from tokendp.finetune.data import pad_batch
+    from tokendp.jobs.finetune.data import pad_batch
 
     batch = pad_batch(plain, 0)
     with torch.no_grad():

@@ -8,7 +8,7 @@ from types import SimpleNamespace
 import pytest
 
 from tokendp.fusion import PreparedFusion
-from tokendp.sanitize import prepare_sanitize
+from tokendp.jobs.sanitize import prepare_sanitize
 from tokendp.service.batching import Job, batches
 from tokendp.service.plans import Plan, charges_of
 

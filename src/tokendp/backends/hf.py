@@ -28,7 +28,9 @@ from __future__ import annotations
 import functools
 import inspect
 import json
+import logging
 import warnings
+import weakref
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -42,6 +44,112 @@ from tokendp.errors import InvalidInputError, InvalidParameterError
 _DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
 OPTIONS_FILE = "tokendp.json"
 BASE_ADAPTER = "__base__"  # peft's name for "no adapter" in a mixed batch
+log = logging.getLogger("tokendp")
+_WARNED: weakref.WeakSet = weakref.WeakSet()  # model objects whose fallbacks were reported once
+
+
+# ---------------------------------------------------------------------------- model objects
+def is_model_object(model: Any) -> bool:
+    """Whether ``model`` is a loaded model (a torch module: transformers, peft) rather than a name."""
+    return isinstance(model, torch.nn.Module)
+
+
+def model_label(model: Any) -> str:
+    """How reports name ``model``: an HFBackend's name, a string or path as given, a model
+    object's ``name_or_path`` or else its class name. Never a repr (it can run to pages)."""
+    if isinstance(model, HFBackend):
+        return model.name
+    if isinstance(model, (str, Path)):
+        return str(model)
+    config = getattr(model, "config", None)
+    path = getattr(config, "_name_or_path", "") if config is not None else ""
+    if isinstance(path, (str, Path)) and str(path):
+        return str(path)
+    base = model.get_base_model() if hasattr(model, "get_base_model") else model
+    return type(base).__name__
+
+
+def check_model_object(model: Any) -> None:
+    """Refuse what is not a causal LM with an LM head; messages name the type only."""
+    kind = type(model).__name__
+    if not is_model_object(model) or getattr(model, "config", None) is None:
+        raise InvalidParameterError(
+            f"model must be a name, a model directory, a hub id, an HFBackend, or a transformers/peft model "
+            f"object; got an object of type {kind}")
+    try:
+        head = model.get_output_embeddings()
+    except (AttributeError, NotImplementedError):
+        head = None
+    if head is None or getattr(head, "weight", None) is None:
+        raise InvalidParameterError(
+            f"the model object ({kind}) has no language-model head: load it with "
+            "AutoModelForCausalLM (or wrap such a model with peft)")
+
+
+def check_tokenizer(tokenizer: Any) -> None:
+    """Refuse a tokenizer the jobs cannot use (they call it, ``decode`` and ``convert_tokens_to_ids``)."""
+    from transformers import PreTrainedTokenizerBase
+
+    if not isinstance(tokenizer, PreTrainedTokenizerBase):
+        raise InvalidParameterError(
+            f"tokenizer must be a transformers tokenizer (AutoTokenizer.from_pretrained(...)), got an object "
+            f"of type {type(tokenizer).__name__}")
+
+
+def _input_device(model: Any) -> torch.device:
+    """Where input ids go: the input embedding's device (the first device of a model spread over
+    several), else the first parameter's."""
+    try:
+        return model.get_input_embeddings().weight.device
+    except (AttributeError, NotImplementedError):
+        return next(model.parameters()).device
+
+
+def _local_folder(model: Any) -> Path | None:
+    """The model's ``name_or_path`` when it is a local directory (where tokendp.json may lie)."""
+    path = getattr(getattr(model, "config", None), "_name_or_path", "")
+    if isinstance(path, (str, Path)) and str(path) and Path(path).is_dir():
+        return Path(path)
+    return None
+
+
+def _tokenizer_for(model: Any) -> Any:
+    from transformers import AutoTokenizer
+
+    path = getattr(getattr(model, "config", None), "_name_or_path", "")
+    if not (isinstance(path, (str, Path)) and str(path)):
+        raise InvalidParameterError("a model object needs its tokenizer: pass tokenizer= (the model has no "
+                                    "name_or_path to load one from)")
+    try:
+        return AutoTokenizer.from_pretrained(str(path))
+    except (OSError, ValueError):
+        raise InvalidParameterError(f"a model object needs its tokenizer: pass tokenizer= (none is saved at the "
+                                    f"model's name_or_path {str(path)!r})") from None
+
+
+def _first_time(model: Any) -> bool:
+    try:
+        if model in _WARNED:
+            return False
+        _WARNED.add(model)
+    except TypeError:  # not weak-referenceable: report every time
+        pass
+    return True
+
+
+def describe_defaults(backend: HFBackend) -> str:
+    """One line on what the jobs use for a model without ``tokendp.json``: public settings only
+    (the model's name, the template's kind, the placeholder, the stop tokens), never text."""
+    from tokendp.text.contexts import DEFAULT_PLACEHOLDER
+
+    chat = bool(getattr(backend.tokenizer, "chat_template", None))
+    eos = [backend.tokenizer.convert_ids_to_tokens(i) for i in backend.eos_token_ids]
+    template = ("the tokenizer's chat template" if chat else
+                "tokendp's plain templates (the tokenizer has no chat template)")
+    return (f"tokendp: model {backend.name!r} has no {OPTIONS_FILE} (prompt template, placeholder, stop strings); "
+            f"the jobs prompt it through {template}, use the placeholder {DEFAULT_PLACEHOLDER!r} and stop at the "
+            f"EOS tokens {eos or 'none'}: pass template=, placeholder= and stop= (or put a {OPTIONS_FILE} "
+            "beside the model's weights) to choose")
 
 
 def cache_keyword(model: Any) -> str:
@@ -91,18 +199,56 @@ class DecodeState:
 class HFBackend:
     """A causal LM from transformers: ``prefill`` the rows, then ``decode`` token by token.
 
-    Build it with :meth:`load` (a local directory or a hub id) or directly from a loaded
-    model and tokenizer. The model is put in ``eval()`` mode and every pass runs under
-    ``torch.inference_mode``.
+    Build it with :meth:`load` (a local directory or a hub id), with :meth:`from_model` (a
+    transformers or peft model object, checked, with its tokendp.json when one lies beside its
+    weights), or directly from a loaded model and tokenizer. The model is put in ``eval()`` mode
+    and every pass runs under ``torch.inference_mode``.
     """
 
-    def __init__(self, model: Any, tokenizer: Any, *, name: str = "", options: dict | None = None) -> None:
+    def __init__(self, model: Any, tokenizer: Any, *, name: str = "", options: dict | None = None,
+                 as_given: bool = False) -> None:
         self.model = model.eval()
         self.tokenizer = tokenizer
-        self.name = name or str(getattr(model.config, "_name_or_path", "") or type(model).__name__)
+        self.name = name or model_label(model)
         self.options = dict(options or {})
-        self.device = next(model.parameters()).device
+        self.device = _input_device(model)
+        # True: rows that name no adapter run the model as given (a PeftModel with its active
+        # adapters); False: in a model with adapters they read the base model, as the public row of
+        # a mixed adapter batch (PMixED) must
+        self.as_given = as_given
         self._zero: tuple[tuple[str, ...], tuple[str, ...]] | None = None  # (adapters, zero_adapters())
+
+    @classmethod
+    def from_model(cls, model: Any, tokenizer: Any = None, *, device: str | torch.device | None = None,
+                   dtype: str | torch.dtype | None = None, name: str | None = None,
+                   as_given: bool = True) -> HFBackend:
+        """A backend for a model object: a transformers causal LM (``PreTrainedModel`` with an LM
+        head) or a peft ``PeftModel`` around one, on any device and in any dtype, with its
+        ``tokenizer`` (default: the tokenizer saved beside the model's weights, when its
+        ``name_or_path`` is a local directory or a cached hub id).
+
+        The model is used in place: put in ``eval()`` mode, and moved or cast (``model.to``)
+        only when ``device`` or ``dtype`` is given. ``tokendp.json`` (prompt template,
+        placeholder, stop strings) is read from the model's ``name_or_path`` directory when there
+        is one; otherwise the jobs fall back to the tokenizer's chat template and say so once
+        per model in a warning on the ``tokendp`` logger (:func:`describe_defaults`).
+        ``as_given`` (default True): a PeftModel runs with its active adapters; False: rows
+        without an adapter read the base model (a mixed adapter batch, as PMixED's).
+        """
+        check_model_object(model)
+        tokenizer = _tokenizer_for(model) if tokenizer is None else tokenizer
+        check_tokenizer(tokenizer)
+        if device is not None or dtype is not None:
+            target = resolve_device(device) if device is not None else _input_device(model)
+            model = model.to(device=target, dtype=None if dtype is None else resolve_dtype(dtype, target))
+        folder = _local_folder(model)
+        options_path = None if folder is None else folder / OPTIONS_FILE
+        found = options_path is not None and options_path.is_file()
+        options = json.loads(options_path.read_text(encoding="utf-8")) if found else {}
+        backend = cls(model, tokenizer, name=name or model_label(model), options=options, as_given=as_given)
+        if not found and _first_time(model):
+            log.warning("%s", describe_defaults(backend))
+        return backend
 
     @property
     def adapters(self) -> tuple[str, ...]:
@@ -260,6 +406,12 @@ class HFBackend:
                     f"rows read with LoRA adapters ({', '.join(sorted(wanted))}) but the model has none loaded; "
                     "load them with HFBackend.load(..., adapters=) or add_adapters")
             return None
+        if self.as_given:
+            if wanted:
+                raise InvalidInputError(
+                    "rows name LoRA adapters, but this backend runs the model as given (with its active "
+                    "adapters); build HFBackend(model, tokenizer) for a mixed adapter batch")
+            return None  # no adapter_names: peft runs its active adapters
         unknown = wanted - set(loaded)
         if unknown:
             raise InvalidInputError(
@@ -455,13 +607,22 @@ def _load_named(name: str, device: str | None, dtype: str | None) -> HFBackend:
     return load_named_model(name, device=device, dtype=dtype)
 
 
-def load_backend(model: str | Path | HFBackend | None = None, *, device: str | None = None,
-                 dtype: str | None = None) -> HFBackend:
-    """A backend for ``model``: an HFBackend (returned as is), a registered name (``rewriter``,
-    ``smollm2``, ``tiny``; see :mod:`tokendp.models.registry`), a local directory, a hub id, or
-    None for the embedded default model (``tiny``). The last two loaded are cached."""
+def load_backend(model: str | Path | HFBackend | Any | None = None, *, tokenizer: Any = None,
+                 device: str | torch.device | None = None, dtype: str | torch.dtype | None = None) -> HFBackend:
+    """A backend for ``model``: an HFBackend (returned as is), a transformers causal LM or peft
+    model object with its ``tokenizer`` (:meth:`HFBackend.from_model`: run as given, in place), a
+    registered name (``rewriter``, ``smollm2``, ``tiny``; see :mod:`tokendp.models.registry`), a
+    local directory, a hub id, or None for the embedded default model (``tiny``). The last two
+    loaded by name are cached."""
+    if is_model_object(model):
+        return HFBackend.from_model(model, tokenizer, device=device, dtype=dtype)
+    if tokenizer is not None:
+        raise InvalidParameterError("tokenizer= goes with a model object; a model given by name, directory or "
+                                    "HFBackend brings its own tokenizer")
     if isinstance(model, HFBackend):
         return model
+    if model is not None and not isinstance(model, (str, Path)):
+        check_model_object(model)  # raises, naming the type only
     from tokendp.models.registry import is_model_name
 
     if is_model_name(model):

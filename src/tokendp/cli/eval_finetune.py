@@ -33,7 +33,7 @@ def eval_exposure(model_dir, canaries_file, method, samples, threads, as_json) -
     quiet_libraries()
     use_threads(threads)
     from tokendp.eval.exposure import canary_exposures
-    from tokendp.finetune.run import load_base
+    from tokendp.jobs.finetune.run import load_base
     from tokendp.text.canaries import read_canaries
 
     fmt, canaries = read_canaries(canaries_file)
@@ -79,7 +79,7 @@ def eval_finetune(data_dir, out, base, records, valid, max_tokens, epsilons, del
     require("opacus", "train", "tokendp eval finetune", why="for DP-SGD")
     use_threads(threads)
     from tokendp.eval.finetune import run_comparison
-    from tokendp.finetune import FinetuneConfig
+    from tokendp.jobs.finetune import FinetuneConfig
 
     try:
         eps = tuple(float(e) for e in epsilons.split(","))

@@ -1,6 +1,6 @@
 """`tokendp finetune`: fine-tune a causal LM on a private corpus without DP, with DP-SGD or ATDP.
 
-A thin shell over :func:`tokendp.finetune.finetune`.
+A thin shell over :func:`tokendp.jobs.finetune.finetune`.
 """
 
 from __future__ import annotations
@@ -89,11 +89,11 @@ def finetune(data, method, out, base, epsilon, delta, noise_multiplier, tier, we
     if sensitive_weight_target is not None or sensitive_fraction is not None:
         if weight is not None or sensitive_weight_target is None or sensitive_fraction is None:
             raise CLIError("give --weight, or both --sensitive-weight-target and --sensitive-fraction")
-        from tokendp.finetune.data import paper_weight
+        from tokendp.jobs.finetune.data import paper_weight
 
         weight = paper_weight(target=sensitive_weight_target, fraction=sensitive_fraction)
-    from tokendp.finetune import FinetuneConfig
-    from tokendp.finetune import finetune as run
+    from tokendp.jobs.finetune import FinetuneConfig
+    from tokendp.jobs.finetune import finetune as run
 
     use_threads(threads)
     config = FinetuneConfig(method=method, epochs=epochs, steps=steps, batch_size=batch_size, lr=lr, max_length=max_length,

@@ -96,7 +96,7 @@ def generate(prompt: str, contexts: tuple[str, ...], spans_paths: tuple[str, ...
     with out.step(f"loading model {model}{tagging}"):
         quiet_libraries()
         use_threads(threads)
-        from tokendp.generate import prepare_generate, run_generate
+        from tokendp.jobs.generate import prepare_generate, run_generate
 
         prepared = prepare_generate(
             [prompt], context=[texts or None], spans=[spans], untrusted=[chunks or None], tagger=tagger, model=model,

@@ -1,6 +1,6 @@
 """`tokendp predict`: answer prompts with PMixED over an ensemble of LoRA adapters.
 
-A thin shell over :func:`tokendp.predict.predict`; every number comes from the library.
+A thin shell over :func:`tokendp.jobs.predict.predict`; every number comes from the library.
 """
 
 from __future__ import annotations
@@ -69,7 +69,7 @@ def predict(ensemble_dir, prompt, prompts_path, epsilon, beta, delta, queries, s
     with out.tokens(message, queries, desc="predict", as_json=as_json) as on_token:
         quiet_libraries()
         use_threads(threads)
-        from tokendp.predict import predict as run
+        from tokendp.jobs.predict import predict as run
 
         result = run(prompts, ensemble=ensemble_dir, queries=queries, delta=delta, epsilon=epsilon, beta=beta,
                      alpha=alpha, sample_rate=sample_rate, temperature=temperature, max_new_tokens=max_new_tokens,

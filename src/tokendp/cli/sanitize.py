@@ -126,7 +126,7 @@ def _sanitize_one(text: str, spans: list | None, params: dict[str, Any], *, thre
     with out.step(f"loading model {params['model']}{tagging}"):
         quiet_libraries()
         use_threads(threads)
-        from tokendp.sanitize import prepare_sanitize, run_sanitize
+        from tokendp.jobs.sanitize import prepare_sanitize, run_sanitize
 
         prepared = prepare_sanitize([text], spans=None if spans is None else [spans], **prepare)
     limit = prepared.documents[0].max_new_tokens

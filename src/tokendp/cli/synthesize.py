@@ -1,7 +1,7 @@
 """`tokendp synthesize`: DP synthetic texts from a JSONL or Parquet file of private references,
 in this process or on a corpus engine (``--engine local|ray``, resumable; docs/engines.md).
 
-A thin shell over :func:`tokendp.synthesize.synthesize` and
+A thin shell over :func:`tokendp.jobs.synthesize.synthesize` and
 :func:`tokendp.engines.synthesis.synthesize_corpus`; every number comes from the library.
 """
 
@@ -118,7 +118,7 @@ def _run(path: Path, params: dict, num: int | None, concurrency: int, threads: i
     with out.step("loading model" + (f" {params['model']}" if params["model"] else "")):
         quiet_libraries()
         use_threads(threads)
-        from tokendp.synthesize import Synthesizer, reference_batches
+        from tokendp.jobs.synthesize import Synthesizer, reference_batches
 
         synthesizer = Synthesizer(concurrency=concurrency, **{k: v for k, v in params.items() if k != "seed"})
         batches = reference_batches(read_references(path), batch_size=synthesizer.batch_size, num=num)

@@ -1,15 +1,15 @@
 """``tokendp synthesize REFERENCES --engine local|ray``: the disjoint batches of references fixed
 once on the driver, whole batches handed to the workers.
 
-The guarantee of :func:`tokendp.synthesize.synthesize` is per reference, and it covers the whole
+The guarantee of :func:`tokendp.jobs.synthesize.synthesize` is per reference, and it covers the whole
 output (parallel composition) only because each reference is read by at most one text. On an
 engine this must hold across workers and sessions, so:
 
 * **One partition, fixed on the driver before any worker runs**, from public data only: the
   references' ids in input order (and so their number), B and the number of texts. Batch j is
-  the references at positions jB .. jB + B - 1 (:func:`tokendp.synthesize.partition`, as for a
+  the references at positions jB .. jB + B - 1 (:func:`tokendp.jobs.synthesize.partition`, as for a
   list); those past num * B are not read. The texts play no part in it.
-* **Whole batches.** A work item is one batch (:class:`~tokendp.synthesize.ReferenceBatch`, its
+* **Whole batches.** A work item is one batch (:class:`~tokendp.jobs.synthesize.ReferenceBatch`, its
   ids and texts read from the file by the driver and checked against the partition); a worker
   receives items, never single references, so no batch is split and no reference reaches two
   texts, whatever the workers.
@@ -21,7 +21,7 @@ engine this must hold across workers and sessions, so:
   reference is still read by one text only (its batch is written once).
 
 With a seed, text j samples from ``document_seed(seed, j)``'s stream, so both engines, any number
-of workers and :func:`tokendp.synthesize.synthesize` on the same references give the same texts.
+of workers and :func:`tokendp.jobs.synthesize.synthesize` on the same references give the same texts.
 """
 
 from __future__ import annotations
@@ -39,7 +39,7 @@ from tokendp.engines.job import Job
 from tokendp.engines.runner import CorpusRun, Engine, check_engine, run_fingerprint, run_job
 from tokendp.engines.worker import SynthesizeWorker, reference_rows
 from tokendp.errors import InvalidInputError
-from tokendp.synthesize import ReferenceBatch, Synthesizer, partition
+from tokendp.jobs.synthesize import ReferenceBatch, Synthesizer, partition
 
 
 @dataclass(frozen=True)
@@ -78,7 +78,7 @@ class Plan:
 
 def plan_batches(path: str | Path, *, batch_size: int, num: int | None = None) -> Plan:
     """Check the references file and fix its partition into ``num`` disjoint batches of ``batch_size``
-    (default: all floor(N / B) of them) by position (:func:`tokendp.synthesize.partition`)."""
+    (default: all floor(N / B) of them) by position (:func:`tokendp.jobs.synthesize.partition`)."""
     corpus = scan_corpus(path)
     positions = partition(len(corpus.ids), batch_size=batch_size, num=num)
     return Plan(corpus, tuple(tuple(corpus.ids[i] for i in batch) for batch in positions))
@@ -89,7 +89,7 @@ def synthesize_corpus(references_path: str | Path, params: Mapping[str, Any], *,
                       threads: int | None = None, progress: bool = True, **ray_options: Any) -> CorpusRun:
     """Write synthetic texts from a JSONL or Parquet file of references ``{id?, text}`` on an engine.
 
-    ``params``: :class:`~tokendp.synthesize.Synthesizer`'s keyword arguments and ``seed``;
+    ``params``: :class:`~tokendp.jobs.synthesize.Synthesizer`'s keyword arguments and ``seed``;
     ``num``: the number of texts (default floor(N / B)); ``batch_size``: texts per worker batch,
     generated together. The output records are ``{id: j, text, report}``, in text order;
     ``out``, ``threads`` and ``ray_options`` as for :func:`tokendp.engines.runner.sanitize_corpus`.

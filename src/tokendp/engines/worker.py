@@ -1,11 +1,11 @@
 """The workers both engines run: one model loaded once, batches of items turned into output
 lines ``{id, text, report}``.
 
-- :class:`SanitizeWorker`: corpus records rewritten with :func:`tokendp.sanitize.sanitize_batch`,
+- :class:`SanitizeWorker`: corpus records rewritten with :func:`tokendp.jobs.sanitize.sanitize_batch`,
   one line per document (and, with ``diagnostics``, one diagnostics line apart from it).
 - :class:`SynthesizeWorker`: whole batches of B references (planned on the driver,
   :mod:`tokendp.engines.synthesis`) turned into one synthetic text each with a
-  :class:`tokendp.synthesize.Synthesizer`.
+  :class:`tokendp.jobs.synthesize.Synthesizer`.
 
 Determinism: with a run seed, each output samples from its own generator, seeded with
 ``document_seed(seed, id)`` (a document's id, a text's index in the partition), so neither the
@@ -35,8 +35,8 @@ from tokendp.engines.corpus import CorpusRecord
 from tokendp.engines.store import OutputRecord
 from tokendp.errors import TokenDPError
 from tokendp.generation import document_seed
-from tokendp.sanitize import sanitize_batch
-from tokendp.synthesize import ReferenceBatch, Synthesizer
+from tokendp.jobs.sanitize import sanitize_batch
+from tokendp.jobs.synthesize import ReferenceBatch, Synthesizer
 from tokendp.text.taggers import get_tagger, spans_from_json
 
 

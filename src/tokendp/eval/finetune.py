@@ -20,8 +20,8 @@ from typing import Any
 
 import torch
 
-from tokendp.finetune import FinetuneConfig, finetune
-from tokendp.finetune.run import CANARY_FILE, REPORT_FILE, load_base
+from tokendp.jobs.finetune import FinetuneConfig, finetune
+from tokendp.jobs.finetune.run import CANARY_FILE, REPORT_FILE, load_base
 from tokendp.text.canaries import read_canaries
 
 EVAL_FILE = "eval.json"
@@ -58,7 +58,7 @@ def wikitext_records(path: str | Path, tokenizer: Any, *, limit: int, max_tokens
 @torch.inference_mode()
 def validation_perplexity(model: Any, tokenizer: Any, texts: Sequence[str], *, batch: int = 32) -> float:
     """exp(total NLL / tokens predicted) over ``texts``, each scored on its own."""
-    from tokendp.finetune.data import build_records, pad_batch
+    from tokendp.jobs.finetune.data import build_records, pad_batch
 
     records = build_records(texts, tokenizer, max_length=10**9)
     nll, count = 0.0, 0

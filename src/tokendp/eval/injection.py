@@ -34,7 +34,7 @@ from tokendp.eval.cache import ResultCache
 from tokendp.eval.injection_tasks import (ATTACKS, PLACEMENTS, TASKS_VERSION, InjectionTask, answered, injection_succeeded,
                                          make_tasks)
 from tokendp.eval.report import markdown_table, pyplot, save_figure, write_tables
-from tokendp.generate import generate_batch
+from tokendp.jobs.generate import generate_batch
 
 
 @dataclass(frozen=True)

@@ -38,7 +38,7 @@ from tokendp.errors import InvalidInputError, InvalidParameterError
 from tokendp.eval.mauve import featurize, mauve_score, on_topic_share
 from tokendp.generation import generate, make_generator
 from tokendp.mechanisms import MechanismStep
-from tokendp.synthesize import synthesize
+from tokendp.jobs.synthesize import synthesize
 from tokendp.text.prompt_pair import PromptPair, synthesis_prompts
 from tokendp.text.tab import load_tab
 

@@ -234,7 +234,7 @@ class _TextStream:
 def _run_sanitize(batch: list[Job], on_token: Callable[[int, int], None]) -> list[dict]:
     from tokendp.fusion import PreparedFusion
     from tokendp.generation import document_seed
-    from tokendp.sanitize import run_sanitize
+    from tokendp.jobs.sanitize import run_sanitize
 
     # A request's seed gives the stream `tokendp sanitize --seed` gives its one document; no seed: the OS's.
     seeds = [secrets.randbits(63) if j.request.seed is None else document_seed(j.request.seed, 0) for j in batch]
@@ -243,7 +243,7 @@ def _run_sanitize(batch: list[Job], on_token: Callable[[int, int], None]) -> lis
 
 
 def _run_generate(batch: list[Job], on_token: Callable[[int, int], None]) -> list[dict]:
-    from tokendp.generate import run_generate
+    from tokendp.jobs.generate import run_generate
 
     (job,) = batch
     (result,) = run_generate(job.plan.job, seed=job.request.seed, on_token=on_token)

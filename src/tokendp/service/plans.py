@@ -1,8 +1,8 @@
 """Plans: what a request will cost each protected unit, fixed before anything is generated.
 
 A plan is the request's prepared job and the charges read off it. The job is prepared by the
-library's own code (:func:`tokendp.sanitize.prepare_sanitize`,
-:func:`tokendp.generate.prepare_generate`, a :class:`tokendp.synthesize.Synthesizer` with its
+library's own code (:func:`tokendp.jobs.sanitize.prepare_sanitize`,
+:func:`tokendp.jobs.generate.prepare_generate`, a :class:`tokendp.jobs.synthesize.Synthesizer` with its
 reference batches), which checks every parameter, tags, builds the rows and fixes each group's
 certificate; the charges come from that same prepared job, group by group, and the worker runs
 exactly that job. So a group the job reads is a group the reservation charges, and a request that
@@ -35,11 +35,11 @@ from typing import Any
 from tokendp.backends import HFBackend
 from tokendp.errors import InvalidParameterError
 from tokendp.fusion import PreparedFusion
-from tokendp.generate import prepare_generate
-from tokendp.sanitize import prepare_sanitize
+from tokendp.jobs.generate import prepare_generate
+from tokendp.jobs.sanitize import prepare_sanitize
 from tokendp.service.composition import Charge
 from tokendp.service.schemas import GenerateRequest, SanitizeRequest, SynthesizeRequest
-from tokendp.synthesize import ReferenceBatch, Synthesizer, reference_batches
+from tokendp.jobs.synthesize import ReferenceBatch, Synthesizer, reference_batches
 
 SYNTHESIS_GROUP = "references"
 Unit = tuple[str, str]  # (document id, privacy group)

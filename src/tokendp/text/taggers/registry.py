@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from tokendp.errors import InvalidParameterError
+from tokendp.errors import InvalidInputError, InvalidParameterError
+from tokendp.text.spans import Span
 from tokendp.text.taggers.base import Tagger
 
 TAGGER_NAMES: tuple[str, ...] = ("auto", "patterns", "model", "presidio", "spacy")
@@ -30,3 +31,21 @@ def get_tagger(name: str = "auto", **options) -> Tagger:
         from tokendp.text.taggers.spacy_tagger import SpacyTagger
         return SpacyTagger(**options)
     raise InvalidParameterError(f"unknown tagger {name!r}; choose one of {', '.join(TAGGER_NAMES)}")
+
+
+def tag(text: str, *, tagger: str | Tagger = "auto") -> list[Span]:
+    """The private spans of ``text`` (``tokendp.tag``): character-offset :class:`Span` objects
+    labelled with TAB's categories, sorted and disjoint, as the jobs would find them.
+
+    ``tagger`` is a name of :data:`TAGGER_NAMES` (built with :func:`get_tagger`; repeated calls
+    build it again, so keep a ``get_tagger(name)`` object for many texts) or any object with
+    ``tag(text)``. Spans carry offsets and labels; printing them never needs the text.
+    """
+    if not isinstance(text, str):
+        raise InvalidInputError(f"tag takes one text (a str), got {type(text).__name__}; tag a list one by one")
+    if isinstance(tagger, str):
+        tagger = get_tagger(tagger)
+    elif not callable(getattr(tagger, "tag", None)):
+        raise InvalidParameterError(f"tagger must be a name ({', '.join(TAGGER_NAMES)}) or an object with "
+                                    f"tag(text), got {type(tagger).__name__}")
+    return list(tagger.tag(text))

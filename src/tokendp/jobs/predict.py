@@ -26,8 +26,6 @@ Calibration: given epsilon, beta = pmixed_beta(epsilon, alpha, N, q, T, delta).
 from __future__ import annotations
 
 import math
-import sys
-import types
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -36,7 +34,7 @@ from typing import Any
 import torch
 
 from tokendp.accounting import Ledger, pmixed_beta, pmixed_epsilon
-from tokendp.backends import HFBackend, Row, RowSequence, load_model
+from tokendp.backends import HFBackend, Row, RowSequence, is_model_object, load_model
 from tokendp.ensemble import Manifest, read_manifest
 from tokendp.errors import BudgetExceededError, InvalidInputError, InvalidParameterError
 from tokendp.generation import check_temperature, generate, make_generator
@@ -194,22 +192,32 @@ class _Job:
                 "mean_lambda": float(self.lam_sum) / sampled if sampled else None}
 
 
-def load_ensemble(ensemble: str | Path, *, base: str | Path | None = None, device: str | None = None,
-                  dtype: str | None = None) -> tuple[Manifest, HFBackend]:
-    """The manifest and a backend holding the base model (``base`` overrides the manifest's; a
-    registered name such as ``smollm2``, a directory or a cached hub id) with every shard's
-    adapter loaded."""
+def load_ensemble(ensemble: str | Path, *, base: str | Path | Any | None = None, tokenizer: Any = None,
+                  device: str | None = None, dtype: str | None = None) -> tuple[Manifest, HFBackend]:
+    """The manifest and a backend holding the base model (``base`` overrides the manifest's: a
+    registered name such as ``smollm2``, a directory, a cached hub id, or a transformers causal LM
+    or peft model object with its ``tokenizer``) with every shard's adapter loaded.
+
+    A model object is used in place: the shards' adapters it lacks are loaded into it (peft
+    injects their LoRA layers into the model's modules; pass a copy to keep the object as it was),
+    and rows without an adapter (the public row) read its base model."""
     manifest = read_manifest(ensemble)
     adapters = manifest.adapter_dirs(ensemble)
-    backend = load_model(base or manifest.base_model, device=device, dtype=dtype, adapters=adapters)
+    if is_model_object(base):
+        backend = HFBackend.from_model(base, tokenizer, device=device, dtype=dtype, as_given=False)
+        backend.add_adapters({name: path for name, path in adapters.items() if name not in backend.adapters})
+    else:
+        if tokenizer is not None:
+            raise InvalidParameterError("tokenizer= goes with a model object given as base=")
+        backend = load_model(base or manifest.base_model, device=device, dtype=dtype, adapters=adapters)
     return manifest, backend
 
 
 def predict(
     prompts: Sequence[str] | str, *, ensemble: str | Path, queries: int, delta: float, epsilon: float | None = None,
     beta: float | None = None, alpha: float = 3.0, sample_rate: float = 1.0, temperature: float = 1.0,
-    max_new_tokens: int | None = None, seed: int | None = None, base: str | Path | None = None,
-    backend: HFBackend | None = None, concurrency: int = 1, device: str | None = None, dtype: str | None = None,
+    max_new_tokens: int | None = None, seed: int | None = None, base: str | Path | Any | None = None,
+    tokenizer: Any = None, backend: HFBackend | None = None, concurrency: int = 1, device: str | None = None, dtype: str | None = None,
     on_token: Callable[[int, int], None] | None = None, diagnostics: bool = False,
 ) -> PredictResult:
     """Answer ``prompts`` with PMixED over the ensemble in ``ensemble`` (see the module docstring).
@@ -226,7 +234,10 @@ def predict(
         temperature: sampling temperature (>= 0.001).
         max_new_tokens: the most tokens per prompt (default: all that are left of T).
         seed: reproducible sampling; None seeds from the OS.
-        base: the base model (directory or hub id), instead of the manifest's.
+        base: the base model instead of the manifest's: a name, a directory, a hub id, or a
+            transformers causal LM or peft model object on any device and in any dtype, which gets
+            the shards' adapters loaded into it in place (:func:`load_ensemble`).
+        tokenizer: the tokenizer of a model object given as ``base``.
         backend: an HFBackend with the ensemble's adapters loaded already (``base`` is then unused).
         concurrency: prompts generated together in one batch (default 1: one prompt after the
             other, each allowed what is left of T, so the budget is never refused mid-step; with
@@ -243,7 +254,7 @@ def predict(
     beta, eps = calibrate(epsilon=epsilon, beta=beta, alpha=alpha, ensemble_size=len(shards),
                           sample_rate=sample_rate, queries=queries, delta=delta)
     if backend is None:
-        manifest, backend = load_ensemble(ensemble, base=base, device=device, dtype=dtype)
+        manifest, backend = load_ensemble(ensemble, base=base, tokenizer=tokenizer, device=device, dtype=dtype)
     else:
         missing = sorted(set(shards) - set(backend.adapters))
         if missing:
@@ -302,13 +313,3 @@ def _stop_message(queries: int, answered: int, total: int) -> str:
     return (f"budget exhausted: all {queries} predicted tokens (queries) are spent; {answered} of {total} "
             "prompts were answered in full, the rest are cut where the budget ran out. Another run spends "
             "another epsilon per shard on top of this one (guarantees compose): plan a larger --queries up front.")
-
-
-class _CallableModule(types.ModuleType):
-    """``tokendp.predict`` is both this module and the function."""
-
-    def __call__(self, prompts: Sequence[str] | str, **kwargs: Any) -> PredictResult:
-        return predict(prompts, **kwargs)
-
-
-sys.modules[__name__].__class__ = _CallableModule

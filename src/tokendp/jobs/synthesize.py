@@ -52,8 +52,6 @@ from __future__ import annotations
 
 import functools
 import math
-import sys
-import types
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -75,7 +73,7 @@ from tokendp.accounting import (
     invisibleink_epsilon,
     invisibleink_rho_per_token,
 )
-from tokendp.backends import HFBackend, RowSequence, load_backend
+from tokendp.backends import HFBackend, RowSequence, is_model_object, load_backend, model_label
 from tokendp.errors import InvalidInputError, InvalidParameterError
 from tokendp.generation import Generated, check_temperature, document_seed, generate, make_generators
 from tokendp.mechanisms import AminEtAl, InvisibleInk, SparseVectorSwitch
@@ -390,7 +388,10 @@ class Synthesizer:
             k is an error.
         method: ``"invisibleink"`` or ``"amin"`` (Amin et al. 2024, full-logit clipping).
         model: a name (``"smollm2"``, ``"rewriter"``, ``"tiny"``), a local model directory, a hub id in the
-            local cache, an ``HFBackend``, or None for :data:`DEFAULT_MODEL` (SmolLM2-135M-Instruct).
+            local cache, an ``HFBackend``, None for :data:`DEFAULT_MODEL` (SmolLM2-135M-Instruct), or a
+            transformers causal LM or peft ``PeftModel`` object, on any device and in any dtype, used in
+            place (:meth:`tokendp.backends.HFBackend.from_model`).
+        tokenizer: the model object's tokenizer (only with a model object).
         prompt: a plain template with ``{document}`` for every row (the public row gets it around
             ``public_document``); default: the model's ``tokendp.json`` template, else the
             instruction pair for ``domain`` (:func:`tokendp.text.prompt_pair.synthesis_prompts`:
@@ -417,7 +418,8 @@ class Synthesizer:
 
     def __init__(self, *, epsilon: float, delta: float, batch_size: int, max_tokens: int, temperature: float = 1.0,
                  top_k: int | None = 100, method: Method = "invisibleink",
-                 model: str | Path | HFBackend | None = None, prompt: str | None = None, domain: str | None = None,
+                 model: str | Path | HFBackend | Any | None = None, tokenizer: Any = None, prompt: str | None = None,
+                 domain: str | None = None,
                  public_document: str | None = None, max_reference_tokens: int = MAX_REFERENCE_TOKENS,
                  concurrency: int = 16, stop: Sequence[str] = (),
                  device: str | None = None, dtype: str | None = None, svt_epsilon: float | None = None,
@@ -440,7 +442,11 @@ class Synthesizer:
         self.certified = certified_epsilon(clip=self.clip, **public)
         self.rho = None if self.switch is not None else compose_zcdp(
             [rho_per_token(method=method, clip=self.clip, batch_size=batch_size, temperature=temperature)], [max_tokens])
+        if tokenizer is not None and not is_model_object(model):
+            raise InvalidParameterError("tokenizer= goes with a model object; a model given by name, directory or "
+                                        "HFBackend brings its own tokenizer")
         self._model = (DEFAULT_MODEL if model is None else model, device, dtype)
+        self._tokenizer = tokenizer
         self._prompt = dict(template=prompt, domain=domain, public_document=public_document)
 
     def settings(self) -> dict[str, Any]:
@@ -452,14 +458,14 @@ class Synthesizer:
         return {"method": self.method, "epsilon": self.epsilon, "delta": self.delta, "batch_size": self.batch_size,
                 "max_tokens": self.max_tokens, "temperature": self.temperature, "top_k": self.top_k,
                 "max_reference_tokens": self.max_reference_tokens,
-                "model": str(model) if isinstance(model, (str, Path)) else model.name, "dtype": dtype,
+                "model": model_label(model), "dtype": dtype,
                 "stop": list(self.stop), **dict(zip(("svt_epsilon", "max_private_tokens", "switch_threshold"), switch)),
                 **self._prompt}
 
     @functools.cached_property
     def backend(self) -> HFBackend:
         model, device, dtype = self._model
-        return load_backend(model, device=device, dtype=dtype)
+        return load_backend(model, tokenizer=self._tokenizer, device=device, dtype=dtype)
 
     @functools.cached_property
     def prompts(self) -> PromptPair:
@@ -510,10 +516,17 @@ class Synthesizer:
             private_tokens=private, max_reference_tokens=self.max_reference_tokens)
 
 
-def synthesize(references: Sequence[str], *, epsilon: float, delta: float, batch_size: int, max_tokens: int,
-               num: int | None = None, seed: int | None = None, on_token: Callable[[int, int], None] | None = None,
-               **options: Any) -> list[SyntheticText]:
-    """Generate ``num`` synthetic texts, each (epsilon, delta)-DP per reference (module docstring).
+def synthesize(
+    references: Sequence[str], *, epsilon: float, delta: float, batch_size: int, max_tokens: int,
+    num: int | None = None, seed: int | None = None, on_token: Callable[[int, int], None] | None = None,
+    temperature: float = 1.0, top_k: int | None = 100, method: Method = "invisibleink",
+    model: str | Path | HFBackend | Any | None = None, tokenizer: Any = None, prompt: str | None = None,
+    domain: str | None = None, public_document: str | None = None, max_reference_tokens: int = MAX_REFERENCE_TOKENS,
+    concurrency: int = 16, stop: Sequence[str] = (), device: str | None = None, dtype: str | None = None,
+    svt_epsilon: float | None = None, max_private_tokens: int | None = None, switch_threshold: float | None = None,
+) -> list[SyntheticText]:
+    """Generate ``num`` synthetic texts, each (epsilon, delta)-DP per reference (module docstring;
+    ``tokendp.synthesize``).
 
     Args:
         references: the private texts; each is read by exactly one synthetic text.
@@ -525,14 +538,19 @@ def synthesize(references: Sequence[str], *, epsilon: float, delta: float, batch
         seed: reproducible sampling (text j samples from ``document_seed(seed, j)``'s stream); None
             seeds every text from the OS.
         on_token: streaming callback ``(text index, token id)``.
-        options: the other parameters of :class:`Synthesizer`: ``temperature``, ``top_k``, ``method``, ``model``,
-            ``prompt``, ``domain``, ``public_document``, ``max_reference_tokens``, ``concurrency``, ``stop``, ``device``,
-            ``dtype``, ``svt_epsilon``, ``max_private_tokens``, ``switch_threshold``.
+        temperature, top_k, method, model, tokenizer, prompt, domain, public_document,
+            max_reference_tokens, concurrency, stop, device, dtype, svt_epsilon,
+            max_private_tokens, switch_threshold: as for :class:`Synthesizer`.
 
     Returns:
         One :class:`SyntheticText` per batch, in batch order.
     """
-    synthesizer = Synthesizer(epsilon=epsilon, delta=delta, batch_size=batch_size, max_tokens=max_tokens, **options)
+    synthesizer = Synthesizer(
+        epsilon=epsilon, delta=delta, batch_size=batch_size, max_tokens=max_tokens, temperature=temperature,
+        top_k=top_k, method=method, model=model, tokenizer=tokenizer, prompt=prompt, domain=domain,
+        public_document=public_document, max_reference_tokens=max_reference_tokens, concurrency=concurrency,
+        stop=stop, device=device, dtype=dtype, svt_epsilon=svt_epsilon, max_private_tokens=max_private_tokens,
+        switch_threshold=switch_threshold)
     return synthesizer(reference_batches(references, batch_size=synthesizer.batch_size, num=num), seed=seed,
                        on_token=on_token)
 
@@ -547,14 +565,3 @@ def reference_batches(references: Sequence[str], *, batch_size: int, num: int | 
 def _topk_plus_mean(out: Generated) -> float | None:
     size = out.diagnostics.get("topk_plus_size")
     return None if size is None else float(size.float().mean())
-
-
-class _CallableModule(types.ModuleType):
-    """``tokendp.synthesize`` is both this module and the function: importing the module as an
-    attribute of the package (which Python does on first import) must not break the call."""
-
-    def __call__(self, references: Sequence[str], **kwargs: Any) -> list[SyntheticText]:
-        return synthesize(references, **kwargs)
-
-
-sys.modules[__name__].__class__ = _CallableModule

@@ -19,8 +19,6 @@ output does not depend on any private token: epsilon 0 for every group.
 from __future__ import annotations
 
 import math
-import sys
-import types
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -30,7 +28,7 @@ from tokendp.backends import HFBackend, load_backend
 from tokendp.errors import InvalidInputError, InvalidParameterError
 from tokendp.fusion import (Budget, Decoding, FusionReport, Method, PreparedFusion, TextResult, check_fits_untagged,
                             check_params, prepare_documents, run_fusion, spans_of)
-from tokendp.fusion import choose_alpha  # noqa: F401 (re-exported: tokendp.sanitize.choose_alpha)
+from tokendp.fusion import choose_alpha  # noqa: F401 (re-exported: tokendp.jobs.sanitize.choose_alpha)
 from tokendp.text.contexts import DocumentContexts, GroupSpec, build_contexts, placeholder_id, prompt_template
 from tokendp.text.spans import Span
 
@@ -65,14 +63,33 @@ def _default_tokens(backend: HFBackend, ctx: DocumentContexts, requested: int | 
     return min(tokens, room)
 
 
-def sanitize(text: str, *, spans: Sequence[Span | Mapping] | None = None, **kwargs: Any) -> SanitizeResult:
-    """Rewrite one document; see :func:`sanitize_batch` for every parameter."""
-    return sanitize_batch([text], spans=None if spans is None else [spans], **kwargs)[0]
+def sanitize(
+    text: str, *, spans: Sequence[Span | Mapping] | None = None, tagger: str | Any = "auto",
+    model: str | Path | HFBackend | Any | None = "rewriter", tokenizer: Any = None, method: Method = "dp-fusion",
+    alpha: float | None = None, beta: Budget = None, epsilon: Budget = None, delta: float = 1e-5,
+    groups: GroupSpec = "by-label", max_new_tokens: int | None = None, temperature: float = 1.0,
+    seed: int | None = None, instruction: str | None = None, template: str | None = None,
+    placeholder: str | None = None, stop: Sequence[str] = (), on_overlap: Literal["merge", "error"] = "merge",
+    device: str | None = None, dtype: str | None = None, on_token: Callable[[int, int], None] | None = None,
+    no_repeat_ngram_size: int = 0, repetition_penalty: float = 1.0,
+    speculative: bool | None = None, draft_tokens: int = 4, diagnostics: bool = False,
+) -> SanitizeResult:
+    """Rewrite one document (``tokendp.sanitize``): ``text`` with its ``spans`` (or None to run
+    ``tagger``). Every other parameter is as for :func:`sanitize_batch`, which this calls with a
+    batch of one (``on_token`` gets document index 0)."""
+    return sanitize_batch(
+        [text], spans=None if spans is None else [spans], tagger=tagger, model=model, tokenizer=tokenizer,
+        method=method, alpha=alpha, beta=beta, epsilon=epsilon, delta=delta, groups=groups,
+        max_new_tokens=max_new_tokens, temperature=temperature, seed=seed, instruction=instruction,
+        template=template, placeholder=placeholder, stop=stop, on_overlap=on_overlap, device=device, dtype=dtype,
+        on_token=on_token, no_repeat_ngram_size=no_repeat_ngram_size, repetition_penalty=repetition_penalty,
+        speculative=speculative, draft_tokens=draft_tokens, diagnostics=diagnostics)[0]
 
 
 def sanitize_batch(
     texts: Sequence[str], *, spans: Sequence[Sequence[Span | Mapping] | None] | None = None,
-    tagger: str | Any = "auto", model: str | Path | HFBackend | None = "rewriter", method: Method = "dp-fusion",
+    tagger: str | Any = "auto", model: str | Path | HFBackend | Any | None = "rewriter", tokenizer: Any = None,
+    method: Method = "dp-fusion",
     alpha: float | None = None, beta: Budget = None, epsilon: Budget = None, delta: float = 1e-5,
     groups: GroupSpec = "by-label", max_new_tokens: int | None = None, temperature: float = 1.0,
     seed: int | Sequence[int] | None = None, instruction: str | None = None, template: str | None = None,
@@ -92,7 +109,12 @@ def sanitize_batch(
         tagger: a tagger name for ``tokendp.text.taggers.get_tagger`` or an object with ``tag``.
         model: a name (``"rewriter"``, the default: SmolLM2-135M-Instruct with tokendp's
             rewriter adapter; ``"smollm2"``; ``"tiny"``, the embedded 4.5M model), a local model
-            directory, a hub id (in the local cache), an ``HFBackend``, or None for ``tiny``.
+            directory, a hub id (in the local cache), an ``HFBackend``, None for ``tiny``, or a
+            model object: a transformers causal LM (``AutoModelForCausalLM``) or a peft
+            ``PeftModel`` (run with its active adapters), on any device and in any dtype, used in
+            place (:meth:`tokendp.backends.HFBackend.from_model`).
+        tokenizer: the model object's tokenizer (default: the one saved at its ``name_or_path``);
+            only with a model object.
         method: ``"dp-fusion"`` (private), ``"original"`` (no privacy), ``"public"`` (epsilon 0).
         alpha: the Renyi order of the DP-Fusion bound (in (1, 1024]). Default: with ``epsilon``,
             the order that allows the largest beta (:func:`choose_alpha`); with ``beta``, 2.
@@ -110,7 +132,9 @@ def sanitize_batch(
             Each document has its own stream and its own alpha, so its rewrite does not depend
             on the other documents of the batch (docs/design.md, "Determinism").
         instruction, template, placeholder: the paraphrase instruction, a plain template with
-            ``{document}``, and the placeholder string (defaults: the model's tokendp.json).
+            ``{document}``, and the placeholder string (defaults: the model's tokendp.json; without
+            one, the tokenizer's chat template and ``"_"``, reported once in a warning on the
+            ``tokendp`` logger for a model object).
         stop: extra stop strings (the model's tokendp.json "stop" always apply).
         on_overlap: spans of different labels that overlap are hidden in both groups' rows
             (``"merge"``) or rejected (``"error"``).
@@ -130,17 +154,18 @@ def sanitize_batch(
             keep them apart from the rewrite (docs/privacy.md, "Common ground").
     """
     prepared = prepare_sanitize(
-        texts, spans=spans, tagger=tagger, model=model, method=method, alpha=alpha, beta=beta, epsilon=epsilon,
-        delta=delta, groups=groups, max_new_tokens=max_new_tokens, temperature=temperature, instruction=instruction,
-        template=template, placeholder=placeholder, stop=stop, on_overlap=on_overlap, device=device, dtype=dtype,
-        no_repeat_ngram_size=no_repeat_ngram_size, repetition_penalty=repetition_penalty, speculative=speculative,
-        draft_tokens=draft_tokens)
+        texts, spans=spans, tagger=tagger, model=model, tokenizer=tokenizer, method=method, alpha=alpha, beta=beta,
+        epsilon=epsilon, delta=delta, groups=groups, max_new_tokens=max_new_tokens, temperature=temperature,
+        instruction=instruction, template=template, placeholder=placeholder, stop=stop, on_overlap=on_overlap,
+        device=device, dtype=dtype, no_repeat_ngram_size=no_repeat_ngram_size,
+        repetition_penalty=repetition_penalty, speculative=speculative, draft_tokens=draft_tokens)
     return run_sanitize(prepared, seed=seed, on_token=on_token, diagnostics=diagnostics)
 
 
 def prepare_sanitize(
     texts: Sequence[str], *, spans: Sequence[Sequence[Span | Mapping] | None] | None = None,
-    tagger: str | Any = "auto", model: str | Path | HFBackend | None = "rewriter", method: Method = "dp-fusion",
+    tagger: str | Any = "auto", model: str | Path | HFBackend | Any | None = "rewriter", tokenizer: Any = None,
+    method: Method = "dp-fusion",
     alpha: float | None = None, beta: Budget = None, epsilon: Budget = None, delta: float = 1e-5,
     groups: GroupSpec = "by-label", max_new_tokens: int | None = None, max_new_tokens_limit: int | None = None,
     temperature: float = 1.0, instruction: str | None = None, template: str | None = None,
@@ -163,7 +188,7 @@ def prepare_sanitize(
         from tokendp.text.taggers import get_tagger
 
         tagger = get_tagger(tagger) if isinstance(tagger, str) else tagger
-    backend = load_backend(model, device=device, dtype=dtype)
+    backend = load_backend(model, tokenizer=tokenizer, device=device, dtype=dtype)
     tok, opts = backend.tokenizer, backend.options
     tpl = prompt_template(tok, options=opts, instruction=instruction, template=template)
     ph = placeholder_id(tok, options=opts, placeholder=placeholder)
@@ -200,14 +225,3 @@ def _guarantee(method: str, limit: int) -> str:
     return (f"(epsilon_i, delta)-DP per privacy group i, for documents that differ only in group i's "
             f"span tokens, over all {limit} possible generated tokens (DP-Fusion's RDP bound: "
             "tokendp.accounting.dp_fusion_epsilon, proof in docs/privacy.md)")
-
-
-class _CallableModule(types.ModuleType):
-    """``tokendp.sanitize`` is both this module and the function: importing the module as an
-    attribute of the package (which Python does on first import) must not break the call."""
-
-    def __call__(self, text: str, **kwargs: Any) -> SanitizeResult:
-        return sanitize(text, **kwargs)
-
-
-sys.modules[__name__].__class__ = _CallableModule

@@ -37,7 +37,7 @@ import torch
 
 from tokendp.accounting import INTEGER_ORDERS, Ledger, SubsampledGaussianEvent
 from tokendp.errors import TokenDPError
-from tokendp.finetune.data import Record, pad_batch
+from tokendp.jobs.finetune.data import Record, pad_batch
 from tokendp.training import Progress, ResumableLoop
 
 CHECKPOINT = ".checkpoint.pt"

@@ -223,7 +223,7 @@ def finetune(data: str | Path | None = None, *, out: str | Path, base: str = "ti
         require("opacus", "train", f"tokendp finetune --method {config.method}", why="for per-sample gradients and noise")
     if config.lora_r:
         require("peft", "train", "tokendp finetune", why="for LoRA (or pass --lora-r 0 to train every weight)")
-    from tokendp.finetune.data import build_records, read_texts
+    from tokendp.jobs.finetune.data import build_records, read_texts
 
     phase = on_phase or (lambda label: None)
     corpus = list(texts) if texts is not None else read_texts(data, text_field=config.text_field)
@@ -270,7 +270,7 @@ def finetune(data: str | Path | None = None, *, out: str | Path, base: str = "ti
     root.mkdir(parents=True, exist_ok=True)
     if not plan_path.is_file():
         plan_path.write_text(json.dumps({"settings": settings, "plan": plan}, indent=2) + "\n", encoding="utf-8")
-    from tokendp.finetune.train import Plan, Trainer
+    from tokendp.jobs.finetune.train import Plan, Trainer
 
     model = _wrap_lora(backend.model, config, config.seed) if config.lora_r else backend.model
     if not config.lora_r:

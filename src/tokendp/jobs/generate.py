@@ -22,8 +22,6 @@ it depend on the chunks' lengths): a prompt that leaves no room for T tokens is 
 
 from __future__ import annotations
 
-import sys
-import types
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -99,19 +97,38 @@ def _chunks(untrusted: str | Sequence[str] | None) -> list[str]:
     return [] if untrusted is None else [untrusted] if isinstance(untrusted, str) else list(untrusted)
 
 
-def generate(prompt: str, *, context: str | Sequence[str] | None = None,
-             spans: Spans | Sequence[Spans | None] | None = None, untrusted: str | Sequence[str] | None = None,
-             **kwargs: Any) -> GenerateResult:
-    """Answer one prompt; ``context`` is one document (``spans`` its spans) or a list (``spans``
-    one list or None per document). See :func:`generate_batch` for every parameter."""
-    return generate_batch([prompt], context=[context], spans=[spans], untrusted=[untrusted], **kwargs)[0]
+def generate(
+    prompt: str, *, context: str | Sequence[str] | None = None, spans: Spans | Sequence[Spans | None] | None = None,
+    untrusted: str | Sequence[str] | None = None, tagger: str | Any = "auto",
+    model: str | Path | HFBackend | Any | None = None, tokenizer: Any = None, method: Method = "dp-fusion",
+    alpha: float | None = None, beta: Budget = None, epsilon: Budget = None, delta: float = 1e-5,
+    groups: GroupSpec = "by-label", max_new_tokens: int = DEFAULT_MAX_NEW_TOKENS, temperature: float = 0.7,
+    seed: int | None = None, instruction: str = DEFAULT_GENERATE_INSTRUCTION, template: str | None = None,
+    placeholder: str | None = None, stand_in: str = STAND_IN, max_untrusted_tokens: int | None = None,
+    question: QuestionPlace = "last", stop: Sequence[str] = (), on_overlap: Literal["merge", "error"] = "merge",
+    device: str | None = None, dtype: str | None = None, on_token: Callable[[int, int], None] | None = None,
+    no_repeat_ngram_size: int = 0, repetition_penalty: float = 1.0,
+    speculative: bool | None = None, draft_tokens: int = 4, diagnostics: bool = False,
+) -> GenerateResult:
+    """Answer one prompt (``tokendp.generate``); ``context`` is one document (``spans`` its spans)
+    or a list (``spans`` one list or None per document). Every other parameter is as for
+    :func:`generate_batch`, which this calls with a batch of one (``on_token`` gets prompt index 0)."""
+    return generate_batch(
+        [prompt], context=[context], spans=[spans], untrusted=[untrusted], tagger=tagger, model=model,
+        tokenizer=tokenizer, method=method, alpha=alpha, beta=beta, epsilon=epsilon, delta=delta, groups=groups,
+        max_new_tokens=max_new_tokens, temperature=temperature, seed=seed, instruction=instruction,
+        template=template, placeholder=placeholder, stand_in=stand_in, max_untrusted_tokens=max_untrusted_tokens,
+        question=question, stop=stop, on_overlap=on_overlap, device=device, dtype=dtype, on_token=on_token,
+        no_repeat_ngram_size=no_repeat_ngram_size, repetition_penalty=repetition_penalty, speculative=speculative,
+        draft_tokens=draft_tokens, diagnostics=diagnostics)[0]
 
 
 def generate_batch(
     prompts: Sequence[str], *, context: Sequence[str | Sequence[str] | None] | None = None,
     spans: Sequence[Spans | Sequence[Spans | None] | None] | None = None,
     untrusted: Sequence[str | Sequence[str] | None] | None = None, tagger: str | Any = "auto",
-    model: str | Path | HFBackend | None = None, method: Method = "dp-fusion", alpha: float | None = None,
+    model: str | Path | HFBackend | Any | None = None, tokenizer: Any = None, method: Method = "dp-fusion",
+    alpha: float | None = None,
     beta: Budget = None, epsilon: Budget = None, delta: float = 1e-5, groups: GroupSpec = "by-label",
     max_new_tokens: int = DEFAULT_MAX_NEW_TOKENS, temperature: float = 0.7, seed: int | None = None,
     instruction: str = DEFAULT_GENERATE_INSTRUCTION, template: str | None = None, placeholder: str | None = None,
@@ -133,10 +150,13 @@ def generate_batch(
             its own privacy group ``untrusted-j``, read only by its own row.
         tagger: a tagger name for ``tokendp.text.taggers.get_tagger`` or an object with ``tag``.
         model: a name (``"smollm2"``, ``"rewriter"``, ``"tiny"``), a model directory, a hub id
-            (in the local cache), an ``HFBackend``, or None for the embedded default model.
+            (in the local cache), an ``HFBackend``, None for the embedded default model, or a
+            transformers causal LM or peft ``PeftModel`` object, on any device and in any dtype
+            (as for :func:`tokendp.jobs.sanitize.sanitize_batch`).
+        tokenizer: the model object's tokenizer (only with a model object).
         method: ``"dp-fusion"`` (private), ``"original"`` (everything visible, no guarantee),
             ``"public"`` (every span hidden and every chunk withheld: epsilon 0).
-        alpha, beta, epsilon, delta, groups: as for :func:`tokendp.sanitize.sanitize_batch`;
+        alpha, beta, epsilon, delta, groups: as for :func:`tokendp.jobs.sanitize.sanitize_batch`;
             a mapping names span groups and untrusted chunks (``{"PERSON": 4, "untrusted-1": 1}``).
         max_new_tokens: T, fixed before generation and counted in full (default 128); the
             prompt with its documents must leave room for it in the model's context.
@@ -157,12 +177,13 @@ def generate_batch(
         question: where the prompt goes: after the documents (``"last"``), before them
             (``"first"``) or both; public layout, no effect on the guarantee.
         stop, on_overlap, device, dtype, on_token, no_repeat_ngram_size, repetition_penalty,
-            speculative, draft_tokens, diagnostics: as for :func:`tokendp.sanitize.sanitize_batch`
+            speculative, draft_tokens, diagnostics: as for :func:`tokendp.jobs.sanitize.sanitize_batch`
             (drafts come from the public row: the prompt, trusted text and stand-ins; the
             diagnostics, computed from the chunks too, are never in the report).
     """
     prepared = prepare_generate(
-        prompts, context=context, spans=spans, untrusted=untrusted, tagger=tagger, model=model, method=method,
+        prompts, context=context, spans=spans, untrusted=untrusted, tagger=tagger, model=model, tokenizer=tokenizer,
+        method=method,
         alpha=alpha, beta=beta, epsilon=epsilon, delta=delta, groups=groups, max_new_tokens=max_new_tokens,
         temperature=temperature, instruction=instruction, template=template, placeholder=placeholder,
         stand_in=stand_in, max_untrusted_tokens=max_untrusted_tokens, question=question, stop=stop,
@@ -182,7 +203,8 @@ def prepare_generate(
     prompts: Sequence[str], *, context: Sequence[str | Sequence[str] | None] | None = None,
     spans: Sequence[Spans | Sequence[Spans | None] | None] | None = None,
     untrusted: Sequence[str | Sequence[str] | None] | None = None, tagger: str | Any = "auto",
-    model: str | Path | HFBackend | None = None, method: Method = "dp-fusion", alpha: float | None = None,
+    model: str | Path | HFBackend | Any | None = None, tokenizer: Any = None, method: Method = "dp-fusion",
+    alpha: float | None = None,
     beta: Budget = None, epsilon: Budget = None, delta: float = 1e-5, groups: GroupSpec = "by-label",
     max_new_tokens: int = DEFAULT_MAX_NEW_TOKENS, temperature: float = 0.7,
     instruction: str = DEFAULT_GENERATE_INSTRUCTION, template: str | None = None, placeholder: str | None = None,
@@ -212,7 +234,7 @@ def prepare_generate(
         from tokendp.text.taggers import get_tagger  # before the model: a missing package fails at once
 
         tagger = get_tagger(tagger) if isinstance(tagger, str) else tagger
-    backend = load_backend(model, device=device, dtype=dtype)
+    backend = load_backend(model, tokenizer=tokenizer, device=device, dtype=dtype)
     tok, opts = backend.tokenizer, backend.options
     if template is None and not getattr(tok, "chat_template", None):
         template = PLAIN_QA_TEMPLATE
@@ -280,13 +302,3 @@ def _guarantee(method: str, limit: int) -> str:
             "against the prompt with group i's spans hidden; for an untrusted chunk, against the prompt with "
             "that chunk withheld, whatever the chunk says (DP-Fusion's RDP bound: "
             "tokendp.accounting.dp_fusion_epsilon, proof in docs/privacy.md)")
-
-
-class _CallableModule(types.ModuleType):
-    """``tokendp.generate`` is both this module and the function."""
-
-    def __call__(self, prompt: str, **kwargs: Any) -> GenerateResult:
-        return generate(prompt, **kwargs)
-
-
-sys.modules[__name__].__class__ = _CallableModule
