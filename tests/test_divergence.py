@@ -10,7 +10,7 @@ import torch
 from distributions import FAMILIES, exact_lambda, pairs, symmetric_divergence64, symmetric_divergence_exact
 
 import tokendp.divergence as divergence
-from tokendp.divergence import _prepare, mollify, renyi_divergence, symmetric_renyi_divergence
+from tokendp.divergence import _prepare, _with_search_data, mollify, renyi_divergence, symmetric_renyi_divergence
 from tokendp.errors import InvalidInputError, InvalidParameterError
 
 
@@ -120,7 +120,7 @@ def test_mollify_float32_general_orders(family: str) -> None:
         assert len(lq) >= 20
         for alpha in (1.5, 3.5, 9.0):
             cap = torch.exp(torch.empty(len(lq), m, dtype=torch.float64).uniform_(math.log(0.01), math.log(0.9 / (alpha - 1)), generator=gen))
-            assert _prepare(lp.float(), lq.float(), alpha, cap).float32 is not None
+            assert _with_search_data(_prepare(lp.float(), lq.float(), alpha, cap), lp.float(), lq.float()).float32 is not None
             _check_mollify(lp, lq, alpha, cap)
 
 
@@ -276,3 +276,23 @@ def test_general_order_bounds_are_tight_upper_bounds(alpha: float) -> None:
             reverse = _mp_renyi(lq.exp().tolist(), mix, alpha)
             for bound, exact in ((ev.forward[j, k].item(), forward), (ev.reverse[j, k].item(), reverse)):
                 assert exact <= bound <= exact * (1 + 1e-9) + 1e-13, (alpha, j, k, bound, exact)
+
+
+@pytest.mark.parametrize("alpha", [1.5, 3.5, 3.3])
+def test_each_group_answers_alone(alpha: float) -> None:
+    """A group's lambda is the same whatever its batchmates hold (same shape: BLAS may round
+    by shape, which is public): beside groups that meet their cap at lam = 1 (no search runs)
+    and beside groups that need a search. Caps just above each group's own divergence at
+    lam = 1, where the float32 search aims below the cap."""
+    gen = torch.Generator().manual_seed(3)
+    lq = torch.log_softmax(torch.randn(300, generator=gen) * 2, -1)  # (V,)
+    lp = torch.log_softmax(lq + 0.3 * torch.randn(6, 300, generator=gen), -1)  # (m, V): close to Q
+    whole = symmetric_divergence64(lp, lq, torch.ones(6, dtype=torch.float64), alpha)  # (m,)
+    cap = whole * torch.tensor([1 + 1e-7, 1 + 1e-5, 1.001, 0.5, 0.3, 0.1], dtype=torch.float64)  # one search mode
+    together = mollify(lp, lq, alpha=alpha, cap=cap)
+    assert together[2] == 1.0 and bool((together[3:] < 1).all())
+    for i in range(6):
+        for mate in (2, 5):  # one that meets its cap at lam = 1, one that needs a search
+            rows, caps = lp[mate].repeat(6, 1), cap[mate].repeat(6)
+            rows[i], caps[i] = lp[i], cap[i]
+            assert mollify(rows, lq, alpha=alpha, cap=caps)[i] == together[i], (i, mate)
