@@ -90,7 +90,7 @@ def test_report_epsilon_equals_tokendp_account(files):
     assert res.exit_code == 0, res.output
     rep = json.loads(res.stdout)["report"]
     acc = CliRunner().invoke(main, ["account", "dp-fusion", "--alpha", "3", "--beta", "0.07", "--groups",
-                                    str(len(rep["groups"])), "--max-tokens", "5", "--delta", "1e-6", "--json"])
+                                    str(len(rep["groups"])), "--max-new-tokens", "5", "--delta", "1e-6", "--json"])
     assert acc.exit_code == 0, acc.output
     assert [g["epsilon"] for g in rep["groups"]] == [json.loads(acc.stdout)["epsilon"]]
     assert rep["groups"][0]["label"] == "ALL" and rep["groups"][0]["n_spans"] == 2

@@ -63,7 +63,7 @@ def test_killed_process_resumes(tmp_path):
     """A real SIGKILL in the middle of a run (the records written so far are kept as they are)."""
     corpus = write_jsonl(tmp_path / "big.jsonl", documents(80))
     out = tmp_path / "out.jsonl"
-    args = [str(corpus), "--model", model_dir(), "--beta", "0.05", "--max-new-tokens", "16", "--batch-size", "1",
+    args = [str(corpus), "--model", model_dir(), "--beta", "0.05", "--max-new-tokens", "16", "--concurrency", "1",
             "--threads", "1", "--out", str(out)]
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(SRC), os.environ.get("PYTHONPATH", "")])}
     proc = subprocess.Popen([sys.executable, "-m", "tokendp", "sanitize", *args], env=env,
@@ -77,10 +77,10 @@ def test_killed_process_resumes(tmp_path):
     finally:
         proc.wait()
     kept = part.read_bytes()
-    res = CliRunner().invoke(main, ["sanitize", *args[:-4], "--max-new-tokens", "2", "--batch-size", "50",
+    res = CliRunner().invoke(main, ["sanitize", *args[:-4], "--max-new-tokens", "2", "--concurrency", "50",
                                     "--out", str(out)])
     assert res.exit_code == 2 and "other settings (max_new_tokens differ)" in res.output
-    res = CliRunner().invoke(main, ["sanitize", *args[:-2], "--batch-size", "50", "--out", str(out)])
+    res = CliRunner().invoke(main, ["sanitize", *args[:-2], "--concurrency", "50", "--out", str(out)])
     assert res.exit_code == 0, res.output
     done = kept.count(b"\n")
     assert f"{80 - done} documents written ({done} already done)" in res.output

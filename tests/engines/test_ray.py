@@ -44,7 +44,7 @@ def reference(corpora, tmp_path_factory):
     """The local engine's records, in batches of 8."""
     out = tmp_path_factory.mktemp("local") / "local.jsonl"
     res = CliRunner().invoke(main, ["sanitize", str(corpora[0]), "--model", model_dir(), *ARGS,
-                                    "--engine", "local", "--batch-size", "8", "--out", str(out)])
+                                    "--engine", "local", "--concurrency", "8", "--out", str(out)])
     assert res.exit_code == 0, res.output
     return read_output(out)
 
@@ -54,7 +54,7 @@ def test_ray_gives_the_local_records(local_ray, corpora, reference, tmp_path):
     equal the local engine's run without them."""
     out = tmp_path / "ray.jsonl"
     res = CliRunner().invoke(main, ["sanitize", str(corpora[0]), "--model", model_dir(), *ARGS, "--diagnostics",
-                                    "--engine", "ray", "--workers", "2", "--batch-size", "4", "--out", str(out)])
+                                    "--engine", "ray", "--workers", "2", "--concurrency", "4", "--out", str(out)])
     assert res.exit_code == 0, res.output
     assert f"{N} documents written (0 already done)" in res.stderr and "worker " in res.stderr
     rows = read_output(out)
@@ -83,7 +83,7 @@ def test_synthesize_resumed_on_two_ray_workers_gives_the_local_texts(local_ray, 
     reference in one text's batch only."""
     refs = references(24)
     path = write_jsonl(tmp_path / "refs.jsonl", refs)
-    args = ["--epsilon", "4", "--delta", "1e-5", "--batch-size", "2", "--max-tokens", "6", "--seed", "1"]
+    args = ["--epsilon", "4", "--delta", "1e-5", "--references-per-text", "2", "--max-new-tokens", "6", "--seed", "1"]
     params = {"epsilon": 4.0, "delta": 1e-5, "batch_size": 2, "max_tokens": 6, "seed": 1, "model": model_dir()}
     whole = [json.loads(line) for line in synthesize_corpus(path, params, batch_size=4, progress=False).lines]
     out = tmp_path / "texts.jsonl"

@@ -135,7 +135,7 @@ def test_trained_ensemble_answers_prompts(tmp_path):
     data = corpus(tmp_path / "c.jsonl", n=6)
     out = tmp_path / "ens"
     res = CliRunner().invoke(main, ["ensemble", "train", "--data", str(data), "--shards", "3", "--out", str(out),
-                                    "--base", str(tinylm.model_dir()), "--steps", "2", "--batch-size", "2",
+                                    "--model", str(tinylm.model_dir()), "--steps", "2", "--batch-size", "2",
                                     "--max-length", "32", "--seed", "0"])
     assert res.exit_code == 0, res.output
     assert SECRET not in res.output and "3 adapters" in res.output
@@ -157,7 +157,7 @@ def test_bad_input_exit_2(tmp_path, lines, args, match):
     data = tmp_path / "c.jsonl"
     data.write_text("\n".join(lines) + "\n")
     res = CliRunner().invoke(main, ["ensemble", "train", "--data", str(data), "--out", str(tmp_path / "o"),
-                                    "--base", str(tinylm.model_dir()), "--steps", "1", *args])
+                                    "--model", str(tinylm.model_dir()), "--steps", "1", *args])
     assert res.exit_code == 2 and match in res.output, res.output
 
 
@@ -173,7 +173,7 @@ def test_text_corpus_and_a_registered_base_name(tmp_path):
     data.write_text("\n".join(f" {line} " for line in tinylm.CORPUS) + "\n \n\n")
     out = tmp_path / "ens"
     res = CliRunner().invoke(main, ["ensemble", "train", "--data", str(data), "--shards", "2", "--out", str(out),
-                                    "--base", "tiny", "--steps", "1", "--batch-size", "2", "--max-length", "16"])
+                                    "--model", "tiny", "--steps", "1", "--batch-size", "2", "--max-length", "16"])
     assert res.exit_code == 0, res.output
     m = read_manifest(out)
     assert m.base_model == "tiny" and sum(s.records for s in m.shards) == len(tinylm.CORPUS)
@@ -181,5 +181,5 @@ def test_text_corpus_and_a_registered_base_name(tmp_path):
                                     "--delta", "1e-5", "--queries", "2", "--seed", "0", "--json"])
     assert res.exit_code == 0, res.output
     res = CliRunner().invoke(main, ["ensemble", "train", "--data", str(data), "--shards", "2", "--out",
-                                    str(tmp_path / "o2"), "--base", "tiny", "--group-by", "user_id"])
+                                    str(tmp_path / "o2"), "--model", "tiny", "--group-by", "user_id"])
     assert res.exit_code == 2 and "needs a JSONL corpus" in res.output
