@@ -9,6 +9,7 @@ from click.testing import CliRunner
 
 import tinylm
 from tokendp.cli import main
+from tokendp.cli._exit import EXIT_BAD_INPUT
 
 OPTIONS = '{"prompt_template": "<|doc|>{document}<|rewrite|>", "placeholder": "<|mask|>"}'
 TEXT = "Dear Dr Helen Marsh, I am writing about my patient Mr Tomas Lindqvist."
@@ -74,13 +75,13 @@ def test_errors_exit_2(files, args, message):
     assert res.exit_code == 2 and message in res.output and "Helen" not in res.output
 
 
-def test_bad_spans_and_missing_input_exit_2(files, tmp_path):
+def test_bad_spans_and_missing_input_exit_3(files, tmp_path):
     bad = tmp_path / "bad.json"
     bad.write_text(json.dumps([{"start": 60, "end": 999, "label": "PERSON"}]))
     res = _run(str(files / "doc.txt"), "--spans", str(bad), "--model", _model(), "--beta", "0.1")
-    assert res.exit_code == 2 and "Lindqvist" not in res.output
+    assert res.exit_code == EXIT_BAD_INPUT and "Lindqvist" not in res.output
     res = _run(str(tmp_path / "none.txt"), "--model", _model(), "--beta", "0.1")
-    assert res.exit_code == 2
+    assert res.exit_code == EXIT_BAD_INPUT and "cannot read" in res.output
 
 
 def test_report_epsilon_equals_tokendp_account(files):

@@ -9,6 +9,7 @@ from click.testing import CliRunner
 
 import tinylm
 from tokendp.cli import main
+from tokendp.cli._exit import EXIT_BAD_INPUT
 
 KEYS = {"text", "epsilon", "clip", "rho", "batch_size", "max_tokens", "topk_plus_mean", "delta", "method",
         "temperature", "top_k", "tokens_generated", "stop_reason", "references", "model", "svt_epsilon",
@@ -95,7 +96,7 @@ def test_malformed_references_exit_2_without_their_text(tmp_path):
     path.write_text('{"text": "fine"}\n{"note": "SECRET-NAME"}\n')
     res = run("synthesize", "--references", path, "--epsilon", 1, "--delta", 1e-5, "--references-per-text", 1,
               "--max-new-tokens", 2, "--model", tinylm.model_dir(), "--domain", "a note")
-    assert res.exit_code == 2 and "line 2" in res.output and "SECRET" not in res.output
+    assert res.exit_code == EXIT_BAD_INPUT and "line 2" in res.output and "SECRET" not in res.output
 
 
 def test_without_a_domain_the_prompt_pair_refuses_with_a_message(refs):

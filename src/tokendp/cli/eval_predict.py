@@ -48,7 +48,7 @@ def _adapter(spec: str):
     return AdapterMethod(name.strip(), path, epsilon)
 
 
-@click.command("predict")
+@click.command("predict", short_help="Perplexity of the public model, the ensemble and PMixED.")
 @renamed("--base", "base")
 @click.option("--ensemble", "ensemble_dir", type=click.Path(exists=True, file_okay=False, path_type=Path),
               required=True, help="Ensemble directory written by `tokendp ensemble train`.")

@@ -20,7 +20,7 @@ def _epsilons(value: str, option: str) -> tuple[float, ...]:
         raise CLIError(f"{option} takes comma-separated numbers, got {value!r}") from None
 
 
-@click.command("synthesize")
+@click.command("synthesize", short_help="Compare DP synthetic texts with real ones (MAUVE, on-topic share).")
 @renamed("--batch-size", "batch_size")
 @renamed("--max-tokens", "max_tokens")
 @click.option("--data", "data_dir", type=click.Path(file_okay=False, path_type=Path), default=None,
