@@ -11,6 +11,7 @@ from click.testing import CliRunner
 
 from tokendp.backends import HFBackend
 from tokendp.cli import main
+from tokendp.cli._exit import EXIT_BAD_INPUT
 from tokendp.engines import plan_batches, synthesize_corpus
 from tokendp.errors import InvalidInputError
 from tokendp.synthesize import synthesize
@@ -177,4 +178,4 @@ def test_bad_references_fail_with_their_place_and_never_their_text(tmp_path):
     dup = write_jsonl(tmp_path / "d.jsonl", [{"id": "a", "text": "Helen Marsh"}, {"id": "a", "text": "Helen"}])
     res = CliRunner().invoke(main, ["synthesize", str(dup), "--engine", "local", "--model", model_dir(),
                                     "--epsilon", "1", "--delta", "1e-5", "--references-per-text", "1", "--max-new-tokens", "2"])
-    assert res.exit_code == 2 and "line 2: duplicate id \"a\"" in res.output and "Helen" not in res.output
+    assert res.exit_code == EXIT_BAD_INPUT and "line 2: duplicate id \"a\"" in res.output and "Helen" not in res.output

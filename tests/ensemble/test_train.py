@@ -10,6 +10,7 @@ from click.testing import CliRunner
 
 import tinylm
 from tokendp.cli import main
+from tokendp.cli._exit import EXIT_BAD_INPUT, EXIT_USAGE
 from tokendp.ensemble import read_manifest
 from tokendp.ensemble.train import TrainConfig, split_shards, train_ensemble
 from tokendp.errors import InvalidInputError, InvalidParameterError
@@ -145,20 +146,20 @@ def test_trained_ensemble_answers_prompts(tmp_path):
     assert json.loads(res.stdout)["report"]["shards"] == ["shard-000", "shard-001", "shard-002"]
 
 
-@pytest.mark.parametrize("lines, args, match", [
-    (['{"text": "a b c"}'] * 2, ["--shards", "3"], "fewer than the 3 shards"),
-    (['{"body": "a b c"}'], ["--shards", "1"], "line 1 has no string field 'text'"),
-    (['not json'], ["--shards", "1"], "line 1 is not valid JSON"),
-    (['{"text": "a b c"}'], ["--shards", "1", "--group-by", "user"], "line 1 has no field 'user'"),
-    (['{"text": "a b c"}'], ["--shards", "0"], "shards must be an integer >= 1"),
-    (['{"text": "a b c"}'], ["--shards", "1", "--lr", "-1"], "lr must be"),
+@pytest.mark.parametrize("lines, args, match, code", [
+    (['{"text": "a b c"}'] * 2, ["--shards", "3"], "fewer than the 3 shards", EXIT_BAD_INPUT),
+    (['{"body": "a b c"}'], ["--shards", "1"], "line 1 has no string field 'text'", EXIT_BAD_INPUT),
+    (['not json'], ["--shards", "1"], "line 1 is not valid JSON", EXIT_BAD_INPUT),
+    (['{"text": "a b c"}'], ["--shards", "1", "--group-by", "user"], "line 1 has no field 'user'", EXIT_BAD_INPUT),
+    (['{"text": "a b c"}'], ["--shards", "0"], "shards must be an integer >= 1", EXIT_USAGE),
+    (['{"text": "a b c"}'], ["--shards", "1", "--lr", "-1"], "lr must be", EXIT_USAGE),
 ])
-def test_bad_input_exit_2(tmp_path, lines, args, match):
+def test_bad_input_exit_3_and_bad_parameters_2(tmp_path, lines, args, match, code):
     data = tmp_path / "c.jsonl"
     data.write_text("\n".join(lines) + "\n")
     res = CliRunner().invoke(main, ["ensemble", "train", "--data", str(data), "--out", str(tmp_path / "o"),
                                     "--model", str(tinylm.model_dir()), "--steps", "1", *args])
-    assert res.exit_code == 2 and match in res.output, res.output
+    assert res.exit_code == code and match in res.output, res.output
 
 
 def test_bad_config():
@@ -182,4 +183,4 @@ def test_text_corpus_and_a_registered_base_name(tmp_path):
     assert res.exit_code == 0, res.output
     res = CliRunner().invoke(main, ["ensemble", "train", "--data", str(data), "--shards", "2", "--out",
                                     str(tmp_path / "o2"), "--model", "tiny", "--group-by", "user_id"])
-    assert res.exit_code == 2 and "needs a JSONL corpus" in res.output
+    assert res.exit_code == EXIT_BAD_INPUT and "needs a JSONL corpus" in res.output
