@@ -13,6 +13,7 @@ import pytest
 from click.testing import CliRunner
 
 from tokendp.cli import main
+from tokendp.cli._exit import EXIT_BAD_INPUT
 from tokendp.engines import sanitize_corpus, synthesize_corpus
 
 from .corpora import (assert_disjoint_batches, assert_same_records, documents, interrupt_after, model_dir, read_output,
@@ -101,12 +102,12 @@ def test_synthesize_resumed_on_two_ray_workers_gives_the_local_texts(local_ray, 
 
 
 def test_a_worker_error_ends_the_run_with_its_message(local_ray, corpora, tmp_path):
-    """A document too long for the model's context fails in an actor: exit 2, the batch's ids,
+    """A document too long for the model's context fails in an actor: exit 3 (bad input), the batch's ids,
     no text and no remote traceback; nothing is written for that batch."""
     out = tmp_path / "out.jsonl"
     res = CliRunner().invoke(main, ["sanitize", str(corpora[0]), "--model", model_dir(), "--beta", "0.1",
                                     "--max-new-tokens", "600", "--engine", "ray", "--workers", "1", "--out", str(out)])
-    assert res.exit_code == 2, res.output
+    assert res.exit_code == EXIT_BAD_INPUT, res.output
     # Ray's own log lines (the actor's shutdown) may arrive after the error line: look for it.
     errors = [line for line in res.output.splitlines() if line.startswith("Error: ")]
     assert len(errors) == 1 and errors[0].startswith("Error: documents \"doc-") and "context" in errors[0]
@@ -117,4 +118,4 @@ def test_ids_are_required(local_ray, tmp_path):
     path = tmp_path / "c.jsonl"
     path.write_text(json.dumps({"text": "Helen Marsh"}) + "\n")
     res = CliRunner().invoke(main, ["sanitize", str(path), "--engine", "ray", "--beta", "0.1"])
-    assert res.exit_code == 2 and "line 1: no \"id\"" in res.output and "Helen" not in res.output
+    assert res.exit_code == EXIT_BAD_INPUT and "line 1: no \"id\"" in res.output and "Helen" not in res.output

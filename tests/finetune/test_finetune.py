@@ -200,7 +200,7 @@ def test_cli_finetune_json_and_eval_exposure(tmp_path):
     empty.write_text("\n")
     result = runner.invoke(main, ["finetune", "--data", str(empty), "--method", "none", "--out", str(tmp_path / "e"),
                                   "--model", str(tinylm.model_dir()), "--lora-r", "0"])
-    assert result.exit_code == 2 and "no records" in result.output
+    assert result.exit_code == 3 and "no records" in result.output  # bad input (tokendp.cli._exit)
 
 
 def test_cli_eval_finetune_writes_the_table(tmp_path):
