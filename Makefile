@@ -51,15 +51,15 @@ PREDICT_FT_STEPS ?= 20
 PREDICT_DEVICE ?=
 PREDICT_EVAL ?= --epsilon 1,3,8 --queries 1024 --window 128
 PREDICT_DPSGD_EPSILONS ?= 8 3 1
-PREDICT_DPSGD ?= --steps $(PREDICT_FT_STEPS) --batch-size 64 --max-length 64 --truncate --lora-r 4 --lora-alpha 32 \
+PREDICT_DPSGD ?= --steps $(PREDICT_FT_STEPS) --expected-batch-size 64 --max-length 64 --truncate --lora-r 4 --lora-alpha 32 \
 	--lr 2e-4 --delta 1e-5 --threads 1 --checkpoint-every 5
 eval-predict: install
 	HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 $(BIN)/tokendp ensemble train --data $(DATA)/wikitext-2/train.txt \
-		--base smollm2 --shards $(PREDICT_SHARDS) $(PREDICT_TRAIN) $(PREDICT_DEVICE) --out runs/predict/ensemble
+		--model smollm2 --shards $(PREDICT_SHARDS) $(PREDICT_TRAIN) $(PREDICT_DEVICE) --out runs/predict/ensemble
 	HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 $(BIN)/tokendp ensemble train --data $(DATA)/wikitext-2/train.txt \
-		--base smollm2 --shards 1 $(PREDICT_TRAIN) --steps $(PREDICT_FT_STEPS) $(PREDICT_DEVICE) --out runs/predict/fine-tuned
+		--model smollm2 --shards 1 $(PREDICT_TRAIN) --steps $(PREDICT_FT_STEPS) $(PREDICT_DEVICE) --out runs/predict/fine-tuned
 	for e in $(PREDICT_DPSGD_EPSILONS); do HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 $(BIN)/tokendp finetune --method dpsgd \
-		--epsilon $$e --data $(DATA)/wikitext-2/train.txt --base smollm2 $(PREDICT_DPSGD) $(PREDICT_DEVICE) \
+		--epsilon $$e --data $(DATA)/wikitext-2/train.txt --model smollm2 $(PREDICT_DPSGD) $(PREDICT_DEVICE) \
 		--out runs/predict/dp-sgd-$$e || exit 1; done
 	HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 $(BIN)/tokendp eval predict --ensemble runs/predict/ensemble \
 		--data $(DATA)/wikitext-2/test.txt --adapter fine-tuned=runs/predict/fine-tuned/shard-000 \

@@ -14,7 +14,7 @@ def test_the_command_sets_a_sleeping_wait_before_any_subcommand_runs(monkeypatch
     monkeypatch.setenv("OMP_WAIT_POLICY", "")  # recorded, so the variable is restored after the test
     monkeypatch.delenv("OMP_WAIT_POLICY")
     result = CliRunner().invoke(main, ["account", "dp-fusion", "--alpha", "2", "--beta", "0.01", "--groups", "1",
-                                       "--max-tokens", "10", "--delta", "1e-5"])
+                                       "--max-new-tokens", "10", "--delta", "1e-5"])
     assert result.exit_code == 0, result.output
     assert os.environ["OMP_WAIT_POLICY"] == "PASSIVE"
 

@@ -33,6 +33,7 @@ from typing import Any, Literal
 import torch
 
 from tokendp.accounting import Ledger, dp_fusion_beta, dp_fusion_epsilon, dp_fusion_rdp_per_token
+from tokendp.accounting.mechanisms import DP_FUSION_ORDERS, dp_fusion_alpha
 from tokendp.backends import HFBackend, RowSequence
 from tokendp.drafts import PromptLookup
 from tokendp.errors import InvalidInputError, InvalidParameterError
@@ -47,7 +48,7 @@ METHODS = ("dp-fusion", "original", "public")
 Budget = float | Mapping[str, float] | None
 DIAGNOSTICS_NOTE = ("data-dependent diagnostics, NOT part of the privacy guarantee; they are computed "
                     "from the private text, so do not publish them with the output")
-ALPHA_GRID = (1.25, 1.5, 1.75, 2.0, 2.5, 3.0, 3.5, 4.0, 5.0, 6.0, 8.0, 10.0, 12.0, 16.0, 24.0, 32.0, 64.0)
+ALPHA_GRID = DP_FUSION_ORDERS
 DEFAULT_ALPHA = 2.0
 MAX_ALPHA = 1024.0  # above this, alpha * beta and (alpha - 1) * divergence leave float64's useful range
 
@@ -165,28 +166,10 @@ def check_known_groups(value: Budget, all_names: set[str], what: str) -> None:
 
 
 def choose_alpha(targets: Sequence[tuple[float, int, int]], *, delta: float) -> float:
-    """The Renyi order that allows the largest beta for the tightest of ``targets``.
-
-    ``targets`` holds (epsilon, m, T) per group and document. For small mixing weights,
-    D_alpha(lambda P + (1-lambda) Q || Q) ~ alpha lambda^2 chi2(P||Q) / 2, so the cap
-    alpha * beta admits lambda ~ sqrt(2 beta / chi2): the best order is the one with the
-    largest calibrated beta (:func:`~tokendp.accounting.dp_fusion_beta`), a choice made from
-    public parameters only. Orders whose conversion cost alone exceeds a target are skipped.
-    """
-    best, best_alpha = -1.0, None
-    for a in ALPHA_GRID:
-        try:
-            beta = min(dp_fusion_beta(epsilon=e, alpha=a, groups=m, max_tokens=t, delta=delta)
-                       for e, m, t in targets)
-        except InvalidParameterError:
-            continue
-        if beta > best:
-            best, best_alpha = beta, a
-    if best_alpha is None:
-        raise InvalidParameterError(
-            f"no Renyi order in {ALPHA_GRID[0]}..{ALPHA_GRID[-1]} reaches epsilon "
-            f"{min(e for e, _, _ in targets):g} at delta {delta:g}; raise epsilon or delta, or lower max_new_tokens")
-    return best_alpha
+    """The Renyi order that allows the largest beta for the tightest of ``targets`` ((epsilon, m, T)
+    per group and document), from public parameters only: :func:`tokendp.accounting.mechanisms.dp_fusion_alpha`
+    over :data:`ALPHA_GRID` (the reasoning is there; ``tokendp account dp-fusion`` uses it too)."""
+    return dp_fusion_alpha(targets, delta=delta, orders=ALPHA_GRID)
 
 
 def resolve_alphas(method: str, alpha: float | None, contexts: Sequence[DocumentContexts], limits: Sequence[int],
@@ -282,8 +265,10 @@ class Decoding:
                                      no_repeat_ngram_size=self.no_repeat_ngram_size)
 
     def constraints(self) -> dict[str, Any]:
-        """The public decoding constraints, as the report lists them."""
-        return {"no_repeat_ngram_size": self.no_repeat_ngram_size, "repetition_penalty": self.repetition_penalty}
+        """The public decoding settings, as the report lists them: the temperature (whose default
+        differs between sanitize and generate, so every report states it) and the constraints."""
+        return {"temperature": self.temperature, "no_repeat_ngram_size": self.no_repeat_ngram_size,
+                "repetition_penalty": self.repetition_penalty}
 
 
 @dataclass(frozen=True)

@@ -24,33 +24,34 @@ def _json(*args: str) -> dict:
 
 
 def test_dp_fusion_epsilon_json():
-    out = _json("dp-fusion", "--alpha", "2", "--beta", "0.005", "--groups", "1", "--max-tokens", "900", "--delta", "1e-3")
-    assert set(out) == {"mechanism", "alpha", "beta", "cap", "groups", "max_tokens", "delta", "rdp_per_token", "epsilon"}
+    out = _json("dp-fusion", "--alpha", "2", "--beta", "0.005", "--groups", "1", "--max-new-tokens", "900", "--delta", "1e-3")
+    assert set(out) == {"mechanism", "alpha", "alpha_source", "beta", "cap", "groups", "max_tokens", "delta", "rdp_per_token",
+                        "epsilon"}
     assert out["mechanism"] == "dp-fusion"
     assert out["cap"] == pytest.approx(0.01)
     assert out["epsilon"] == pytest.approx(14.5215, abs=1e-4)
 
 
 def test_dp_fusion_calibration_json():
-    out = _json("dp-fusion", "--alpha", "2", "--epsilon", "20", "--groups", "4", "--max-tokens", "500", "--delta", "1e-5")
+    out = _json("dp-fusion", "--alpha", "2", "--epsilon", "20", "--groups", "4", "--max-new-tokens", "500", "--delta", "1e-5")
     assert out["beta"] == pytest.approx(acc.dp_fusion_beta(epsilon=20.0, alpha=2.0, groups=4, max_tokens=500, delta=1e-5))
     assert out["epsilon"] == pytest.approx(20.0, rel=1e-9)
 
 
 def test_invisibleink_both_ways():
-    out = _json("invisibleink", "--clip", "1.5", "--batch-size", "8", "--temperature", "1.2", "--max-tokens", "300", "--delta", "1e-6")
+    out = _json("invisibleink", "--clip", "1.5", "--references-per-text", "8", "--temperature", "1.2", "--max-new-tokens", "300", "--delta", "1e-6")
     assert set(out) == {"mechanism", "clip", "batch_size", "temperature", "max_tokens", "delta", "rho", "epsilon"}
     assert out["rho"] == pytest.approx(300 * 1.5**2 / (2 * 64 * 1.44))
-    back = _json("invisibleink", "--epsilon", str(out["epsilon"]), "--batch-size", "8", "--temperature", "1.2", "--max-tokens", "300", "--delta", "1e-6")
+    back = _json("invisibleink", "--epsilon", str(out["epsilon"]), "--references-per-text", "8", "--temperature", "1.2", "--max-new-tokens", "300", "--delta", "1e-6")
     assert back["clip"] == pytest.approx(1.5, rel=1e-9)
 
 
 def test_amin_both_ways_with_and_without_the_switch():
-    plain = _json("amin", "--epsilon", "6", "--batch-size", "8", "--temperature", "1", "--max-tokens", "100", "--delta", "1e-6")
+    plain = _json("amin", "--epsilon", "6", "--references-per-text", "8", "--temperature", "1", "--max-new-tokens", "100", "--delta", "1e-6")
     assert set(plain) == {"mechanism", "clip", "batch_size", "temperature", "max_tokens", "delta", "rho", "epsilon"}
     assert plain["clip"] == acc.amin_clip(epsilon=6.0, delta=1e-6, batch_size=8, temperature=1.0, max_tokens=100)
     assert plain["rho"] == pytest.approx(100 * 2 * plain["clip"] ** 2 / 64)
-    switch_args = ("--batch-size", "8", "--temperature", "1", "--max-tokens", "100", "--delta", "1e-6",
+    switch_args = ("--references-per-text", "8", "--temperature", "1", "--max-new-tokens", "100", "--delta", "1e-6",
                    "--svt-epsilon", "1", "--max-private-tokens", "25")
     switch = _json("amin", "--epsilon", "6", *switch_args)
     assert set(switch) == set(plain) - {"rho"} | {"svt_epsilon", "max_private_tokens", "rho_private_tokens",
@@ -63,37 +64,37 @@ def test_amin_both_ways_with_and_without_the_switch():
     back = _json("amin", "--clip", str(switch["clip"]), *switch_args)
     assert back["epsilon"] == switch["epsilon"]
     for extra in (("--svt-epsilon", "1"), ("--svt-epsilon", "1", "--max-private-tokens", "101")):
-        result = _run("amin", "--clip", "1", "--batch-size", "8", "--temperature", "1", "--max-tokens", "100",
+        result = _run("amin", "--clip", "1", "--references-per-text", "8", "--temperature", "1", "--max-new-tokens", "100",
                       "--delta", "1e-6", *extra)
         assert result.exit_code == 2 and "max-private-tokens" in result.output
 
 
 def test_baselines_and_convert():
-    decoding = _json("dp-decoding", "--lam", "0.5", "--vocab-size", "100", "--max-tokens", "10")
+    decoding = _json("dp-decoding", "--lam", "0.5", "--vocab-size", "100", "--max-new-tokens", "10")
     assert decoding["epsilon"] == pytest.approx(10 * decoding["epsilon_per_token"])
-    prompt = _json("dp-prompt", "--clip-width", "4", "--temperature", "2", "--max-tokens", "10")
+    prompt = _json("dp-prompt", "--clip-width", "4", "--temperature", "2", "--max-new-tokens", "10")
     assert prompt["epsilon_per_token"] == pytest.approx(4.0) and prompt["epsilon"] == pytest.approx(40.0)
     assert _json("convert", "--rdp", "9", "--alpha", "2", "--delta", "1e-3")["epsilon"] == pytest.approx(14.5215, abs=1e-4)
     assert _json("convert", "--rho", "1", "--delta", "1e-5")["epsilon"] == pytest.approx(acc.zcdp_to_epsilon(rho=1.0, delta=1e-5))
 
 
 def test_table_output_is_readable():
-    result = _run("dp-fusion", "--alpha", "2", "--beta", "0.005", "--groups", "1", "--max-tokens", "900", "--delta", "1e-3")
+    result = _run("dp-fusion", "--alpha", "2", "--beta", "0.005", "--groups", "1", "--max-new-tokens", "900", "--delta", "1e-3")
     assert result.exit_code == 0
     assert "epsilon" in result.output and "14.52" in result.output and "{" not in result.output
 
 
 @pytest.mark.parametrize("args", [
-    ["dp-fusion", "--alpha", "1", "--beta", "0.01", "--groups", "1", "--max-tokens", "10", "--delta", "1e-5"],
-    ["dp-fusion", "--alpha", "2", "--beta", "-0.01", "--groups", "1", "--max-tokens", "10", "--delta", "1e-5"],
-    ["dp-fusion", "--alpha", "2", "--beta", "0.01", "--groups", "0", "--max-tokens", "10", "--delta", "1e-5"],
-    ["dp-fusion", "--alpha", "2", "--beta", "0.01", "--groups", "1", "--max-tokens", "0", "--delta", "1e-5"],
-    ["dp-fusion", "--alpha", "2", "--beta", "0.01", "--groups", "1", "--max-tokens", "10", "--delta", "1"],
-    ["dp-fusion", "--alpha", "2", "--groups", "1", "--max-tokens", "10", "--delta", "1e-5"],
-    ["dp-fusion", "--alpha", "2", "--beta", "0.1", "--epsilon", "3", "--groups", "1", "--max-tokens", "10", "--delta", "1e-5"],
-    ["invisibleink", "--clip", "-1", "--batch-size", "8", "--temperature", "1", "--max-tokens", "10", "--delta", "1e-5"],
-    ["dp-decoding", "--lam", "1", "--vocab-size", "10", "--max-tokens", "10"],
-    ["dp-prompt", "--clip-width", "1", "--temperature", "0", "--max-tokens", "10"],
+    ["dp-fusion", "--alpha", "1", "--beta", "0.01", "--groups", "1", "--max-new-tokens", "10", "--delta", "1e-5"],
+    ["dp-fusion", "--alpha", "2", "--beta", "-0.01", "--groups", "1", "--max-new-tokens", "10", "--delta", "1e-5"],
+    ["dp-fusion", "--alpha", "2", "--beta", "0.01", "--groups", "0", "--max-new-tokens", "10", "--delta", "1e-5"],
+    ["dp-fusion", "--alpha", "2", "--beta", "0.01", "--groups", "1", "--max-new-tokens", "0", "--delta", "1e-5"],
+    ["dp-fusion", "--alpha", "2", "--beta", "0.01", "--groups", "1", "--max-new-tokens", "10", "--delta", "1"],
+    ["dp-fusion", "--alpha", "2", "--groups", "1", "--max-new-tokens", "10", "--delta", "1e-5"],
+    ["dp-fusion", "--alpha", "2", "--beta", "0.1", "--epsilon", "3", "--groups", "1", "--max-new-tokens", "10", "--delta", "1e-5"],
+    ["invisibleink", "--clip", "-1", "--references-per-text", "8", "--temperature", "1", "--max-new-tokens", "10", "--delta", "1e-5"],
+    ["dp-decoding", "--lam", "1", "--vocab-size", "10", "--max-new-tokens", "10"],
+    ["dp-prompt", "--clip-width", "1", "--temperature", "0", "--max-new-tokens", "10"],
     ["convert", "--rdp", "1", "--delta", "1e-5"],
     ["convert", "--rho", "1", "--rdp", "1", "--alpha", "2", "--delta", "1e-5"],
     ["convert", "--rho", "1", "--delta", "0"],
@@ -109,7 +110,7 @@ def test_invalid_parameters_exit_2_with_a_message(args):
 def test_help_explains_every_parameter(command):
     result = _run(command, "--help")
     assert result.exit_code == 0
-    options = [p for p in account.commands[command].params if isinstance(p, click.Option)]
+    options = [p for p in account.commands[command].params if isinstance(p, click.Option) and not p.hidden]
     assert options and all(len(option.help or "") > 15 for option in options)
     assert all(option.opts[0] in result.output for option in options)
 

@@ -168,7 +168,7 @@ def test_threads_is_accepted_by_the_other_model_commands(command, threads, tmp_p
         refs = tmp_path / "refs.jsonl"
         refs.write_text("".join(json.dumps({"text": t}) + "\n" for t in tinylm.CORPUS), encoding="utf-8")
         args = ["synthesize", refs, "--model", tinylm.model_dir(), "--epsilon", "3", "--delta", "1e-5",
-                "--batch-size", "2", "--max-tokens", "2", "--domain", "a note", "--seed", "0"]
+                "--references-per-text", "2", "--max-new-tokens", "2", "--domain", "a note", "--seed", "0"]
     res = _run(*args, "--threads", "1")
     assert res.exit_code == 0, res.output
     assert torch.get_num_threads() == 1

@@ -1,4 +1,4 @@
-"""`tokendp generate`: one epsilon per group and per untrusted chunk, readable report, exit code 2 on bad input."""
+"""`tokendp generate`: one epsilon per group and per untrusted chunk, readable report, exit code 3 on bad input, 2 on bad parameters."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ from click.testing import CliRunner
 
 import tinylm
 from tokendp.cli import main
+from tokendp.cli._exit import EXIT_BAD_INPUT, EXIT_USAGE
 
 OPTIONS = '{"placeholder": "<|mask|>"}'
 TEXT = "Dear Dr Helen Marsh, I am writing about my patient Mr Tomas Lindqvist."
@@ -53,20 +54,21 @@ def test_readable_report_lists_the_chunks(files):
     assert "Zürich" not in res.stderr
 
 
-@pytest.mark.parametrize("args, message", [
-    (["--prompt", " ", "--epsilon", "4"], "prompt is empty"),
-    (["--untrusted", "latin1.txt", "--epsilon", "4"], "not valid UTF-8"),
+@pytest.mark.parametrize("args, message, code", [
+    (["--prompt", " ", "--epsilon", "4"], "prompt is empty", EXIT_BAD_INPUT),
+    (["--untrusted", "latin1.txt", "--epsilon", "4"], "not valid UTF-8", EXIT_BAD_INPUT),
     (["--context", "letter.txt", "--context", "other.txt", "--spans", "letter.spans.json", "--epsilon", "4"],
-     "one per --context"),
+     "one per --context", EXIT_USAGE),
     (["--context", "long.txt", "--untrusted", "long.txt", "--max-untrusted-tokens", "400", "--epsilon", "4"],
-     "more than the model's context"),
-    (["--untrusted", "page.txt", "--max-untrusted-tokens", "3", "--epsilon", "4"], "shorter than the stand-in"),
-    (["--untrusted", "page.txt"], "exactly one of beta= or epsilon="),
+     "more than the model's context", EXIT_BAD_INPUT),
+    (["--untrusted", "page.txt", "--max-untrusted-tokens", "3", "--epsilon", "4"], "shorter than the stand-in",
+     EXIT_USAGE),
+    (["--untrusted", "page.txt"], "exactly one of beta= or epsilon=", EXIT_USAGE),
 ])
-def test_bad_input_exits_2_without_quoting_it(files, args, message):
+def test_bad_input_exits_3_and_bad_parameters_2_without_quoting_them(files, args, message, code):
     args = [str(files / a) if a.endswith((".txt", ".json")) else a for a in args]
     res = _run(files, *args)
-    assert res.exit_code == 2, res.output
+    assert res.exit_code == code, res.output
     assert message in res.output and "Lindqvist" not in res.output and "Zürich" not in res.output
 
 

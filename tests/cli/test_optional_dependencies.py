@@ -1,5 +1,5 @@
 """Issue 12: a command that needs a missing optional package stops at start-up, before any work,
-with exit code 2 and one line naming what to install (simulated with sys.modules[name] = None)."""
+with exit code 4 (a missing extra; a script: 2) and one line naming what to install (simulated with sys.modules[name] = None)."""
 
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ from click.testing import CliRunner
 
 from tokendp._optional import require
 from tokendp.cli import main
+from tokendp.cli._exit import EXIT_MISSING_EXTRA
 from tokendp.errors import MissingDependencyError, TokenDPError
 
 PRIVATE = "Dear Dr Helen Marsh, about my patient Mr Tomas Lindqvist."
@@ -59,7 +60,7 @@ def _eval_args(tmp_path, *extra):
             "--out", str(tmp_path / "out"), *extra]
 
 
-def test_eval_sanitize_without_matplotlib_exits_2_before_the_evaluation(monkeypatch, tmp_path):
+def test_eval_sanitize_without_matplotlib_exits_4_before_the_evaluation(monkeypatch, tmp_path):
     import tokendp.backends
     import tokendp.eval.sanitization as sanitization
 
@@ -68,7 +69,7 @@ def test_eval_sanitize_without_matplotlib_exits_2_before_the_evaluation(monkeypa
     _forbid(monkeypatch, tokendp.backends, "load_backend", calls)
     _missing(monkeypatch, "matplotlib", "matplotlib.pyplot")
     result = CliRunner().invoke(main, _eval_args(tmp_path))
-    assert result.exit_code == 2, result.output
+    assert result.exit_code == EXIT_MISSING_EXTRA, result.output
     line = _one_line(result.output)
     assert "tokendp eval sanitize needs matplotlib" in line and 'pip install "tokendp[eval]"' in line
     assert "--no-plots" in line
@@ -99,7 +100,7 @@ def test_write_results_checks_matplotlib_before_writing(monkeypatch, tmp_path):
 
 @pytest.mark.parametrize("tagger,extra", [("presidio", 'pip install "tokendp[presidio]"'),
                                           ("spacy", "pip install spacy")])
-def test_sanitize_with_a_missing_tagger_exits_2_before_loading_the_model(monkeypatch, tmp_path, tagger, extra):
+def test_sanitize_with_a_missing_tagger_exits_4_before_loading_the_model(monkeypatch, tmp_path, tagger, extra):
     import tokendp.jobs.sanitize as sanitize_module
 
     calls: list[str] = []
@@ -108,14 +109,14 @@ def test_sanitize_with_a_missing_tagger_exits_2_before_loading_the_model(monkeyp
     doc, out = tmp_path / "doc.txt", tmp_path / "out.txt"
     doc.write_text(PRIVATE)
     result = CliRunner().invoke(main, ["sanitize", str(doc), "--tagger", tagger, "--epsilon", "8", "--out", str(out)])
-    assert result.exit_code == 2, result.output
+    assert result.exit_code == EXIT_MISSING_EXTRA, result.output
     line = _one_line(result.output)
     assert f"the {tagger} tagger needs" in line and extra in line
     assert "Helen" not in line and "Marsh" not in line
     assert calls == [] and not out.exists()
 
 
-def test_sanitize_corpus_without_ray_or_a_tagger_exits_2_before_reading_or_loading(monkeypatch, tmp_path):
+def test_sanitize_corpus_without_ray_or_a_tagger_exits_4_before_reading_or_loading(monkeypatch, tmp_path):
     import tokendp.engines.runner as runner_module
     import tokendp.engines.worker as worker_module
 
@@ -125,15 +126,15 @@ def test_sanitize_corpus_without_ray_or_a_tagger_exits_2_before_reading_or_loadi
     _forbid(monkeypatch, worker_module, "load_backend", calls)
     _missing(monkeypatch, "presidio_analyzer", "presidio_analyzer.nlp_engine")
     result = CliRunner().invoke(main, ["sanitize", str(corpus), "--tagger", "presidio", "--beta", "0.1", "--out", str(out)])
-    assert result.exit_code == 2 and 'pip install "tokendp[presidio]"' in _one_line(result.output)
+    assert result.exit_code == EXIT_MISSING_EXTRA and 'pip install "tokendp[presidio]"' in _one_line(result.output)
     _forbid(monkeypatch, runner_module, "scan_corpus", calls)
     _missing(monkeypatch, "ray")
     result = CliRunner().invoke(main, ["sanitize", str(corpus), "--engine", "ray", "--beta", "0.1", "--out", str(out)])
-    assert result.exit_code == 2 and 'needs ray (with Ray Data): pip install "tokendp[ray]"' in _one_line(result.output)
+    assert result.exit_code == EXIT_MISSING_EXTRA and 'needs ray (with Ray Data): pip install "tokendp[ray]"' in _one_line(result.output)
     assert calls == [] and not out.exists() and "Helen" not in result.output
 
 
-def test_synthesize_on_ray_without_ray_exits_2_before_reading_or_loading(monkeypatch, tmp_path):
+def test_synthesize_on_ray_without_ray_exits_4_before_reading_or_loading(monkeypatch, tmp_path):
     import tokendp.engines.synthesis as synthesis_module
 
     calls: list[str] = []
@@ -142,20 +143,20 @@ def test_synthesize_on_ray_without_ray_exits_2_before_reading_or_loading(monkeyp
     _forbid(monkeypatch, synthesis_module, "scan_corpus", calls)
     _missing(monkeypatch, "ray")
     result = CliRunner().invoke(main, ["synthesize", str(refs), "--engine", "ray", "--epsilon", "1", "--delta", "1e-5",
-                                       "--batch-size", "1", "--max-tokens", "2", "--out", str(out)])
-    assert result.exit_code == 2 and 'needs ray (with Ray Data): pip install "tokendp[ray]"' in _one_line(result.output)
+                                       "--references-per-text", "1", "--max-new-tokens", "2", "--out", str(out)])
+    assert result.exit_code == EXIT_MISSING_EXTRA and 'needs ray (with Ray Data): pip install "tokendp[ray]"' in _one_line(result.output)
     assert calls == [] and not out.exists() and "Helen" not in result.output
 
 
 @pytest.mark.parametrize("command", [["tag", "{doc}", "--tagger", "presidio", "--html", "{html}"],
                                      ["eval", "tagger", "--data", "{data}", "--tagger", "presidio"]])
-def test_tag_and_eval_tagger_without_presidio_exit_2(monkeypatch, tmp_path, command):
+def test_tag_and_eval_tagger_without_presidio_exit_4(monkeypatch, tmp_path, command):
     _missing(monkeypatch, "presidio_analyzer", "presidio_analyzer.nlp_engine")
     (tmp_path / "doc.txt").write_text(PRIVATE)
     (tmp_path / "data").mkdir()
     paths = {"doc": tmp_path / "doc.txt", "html": tmp_path / "tags.html", "data": tmp_path / "data"}
     result = CliRunner().invoke(main, [a.format(**paths) for a in command])
-    assert result.exit_code == 2, result.output
+    assert result.exit_code == EXIT_MISSING_EXTRA, result.output
     line = _one_line(result.output)
     assert 'pip install "tokendp[presidio]"' in line and "Helen" not in line
     assert not (tmp_path / "tags.html").exists()
@@ -184,12 +185,12 @@ def test_missing_peft_stops_ensemble_commands_before_any_work(monkeypatch, tmp_p
              "--queries", "4"] if command == "predict" else
             ["ensemble", "train", "--data", str(data), "--shards", "1", "--out", str(tmp_path / "out")])
     res = CliRunner().invoke(main, args)
-    assert res.exit_code == 2 and calls == []
+    assert res.exit_code == EXIT_MISSING_EXTRA and calls == []
     line = _one_line(res.output)
     assert 'needs peft' in line and 'pip install "tokendp[ensemble]"' in line and PRIVATE not in res.output
 
 
-def test_eval_synthesize_without_mauve_exits_2_before_any_work(monkeypatch, tmp_path):
+def test_eval_synthesize_without_mauve_exits_4_before_any_work(monkeypatch, tmp_path):
     import tokendp.backends
 
     calls: list[str] = []
@@ -197,7 +198,7 @@ def test_eval_synthesize_without_mauve_exits_2_before_any_work(monkeypatch, tmp_
     _missing(monkeypatch, "mauve")
     result = CliRunner().invoke(main, ["eval", "synthesize", "--data", str(tmp_path), "--out", str(tmp_path / "out"),
                                        "--no-plots"])
-    assert result.exit_code == 2, result.output
+    assert result.exit_code == EXIT_MISSING_EXTRA, result.output
     line = _one_line(result.output)
     assert "tokendp eval synthesize needs mauve-text: pip install" in line and 'pip install "tokendp[eval]"' in line
     assert calls == [] and not (tmp_path / "out").exists()

@@ -9,6 +9,7 @@ from click.testing import CliRunner
 
 import tinylm
 from tokendp.cli import main
+from tokendp.cli._exit import EXIT_BAD_INPUT
 
 OPTIONS = '{"prompt_template": "<|doc|>{document}<|rewrite|>", "placeholder": "<|mask|>"}'
 TEXT = "Dear Dr Helen Marsh, I am writing about my patient Mr Tomas Lindqvist."
@@ -74,13 +75,13 @@ def test_errors_exit_2(files, args, message):
     assert res.exit_code == 2 and message in res.output and "Helen" not in res.output
 
 
-def test_bad_spans_and_missing_input_exit_2(files, tmp_path):
+def test_bad_spans_and_missing_input_exit_3(files, tmp_path):
     bad = tmp_path / "bad.json"
     bad.write_text(json.dumps([{"start": 60, "end": 999, "label": "PERSON"}]))
     res = _run(str(files / "doc.txt"), "--spans", str(bad), "--model", _model(), "--beta", "0.1")
-    assert res.exit_code == 2 and "Lindqvist" not in res.output
+    assert res.exit_code == EXIT_BAD_INPUT and "Lindqvist" not in res.output
     res = _run(str(tmp_path / "none.txt"), "--model", _model(), "--beta", "0.1")
-    assert res.exit_code == 2
+    assert res.exit_code == EXIT_BAD_INPUT and "cannot read" in res.output
 
 
 def test_report_epsilon_equals_tokendp_account(files):
@@ -90,7 +91,7 @@ def test_report_epsilon_equals_tokendp_account(files):
     assert res.exit_code == 0, res.output
     rep = json.loads(res.stdout)["report"]
     acc = CliRunner().invoke(main, ["account", "dp-fusion", "--alpha", "3", "--beta", "0.07", "--groups",
-                                    str(len(rep["groups"])), "--max-tokens", "5", "--delta", "1e-6", "--json"])
+                                    str(len(rep["groups"])), "--max-new-tokens", "5", "--delta", "1e-6", "--json"])
     assert acc.exit_code == 0, acc.output
     assert [g["epsilon"] for g in rep["groups"]] == [json.loads(acc.stdout)["epsilon"]]
     assert rep["groups"][0]["label"] == "ALL" and rep["groups"][0]["n_spans"] == 2

@@ -11,6 +11,7 @@ import pytest
 from click.testing import CliRunner
 
 from tokendp.cli import main
+from tokendp.cli._exit import EXIT_BAD_INPUT, EXIT_MISSING_EXTRA
 
 
 def test_keys_create_prints_the_key_once_and_stores_only_its_hash(tmp_path):
@@ -54,13 +55,13 @@ def test_keys_are_listed_by_prefix_and_revoked_while_the_budget_stays(tmp_path):
 
 def test_a_database_in_a_missing_folder_is_a_clear_error(tmp_path):
     result = CliRunner().invoke(main, ["keys", "create", "--tenant", "clinic", "--db", str(tmp_path / "no" / "s.db")])
-    assert result.exit_code == 2 and "folder does not exist" in result.output and "Traceback" not in result.output
+    assert result.exit_code == EXIT_BAD_INPUT and "folder does not exist" in result.output and "Traceback" not in result.output
 
 
 def test_serve_without_the_serve_extra_says_what_to_install(tmp_path, monkeypatch):
     monkeypatch.setitem(sys.modules, "fastapi", None)
     result = CliRunner().invoke(main, ["serve", "--db", str(tmp_path / "s.db")])
-    assert result.exit_code == 2 and 'pip install "tokendp[serve]"' in result.output
+    assert result.exit_code == EXIT_MISSING_EXTRA and 'pip install "tokendp[serve]"' in result.output
 
 
 @pytest.mark.parametrize("args, status", [([], 404), (["--docs"], 200)])

@@ -6,6 +6,7 @@ import pytest
 from click.testing import CliRunner
 
 from tokendp.cli import main
+from tokendp.cli._exit import EXIT_BAD_INPUT
 from tokendp.text.spans import Span
 from tokendp.text.taggers import get_tagger
 
@@ -58,15 +59,15 @@ def test_readable_view_and_html_page(tmp_path):
     (b'{"id": 1, "text": "Secret"\n', ".jsonl", "not valid JSON"),
     (b'{"id": 1, "text": "  "}\n', ".jsonl", "empty"),
 ])
-def test_bad_input_exits_2_without_echoing_text(tmp_path, content, suffix, problem):
+def test_bad_input_exits_3_without_echoing_text(tmp_path, content, suffix, problem):
     path = tmp_path / f"input{suffix}"
     path.write_bytes(content)
     result = _run(path, "--tagger", "patterns")
-    assert result.exit_code == 2
+    assert result.exit_code == EXIT_BAD_INPUT
     assert problem in result.output
     assert "Secret" not in result.output and "caf" not in result.output
 
 
-def test_missing_file_exits_2(tmp_path):
+def test_missing_file_exits_3(tmp_path):
     result = _run(tmp_path / "nope.txt", "--tagger", "patterns")
-    assert result.exit_code == 2 and "not found" in result.output
+    assert result.exit_code == EXIT_BAD_INPUT and "not found" in result.output

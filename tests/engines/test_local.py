@@ -14,6 +14,7 @@ import pytest
 from click.testing import CliRunner
 
 from tokendp.cli import main
+from tokendp.cli._exit import EXIT_BAD_INPUT
 from tokendp.engines import sanitize_corpus
 
 from .corpora import assert_same_records, documents, interrupt_after, model_dir, read_output, write_jsonl
@@ -63,7 +64,7 @@ def test_killed_process_resumes(tmp_path):
     """A real SIGKILL in the middle of a run (the records written so far are kept as they are)."""
     corpus = write_jsonl(tmp_path / "big.jsonl", documents(80))
     out = tmp_path / "out.jsonl"
-    args = [str(corpus), "--model", model_dir(), "--beta", "0.05", "--max-new-tokens", "16", "--batch-size", "1",
+    args = [str(corpus), "--model", model_dir(), "--beta", "0.05", "--max-new-tokens", "16", "--concurrency", "1",
             "--threads", "1", "--out", str(out)]
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(SRC), os.environ.get("PYTHONPATH", "")])}
     proc = subprocess.Popen([sys.executable, "-m", "tokendp", "sanitize", *args], env=env,
@@ -77,10 +78,10 @@ def test_killed_process_resumes(tmp_path):
     finally:
         proc.wait()
     kept = part.read_bytes()
-    res = CliRunner().invoke(main, ["sanitize", *args[:-4], "--max-new-tokens", "2", "--batch-size", "50",
+    res = CliRunner().invoke(main, ["sanitize", *args[:-4], "--max-new-tokens", "2", "--concurrency", "50",
                                     "--out", str(out)])
-    assert res.exit_code == 2 and "other settings (max_new_tokens differ)" in res.output
-    res = CliRunner().invoke(main, ["sanitize", *args[:-2], "--batch-size", "50", "--out", str(out)])
+    assert res.exit_code == EXIT_BAD_INPUT and "other settings (max_new_tokens differ)" in res.output
+    res = CliRunner().invoke(main, ["sanitize", *args[:-2], "--concurrency", "50", "--out", str(out)])
     assert res.exit_code == 0, res.output
     done = kept.count(b"\n")
     assert f"{80 - done} documents written ({done} already done)" in res.output
@@ -100,6 +101,6 @@ def test_cli_corpus_to_stdout_and_bad_input(tmp_path):
     bad = tmp_path / "bad.jsonl"
     bad.write_text(json.dumps({"id": "a", "text": "Helen Marsh"}) + "\n" + json.dumps({"id": "a", "text": "Helen"}) + "\n")
     res = CliRunner().invoke(main, ["sanitize", str(bad), "--model", model_dir(), "--beta", "0.05"])
-    assert res.exit_code == 2 and "line 2: duplicate id \"a\" (first at line 1)" in res.output and "Helen" not in res.output
+    assert res.exit_code == EXIT_BAD_INPUT and "line 2: duplicate id \"a\" (first at line 1)" in res.output and "Helen" not in res.output
     res = CliRunner().invoke(main, ["sanitize", str(corpus), "--model", model_dir(), "--beta", "0.05", "--workers", "2"])
     assert res.exit_code == 2 and "--workers applies to --engine ray" in res.output

@@ -13,6 +13,7 @@ import pytest
 from click.testing import CliRunner
 
 from tokendp.cli import main
+from tokendp.cli._exit import EXIT_BAD_INPUT
 from tokendp.engines import sanitize_corpus, synthesize_corpus
 
 from .corpora import (assert_disjoint_batches, assert_same_records, documents, interrupt_after, model_dir, read_output,
@@ -44,7 +45,7 @@ def reference(corpora, tmp_path_factory):
     """The local engine's records, in batches of 8."""
     out = tmp_path_factory.mktemp("local") / "local.jsonl"
     res = CliRunner().invoke(main, ["sanitize", str(corpora[0]), "--model", model_dir(), *ARGS,
-                                    "--engine", "local", "--batch-size", "8", "--out", str(out)])
+                                    "--engine", "local", "--concurrency", "8", "--out", str(out)])
     assert res.exit_code == 0, res.output
     return read_output(out)
 
@@ -54,7 +55,7 @@ def test_ray_gives_the_local_records(local_ray, corpora, reference, tmp_path):
     equal the local engine's run without them."""
     out = tmp_path / "ray.jsonl"
     res = CliRunner().invoke(main, ["sanitize", str(corpora[0]), "--model", model_dir(), *ARGS, "--diagnostics",
-                                    "--engine", "ray", "--workers", "2", "--batch-size", "4", "--out", str(out)])
+                                    "--engine", "ray", "--workers", "2", "--concurrency", "4", "--out", str(out)])
     assert res.exit_code == 0, res.output
     assert f"{N} documents written (0 already done)" in res.stderr and "worker " in res.stderr
     rows = read_output(out)
@@ -83,7 +84,7 @@ def test_synthesize_resumed_on_two_ray_workers_gives_the_local_texts(local_ray, 
     reference in one text's batch only."""
     refs = references(24)
     path = write_jsonl(tmp_path / "refs.jsonl", refs)
-    args = ["--epsilon", "4", "--delta", "1e-5", "--batch-size", "2", "--max-tokens", "6", "--seed", "1"]
+    args = ["--epsilon", "4", "--delta", "1e-5", "--references-per-text", "2", "--max-new-tokens", "6", "--seed", "1"]
     params = {"epsilon": 4.0, "delta": 1e-5, "batch_size": 2, "max_tokens": 6, "seed": 1, "model": model_dir()}
     whole = [json.loads(line) for line in synthesize_corpus(path, params, batch_size=4, progress=False).lines]
     out = tmp_path / "texts.jsonl"
@@ -101,12 +102,12 @@ def test_synthesize_resumed_on_two_ray_workers_gives_the_local_texts(local_ray, 
 
 
 def test_a_worker_error_ends_the_run_with_its_message(local_ray, corpora, tmp_path):
-    """A document too long for the model's context fails in an actor: exit 2, the batch's ids,
+    """A document too long for the model's context fails in an actor: exit 3 (bad input), the batch's ids,
     no text and no remote traceback; nothing is written for that batch."""
     out = tmp_path / "out.jsonl"
     res = CliRunner().invoke(main, ["sanitize", str(corpora[0]), "--model", model_dir(), "--beta", "0.1",
                                     "--max-new-tokens", "600", "--engine", "ray", "--workers", "1", "--out", str(out)])
-    assert res.exit_code == 2, res.output
+    assert res.exit_code == EXIT_BAD_INPUT, res.output
     # Ray's own log lines (the actor's shutdown) may arrive after the error line: look for it.
     errors = [line for line in res.output.splitlines() if line.startswith("Error: ")]
     assert len(errors) == 1 and errors[0].startswith("Error: documents \"doc-") and "context" in errors[0]
@@ -117,4 +118,4 @@ def test_ids_are_required(local_ray, tmp_path):
     path = tmp_path / "c.jsonl"
     path.write_text(json.dumps({"text": "Helen Marsh"}) + "\n")
     res = CliRunner().invoke(main, ["sanitize", str(path), "--engine", "ray", "--beta", "0.1"])
-    assert res.exit_code == 2 and "line 1: no \"id\"" in res.output and "Helen" not in res.output
+    assert res.exit_code == EXIT_BAD_INPUT and "line 1: no \"id\"" in res.output and "Helen" not in res.output

@@ -11,6 +11,7 @@ from click.testing import CliRunner
 
 from tokendp.backends import HFBackend
 from tokendp.cli import main
+from tokendp.cli._exit import EXIT_BAD_INPUT
 from tokendp.engines import plan_batches, synthesize_corpus
 from tokendp.errors import InvalidInputError
 from tokendp.jobs.synthesize import synthesize
@@ -140,7 +141,7 @@ def test_other_settings_on_resume_are_refused_and_placement_is_not_a_setting(ref
 
 def test_cli_engine_local_gives_the_texts_of_the_single_process_command(refs_path, tmp_path):
     args = ["synthesize", str(refs_path), "--model", model_dir(), "--epsilon", "4", "--delta", "1e-5",
-            "--batch-size", str(B), "--max-tokens", "5", "--seed", "7"]
+            "--references-per-text", str(B), "--max-new-tokens", "5", "--seed", "7"]
     plain = CliRunner().invoke(main, [*args, "--json"])
     assert plain.exit_code == 0, plain.output
     res = CliRunner().invoke(main, [*args, "--engine", "local", "--concurrency", "4"])
@@ -162,19 +163,19 @@ def test_cli_engine_local_gives_the_texts_of_the_single_process_command(refs_pat
 ])
 def test_cli_errors_exit_2(refs_path, args, message):
     base = ["synthesize", str(refs_path), "--model", model_dir(), "--epsilon", "1", "--delta", "1e-5",
-            "--batch-size", str(B), "--max-tokens", "2"]
+            "--references-per-text", str(B), "--max-new-tokens", "2"]
     res = CliRunner().invoke(main, [*base, *args])
     assert res.exit_code == 2 and message in res.output, res.output
 
 
 def test_bad_references_fail_with_their_place_and_never_their_text(tmp_path):
     both = CliRunner().invoke(main, ["synthesize", str(tmp_path / "x.jsonl"), "--references", str(tmp_path / "x.jsonl"),
-                                     "--epsilon", "1", "--delta", "1e-5", "--batch-size", "1", "--max-tokens", "2"])
+                                     "--epsilon", "1", "--delta", "1e-5", "--references-per-text", "1", "--max-new-tokens", "2"])
     assert both.exit_code == 2
     empty = write_jsonl(tmp_path / "e.jsonl", [{"id": "a", "text": "Helen Marsh"}, {"id": "b", "text": "  "}])
     with pytest.raises(InvalidInputError, match="reference \"b\" is empty"):
         synthesize_corpus(empty, _params(batch_size=1), progress=False)
     dup = write_jsonl(tmp_path / "d.jsonl", [{"id": "a", "text": "Helen Marsh"}, {"id": "a", "text": "Helen"}])
     res = CliRunner().invoke(main, ["synthesize", str(dup), "--engine", "local", "--model", model_dir(),
-                                    "--epsilon", "1", "--delta", "1e-5", "--batch-size", "1", "--max-tokens", "2"])
-    assert res.exit_code == 2 and "line 2: duplicate id \"a\"" in res.output and "Helen" not in res.output
+                                    "--epsilon", "1", "--delta", "1e-5", "--references-per-text", "1", "--max-new-tokens", "2"])
+    assert res.exit_code == EXIT_BAD_INPUT and "line 2: duplicate id \"a\"" in res.output and "Helen" not in res.output

@@ -10,6 +10,7 @@ from click.testing import CliRunner
 
 import tinylm
 from tokendp.cli import main
+from tokendp.cli._exit import EXIT_BAD_INPUT, EXIT_USAGE
 from tokendp.ensemble import read_manifest
 from tokendp.ensemble.train import TrainConfig, split_shards, train_ensemble
 from tokendp.errors import InvalidInputError, InvalidParameterError
@@ -167,7 +168,7 @@ def test_trained_ensemble_answers_prompts(tmp_path):
     data = corpus(tmp_path / "c.jsonl", n=6)
     out = tmp_path / "ens"
     res = CliRunner().invoke(main, ["ensemble", "train", "--data", str(data), "--shards", "3", "--out", str(out),
-                                    "--base", str(tinylm.model_dir()), "--steps", "2", "--batch-size", "2",
+                                    "--model", str(tinylm.model_dir()), "--steps", "2", "--batch-size", "2",
                                     "--max-length", "32", "--seed", "0"])
     assert res.exit_code == 0, res.output
     assert SECRET not in res.output and "3 adapters" in res.output
@@ -177,20 +178,20 @@ def test_trained_ensemble_answers_prompts(tmp_path):
     assert json.loads(res.stdout)["report"]["shards"] == ["shard-000", "shard-001", "shard-002"]
 
 
-@pytest.mark.parametrize("lines, args, match", [
-    (['{"text": "a b c"}'] * 2, ["--shards", "3"], "fewer than the 3 shards"),
-    (['{"body": "a b c"}'], ["--shards", "1"], "line 1 has no string field 'text'"),
-    (['not json'], ["--shards", "1"], "line 1 is not valid JSON"),
-    (['{"text": "a b c"}'], ["--shards", "1", "--group-by", "user"], "line 1 has no field 'user'"),
-    (['{"text": "a b c"}'], ["--shards", "0"], "shards must be an integer >= 1"),
-    (['{"text": "a b c"}'], ["--shards", "1", "--lr", "-1"], "lr must be"),
+@pytest.mark.parametrize("lines, args, match, code", [
+    (['{"text": "a b c"}'] * 2, ["--shards", "3"], "fewer than the 3 shards", EXIT_BAD_INPUT),
+    (['{"body": "a b c"}'], ["--shards", "1"], "line 1 has no string field 'text'", EXIT_BAD_INPUT),
+    (['not json'], ["--shards", "1"], "line 1 is not valid JSON", EXIT_BAD_INPUT),
+    (['{"text": "a b c"}'], ["--shards", "1", "--group-by", "user"], "line 1 has no field 'user'", EXIT_BAD_INPUT),
+    (['{"text": "a b c"}'], ["--shards", "0"], "shards must be an integer >= 1", EXIT_USAGE),
+    (['{"text": "a b c"}'], ["--shards", "1", "--lr", "-1"], "lr must be", EXIT_USAGE),
 ])
-def test_bad_input_exit_2(tmp_path, lines, args, match):
+def test_bad_input_exit_3_and_bad_parameters_2(tmp_path, lines, args, match, code):
     data = tmp_path / "c.jsonl"
     data.write_text("\n".join(lines) + "\n")
     res = CliRunner().invoke(main, ["ensemble", "train", "--data", str(data), "--out", str(tmp_path / "o"),
-                                    "--base", str(tinylm.model_dir()), "--steps", "1", *args])
-    assert res.exit_code == 2 and match in res.output, res.output
+                                    "--model", str(tinylm.model_dir()), "--steps", "1", *args])
+    assert res.exit_code == code and match in res.output, res.output
 
 
 def test_bad_config():
@@ -205,7 +206,7 @@ def test_text_corpus_and_a_registered_base_name(tmp_path):
     data.write_text("\n".join(f" {line} " for line in tinylm.CORPUS) + "\n \n\n")
     out = tmp_path / "ens"
     res = CliRunner().invoke(main, ["ensemble", "train", "--data", str(data), "--shards", "2", "--out", str(out),
-                                    "--base", "tiny", "--steps", "1", "--batch-size", "2", "--max-length", "16"])
+                                    "--model", "tiny", "--steps", "1", "--batch-size", "2", "--max-length", "16"])
     assert res.exit_code == 0, res.output
     m = read_manifest(out)
     assert m.base_model == "tiny" and sum(s.records for s in m.shards) == len(tinylm.CORPUS)
@@ -213,5 +214,5 @@ def test_text_corpus_and_a_registered_base_name(tmp_path):
                                     "--delta", "1e-5", "--queries", "2", "--seed", "0", "--json"])
     assert res.exit_code == 0, res.output
     res = CliRunner().invoke(main, ["ensemble", "train", "--data", str(data), "--shards", "2", "--out",
-                                    str(tmp_path / "o2"), "--base", "tiny", "--group-by", "user_id"])
-    assert res.exit_code == 2 and "needs a JSONL corpus" in res.output
+                                    str(tmp_path / "o2"), "--model", "tiny", "--group-by", "user_id"])
+    assert res.exit_code == EXIT_BAD_INPUT and "needs a JSONL corpus" in res.output

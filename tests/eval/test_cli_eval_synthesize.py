@@ -27,7 +27,7 @@ def test_json_rows_on_a_tiny_model(tmp_path):
     refs = _jsonl(tmp_path / "refs.jsonl", tinylm.CORPUS * 2)
     held = _jsonl(tmp_path / "held.jsonl", tinylm.CORPUS)
     args = ["eval", "synthesize", "--references", refs, "--held-out", held, "--model", str(tinylm.model_dir()), "--domain", "a note",
-            "--epsilon", "2", "--amin-epsilon", "", "--num", "2", "--batch-size", "2", "--max-tokens", "2",
+            "--epsilon", "2", "--amin-epsilon", "", "--num", "2", "--references-per-text", "2", "--max-new-tokens", "2",
             "--buckets", "2", "--mauve-seeds", "1", "--out", str(tmp_path / "out"), "--no-plots", "--json"]
     result = CliRunner().invoke(main, args)
     assert result.exit_code == 0, result.output

@@ -9,6 +9,7 @@ import pytest
 from click.testing import CliRunner
 
 from tokendp.cli import main
+from tokendp.cli._exit import EXIT_MISSING_EXTRA
 from tokendp.eval import injection
 from tokendp.eval.injection import InjectionConfig, evaluate_injection, write_injection_results
 from tokendp.eval.injection_tasks import ATTACKS, answered, injection_succeeded, make_tasks
@@ -82,4 +83,4 @@ def test_without_faker_the_command_stops_before_any_work(tmp_path, monkeypatch):
     monkeypatch.setitem(sys.modules, "faker", None)
     monkeypatch.setattr(injection, "evaluate_injection", lambda *a, **k: pytest.fail("work started"))
     result = CliRunner().invoke(main, ["eval", "injection", "--out", str(tmp_path)])
-    assert result.exit_code == 2 and 'needs faker to generate its tasks: pip install "tokendp[eval]"' in result.output
+    assert result.exit_code == EXIT_MISSING_EXTRA and 'needs faker to generate its tasks: pip install "tokendp[eval]"' in result.output

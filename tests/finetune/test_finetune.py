@@ -186,7 +186,7 @@ def test_cli_finetune_json_and_eval_exposure(tmp_path):
     data.write_text("\n".join(json.dumps({"text": t}) for t in TEXTS) + "\n")
     runner = CliRunner()
     result = runner.invoke(main, ["finetune", "--data", str(data), "--method", "dpsgd", "--out", str(tmp_path / "m"),
-                                  "--base", str(tinylm.model_dir()), "--epsilon", "6", "--epochs", "1", "--batch-size", "6",
+                                  "--model", str(tinylm.model_dir()), "--epsilon", "6", "--epochs", "1", "--expected-batch-size", "6",
                                   "--lora-r", "0", "--canaries", "2", "--canary-repeats", "2", "--noise-seed", "0", "--json"])
     assert result.exit_code == 0, result.output
     report = json.loads(result.stdout[result.stdout.index("{"):])
@@ -199,8 +199,8 @@ def test_cli_finetune_json_and_eval_exposure(tmp_path):
     empty = tmp_path / "empty.jsonl"
     empty.write_text("\n")
     result = runner.invoke(main, ["finetune", "--data", str(empty), "--method", "none", "--out", str(tmp_path / "e"),
-                                  "--base", str(tinylm.model_dir()), "--lora-r", "0"])
-    assert result.exit_code == 2 and "no records" in result.output
+                                  "--model", str(tinylm.model_dir()), "--lora-r", "0"])
+    assert result.exit_code == 3 and "no records" in result.output  # bad input (tokendp.cli._exit)
 
 
 def test_cli_eval_finetune_writes_the_table(tmp_path):
@@ -211,9 +211,9 @@ def test_cli_eval_finetune_writes_the_table(tmp_path):
     body = " = Title = \n" + "\n".join(f" {t} . It was fine . " for t in tinylm.CORPUS * 3) + "\n"
     (data / "train.txt").write_text(body)
     (data / "valid.txt").write_text(body)
-    result = CliRunner().invoke(main, ["eval", "finetune", "--data", str(data), "--out", str(tmp_path / "cmp"), "--base",
-                                       str(tinylm.model_dir()), "--records", "8", "--valid", "4", "--max-tokens", "40",
-                                       "--epsilons", "8", "--tiers", "low-entity", "--epochs", "1", "--batch-size", "4",
+    result = CliRunner().invoke(main, ["eval", "finetune", "--data", str(data), "--out", str(tmp_path / "cmp"), "--model",
+                                       str(tinylm.model_dir()), "--records", "8", "--valid", "4", "--max-length", "40",
+                                       "--epsilons", "8", "--tiers", "low-entity", "--epochs", "1", "--expected-batch-size", "4",
                                        "--canaries", "1", "--canary-repeats", "1", "--samples", "20"])
     assert result.exit_code == 0, result.output
     table = (tmp_path / "cmp" / "results.md").read_text()

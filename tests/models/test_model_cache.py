@@ -235,7 +235,7 @@ def test_model_cli_list_and_info(monkeypatch):
     assert info.exit_code == 0, info.output
     data = json.loads(info.output)
     assert data["status"]["installed"] is False and data["base"]["vocab_size"] == 49152
-    assert runner.invoke(main, ["model", "info", "nope"]).exit_code == 2
+    assert runner.invoke(main, ["model", "info", "nope"]).exit_code == 3  # bad input: no such model
     text = runner.invoke(main, ["model", "info", "rewriter"])
     assert text.exit_code == 0 and "adapter" in text.output
 

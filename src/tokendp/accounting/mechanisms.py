@@ -13,6 +13,7 @@ The calibrations search the rounded-up values, so their results meet the target 
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from fractions import Fraction
 
 import numpy as np
@@ -141,6 +142,35 @@ def dp_fusion_beta(*, epsilon: float, alpha: float, groups: int, max_tokens: int
         lambda b: dp_fusion_epsilon(alpha=alpha, beta=b, groups=m, max_tokens=tokens, delta=delta) <= epsilon,
         cap / alpha,
     )
+
+
+DP_FUSION_ORDERS = (1.25, 1.5, 1.75, 2.0, 2.5, 3.0, 3.5, 4.0, 5.0, 6.0, 8.0, 10.0, 12.0, 16.0, 24.0, 32.0, 64.0)
+"""The Renyi orders :func:`dp_fusion_alpha` chooses from."""
+
+
+def dp_fusion_alpha(targets: Sequence[tuple[float, int, int]], *, delta: float,
+                    orders: Sequence[float] = DP_FUSION_ORDERS) -> float:
+    """The Renyi order among ``orders`` that allows the largest beta for the tightest of ``targets``.
+
+    ``targets`` holds (epsilon, m, T) per group and document. For small mixing weights,
+    D_alpha(lambda P + (1-lambda) Q || Q) ~ alpha lambda^2 chi2(P||Q) / 2, so the cap
+    alpha * beta admits lambda ~ sqrt(2 beta / chi2): the best order is the one with the
+    largest calibrated beta (:func:`dp_fusion_beta`), a choice made from public parameters
+    only. Orders whose conversion cost alone exceeds a target are skipped; none left is an error.
+    """
+    best, best_alpha = -1.0, None
+    for a in orders:
+        try:
+            beta = min(dp_fusion_beta(epsilon=e, alpha=a, groups=m, max_tokens=t, delta=delta) for e, m, t in targets)
+        except InvalidParameterError:
+            continue
+        if beta > best:
+            best, best_alpha = beta, float(a)
+    if best_alpha is None:
+        raise InvalidParameterError(
+            f"no Renyi order in {orders[0]}..{orders[-1]} reaches epsilon "
+            f"{min(e for e, _, _ in targets):g} at delta {delta:g}; raise epsilon or delta, or lower max_new_tokens")
+    return best_alpha
 
 
 # --- PMixED ------------------------------------------------------------------------------------

@@ -1,7 +1,8 @@
 """The `tokendp` command line: a thin shell over the library.
 
 Each sub-command lives in its own module and is registered here. Errors from the
-library (`tokendp.errors`) become exit code 2 with their message; no privacy logic here.
+library (`tokendp.errors`) become the exit codes of `tokendp.cli._exit` with their message
+(one JSON line on stderr under --json); no privacy logic here.
 """
 
 from __future__ import annotations
@@ -10,12 +11,13 @@ import click
 
 from tokendp import __version__
 from tokendp.cli._console import add_global_options, no_color, report_conversion
+from tokendp.cli._exit import JSONErrorGroup, exit_codes_epilog
 from tokendp.malloc import keep_freed_memory
 from tokendp.openmp import sleeping_openmp
 from tokendp.models.cache import report_conversions
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.group(cls=JSONErrorGroup, context_settings={"help_option_names": ["-h", "--help"]}, epilog=exit_codes_epilog())
 @click.version_option(__version__, prog_name="tokendp")
 @click.pass_context
 def main(ctx: click.Context) -> None:

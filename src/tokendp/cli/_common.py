@@ -1,9 +1,9 @@
-"""Helpers shared by the sub-commands: library errors become exit code 2 with their message;
-the decoding and corpus engine options."""
+"""Helpers shared by the sub-commands: the decoding, model placement and corpus engine options,
+diagnostics and JSON output. Errors and exit codes: :mod:`tokendp.cli._exit`; old option names:
+:mod:`tokendp.cli._aliases`."""
 
 from __future__ import annotations
 
-import functools
 import json
 import shlex
 import sys
@@ -13,10 +13,10 @@ from typing import Any
 
 import click
 
+from tokendp.cli._aliases import renamed  # noqa: F401 (re-exported for the commands)
 from tokendp.cli._console import console
-from tokendp.errors import TokenDPError
+from tokendp.cli._exit import BadInputError, CLIError, library_errors  # noqa: F401 (re-exported)
 
-EXIT_BAD_INPUT = 2
 DIAGNOSTICS_WARNING = ("WARNING: the diagnostics {where} are data-dependent and NOT covered by the privacy guarantee; "
                        "keep them apart from the output and do not publish them")
 
@@ -40,6 +40,28 @@ def decoding_options(command: Callable) -> Callable:
     for option in reversed(options):
         command = option(command)
     return command
+
+
+DTYPES = ("float32", "bfloat16", "float16")
+
+
+def placement_options(command: Callable) -> Callable:
+    """``--device`` and ``--dtype``: where and in what precision the model runs (public settings;
+    the guarantee does not depend on them)."""
+    command = click.option("--dtype", type=click.Choice(DTYPES), default=None,
+                           help="dtype of the model's weights [default: float32 on cpu, bfloat16 on cuda].")(command)
+    return click.option("--device", default=None,
+                        help="torch device, e.g. cpu, cuda, cuda:1 [default: cuda if available, else cpu].")(command)
+
+
+def tagger_option(help: str) -> Callable[[Callable], Callable]:
+    """``--tagger``, one of the registered taggers (listed in --help)."""
+    from tokendp.text.taggers.registry import TAGGER_NAMES
+
+    return click.option("--tagger", type=click.Choice(TAGGER_NAMES), default="auto", show_default=True,
+                        help=f"{help} auto: the patterns and the learned CRF combined; patterns: the pattern "
+                             "recognisers only; model: the learned CRF only; presidio, spacy: those packages' "
+                             "recognisers (their extras; docs/tagging.md).")
 
 
 def diagnostics_option(what: str, *, corpus: bool = False) -> Callable[[Callable], Callable]:
@@ -129,25 +151,6 @@ def report_corpus_run(run: Any, out_path: str | Path | None) -> None:
         emit_diagnostics(run.diagnostics)
     if run.diagnostics_path is not None:
         click.echo(DIAGNOSTICS_WARNING.format(where=f"in {run.diagnostics_path}"), err=True)
-
-
-class CLIError(click.ClickException):
-    """A clear one-line message on stderr and exit code 2."""
-
-    exit_code = EXIT_BAD_INPUT
-
-
-def library_errors(command):
-    """Decorator: turn :class:`tokendp.errors.TokenDPError` into :class:`CLIError`."""
-
-    @functools.wraps(command)
-    def wrapper(*args, **kwargs):
-        try:
-            return command(*args, **kwargs)
-        except TokenDPError as err:
-            raise CLIError(str(err)) from None
-
-    return wrapper
 
 
 def echo_json(data: Any) -> None:

@@ -1,21 +1,25 @@
 """`tokendp account`: what epsilon do I get, and what parameter do I need?
 
-A thin shell over :mod:`tokendp.accounting`; every number comes from the library.
+A thin shell over :mod:`tokendp.accounting`; every number comes from the library. The output's
+keys are the accounting functions' keyword names (``max_tokens`` is T, ``batch_size`` is B), so a
+JSON result can be passed back to them. Where the Renyi order alpha is not given, it is chosen
+from the public parameters as ``sanitize`` and ``predict`` choose it, and ``alpha_source`` says so.
 """
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 
 import click
 
 from tokendp import accounting
-from tokendp.cli._common import CLIError, library_errors
+from tokendp.cli._common import CLIError, echo_json, library_errors, renamed
 
-_JSON = click.option("--json", "as_json", is_flag=True, help="Print one JSON object instead of a table.")
+_JSON = click.option("--json", "as_json", is_flag=True, help="Print one JSON object (indented) instead of a table.")
+_OLD_MAX_TOKENS = renamed("--max-tokens", "max_tokens")
+_OLD_BATCH_SIZE = renamed("--batch-size", "batch_size")
 _MAX_TOKENS = click.option(
-    "--max-tokens", type=int, required=True,
+    "--max-new-tokens", "max_tokens", type=int, required=True,
     help="T: the maximum number of new tokens, fixed before generation. Every token counts; stopping early does not lower epsilon.",
 )
 _DELTA = click.option(
@@ -26,7 +30,7 @@ _DELTA = click.option(
 
 def _emit(result: Mapping[str, object], as_json: bool) -> None:
     if as_json:
-        click.echo(json.dumps(dict(result)))
+        echo_json(dict(result))
         return
     width = max(len(key) for key in result)
     for key, value in result.items():
@@ -41,13 +45,26 @@ def _exactly_one(**named: object) -> None:
         raise CLIError(f"give exactly one of {flags}")
 
 
-@click.group("account")
+@click.group("account", short_help="Privacy budgets: the epsilon of parameters, or the reverse.")
 def account() -> None:
     """Compute privacy budgets: the epsilon of given parameters, or the parameter for a target epsilon."""
 
 
-@account.command("dp-fusion")
-@click.option("--alpha", type=float, required=True, help="Renyi order alpha (> 1) at which DP-Fusion is analysed, e.g. 2.")
+def _order(alpha: float | None, choose, default: float) -> tuple[float, str]:
+    """``alpha`` and where it came from: given; else ``choose()`` (the best order for the target
+    epsilon, from public parameters only); else, with a cap instead of a target, ``default``."""
+    if alpha is not None:
+        return alpha, "given"
+    if choose is not None:
+        return choose(), "chosen: the best order for --epsilon, from public parameters only"
+    return default, f"default with --beta ({default:g})"
+
+
+@account.command("dp-fusion", short_help="DP-Fusion: epsilon per group for a cap beta, or beta for a target.")
+@_OLD_MAX_TOKENS
+@click.option("--alpha", type=float, default=None,
+              help="Renyi order alpha (> 1) at which DP-Fusion is analysed [default: with --epsilon the best order, "
+                   "as sanitize chooses it; 2 with --beta, as sanitize uses].")
 @click.option("--beta", type=float, help="The paper's beta (>= 0): each token's divergence cap per group is alpha*beta.")
 @click.option("--epsilon", type=float, help="Target epsilon per group; prints the largest beta that meets it.")
 @click.option("--groups", type=int, required=True, help="Number of privacy groups m mixed at each step (>= 1).")
@@ -58,18 +75,24 @@ def account() -> None:
 def dp_fusion(alpha, beta, epsilon, groups, max_tokens, delta, as_json) -> None:
     """DP-Fusion: epsilon per privacy group for a per-token cap alpha*beta (or beta for a target epsilon)."""
     _exactly_one(beta=beta, epsilon=epsilon)
+    from tokendp.accounting.mechanisms import dp_fusion_alpha
+
+    alpha, source = _order(alpha, None if epsilon is None else
+                           lambda: dp_fusion_alpha([(epsilon, groups, max_tokens)], delta=delta), 2.0)
     if beta is None:
         beta = accounting.dp_fusion_beta(epsilon=epsilon, alpha=alpha, groups=groups, max_tokens=max_tokens, delta=delta)
     _emit({
-        "mechanism": "dp-fusion", "alpha": alpha, "beta": beta, "cap": alpha * beta, "groups": groups,
-        "max_tokens": max_tokens, "delta": delta,
+        "mechanism": "dp-fusion", "alpha": alpha, "alpha_source": source, "beta": beta, "cap": alpha * beta,
+        "groups": groups, "max_tokens": max_tokens, "delta": delta,
         "rdp_per_token": accounting.dp_fusion_rdp_per_token(alpha=alpha, beta=beta, groups=groups),
         "epsilon": accounting.dp_fusion_epsilon(alpha=alpha, beta=beta, groups=groups, max_tokens=max_tokens, delta=delta),
     }, as_json)
 
 
-@account.command("pmixed")
-@click.option("--alpha", type=float, required=True, help="Renyi order alpha (> 1) at which PMixED is analysed, e.g. 3.")
+@account.command("pmixed", short_help="PMixED: epsilon per shard for a cap beta, or beta for a target.")
+@click.option("--alpha", type=float, default=None,
+              help="Renyi order alpha (> 1) at which PMixED is analysed [default: with --epsilon the best order, as "
+                   "predict chooses it; 3 with --beta, as predict uses].")
 @click.option("--beta", type=float, help="Per-member cap (>= 0) on the symmetric divergence of each mollified member to the public model.")
 @click.option("--epsilon", type=float, help="Target epsilon per shard; prints the largest beta that meets it.")
 @click.option("--ensemble-size", type=int, required=True, help="N: ensemble members, one per shard (>= 1).")
@@ -87,17 +110,20 @@ def pmixed(alpha, beta, epsilon, ensemble_size, sample_rate, max_tokens, delta, 
     w = (1 - (1 - q)^N)/N (proof: docs/privacy.md, "PMixED").
     """
     _exactly_one(beta=beta, epsilon=epsilon)
-    params = {"alpha": alpha, "ensemble_size": ensemble_size, "sample_rate": sample_rate}
+    public = {"ensemble_size": ensemble_size, "sample_rate": sample_rate}
+    alpha, source = _order(alpha, None if epsilon is None else lambda: accounting.pmixed_alpha(
+        epsilon=epsilon, max_tokens=max_tokens, delta=delta, **public), 3.0)
+    params = {"alpha": alpha, **public}
     if beta is None:
         beta = accounting.pmixed_beta(epsilon=epsilon, max_tokens=max_tokens, delta=delta, **params)
     _emit({
-        "mechanism": "pmixed", **params, "beta": beta, "queries": max_tokens, "delta": delta,
+        "mechanism": "pmixed", **params, "alpha_source": source, "beta": beta, "queries": max_tokens, "delta": delta,
         "rdp_per_token": accounting.pmixed_rdp_per_token(beta=beta, **params),
         "epsilon": accounting.pmixed_epsilon(beta=beta, max_tokens=max_tokens, delta=delta, **params),
     }, as_json)
 
 
-@account.command("dpsgd")
+@account.command("dpsgd", short_help="DP-SGD: epsilon per record for a noise multiplier, or the reverse.")
 @click.option("--sample-rate", type=float, required=True, help="q: each record joins a step's batch with this probability (Poisson; batch / N).")
 @click.option("--noise-multiplier", type=float, help="sigma: the noise std as a multiple of the clip norm (> 0).")
 @click.option("--epsilon", type=float, help="Target epsilon per record; prints the smallest noise multiplier that meets it.")
@@ -122,10 +148,13 @@ def dpsgd(sample_rate, noise_multiplier, epsilon, steps, delta, as_json) -> None
     }, as_json)
 
 
-@account.command("invisibleink")
+@account.command("invisibleink", short_help="InvisibleInk: epsilon per reference for a clip C, or C for a target.")
+@_OLD_MAX_TOKENS
+@_OLD_BATCH_SIZE
 @click.option("--clip", type=float, help="Clip C (>= 0) on each reference's logit difference from the public logits.")
 @click.option("--epsilon", type=float, help="Target epsilon per reference; prints the largest clip C that meets it.")
-@click.option("--batch-size", type=int, required=True, help="Number of private references B averaged per token (>= 1).")
+@click.option("--references-per-text", "batch_size", type=int, required=True,
+              help="B: private references averaged per token (>= 1), as in synthesize.")
 @click.option("--temperature", type=float, required=True, help="Sampling temperature tau (> 0).")
 @_MAX_TOKENS
 @_DELTA
@@ -145,10 +174,13 @@ def invisibleink(clip, epsilon, batch_size, temperature, max_tokens, delta, as_j
     }, as_json)
 
 
-@account.command("amin")
+@account.command("amin", short_help="Amin et al. (2024): epsilon per reference for a clip C, or the reverse.")
+@_OLD_MAX_TOKENS
+@_OLD_BATCH_SIZE
 @click.option("--clip", type=float, help="Clip C (> 0) on each reference's centred logits.")
 @click.option("--epsilon", type=float, help="Target epsilon per reference; prints the largest clip C that meets it.")
-@click.option("--batch-size", type=int, required=True, help="Number of private references B averaged per token (>= 1).")
+@click.option("--references-per-text", "batch_size", type=int, required=True,
+              help="B: private references averaged per token (>= 1), as in synthesize.")
 @click.option("--temperature", type=float, required=True, help="Sampling temperature tau (> 0).")
 @click.option("--svt-epsilon", type=float, help="The sparse-vector switch's pure-DP share (turns the switch on).")
 @click.option("--max-private-tokens", type=int, help="With the switch: c, the most private tokens per text (1 to T).")
@@ -172,7 +204,7 @@ def amin(clip, epsilon, batch_size, temperature, svt_epsilon, max_private_tokens
         }, as_json)
         return
     if not 1 <= max_private_tokens <= max_tokens:
-        raise CLIError(f"--max-private-tokens must be from 1 to --max-tokens ({max_tokens}), got {max_private_tokens}")
+        raise CLIError(f"--max-private-tokens must be from 1 to --max-new-tokens ({max_tokens}), got {max_private_tokens}")
     switch = {"max_private_tokens": max_private_tokens, "svt_epsilon": svt_epsilon}
     if clip is None:
         clip = accounting.amin_switch_clip(epsilon=epsilon, delta=delta, **common, **switch)
@@ -186,7 +218,8 @@ def amin(clip, epsilon, batch_size, temperature, svt_epsilon, max_private_tokens
     }, as_json)
 
 
-@account.command("dp-decoding")
+@account.command("dp-decoding", short_help="DP-Decoding: pure epsilon of mixing with the uniform distribution.")
+@_OLD_MAX_TOKENS
 @click.option("--lam", type=float, required=True, help="Weight lambda in [0, 1) of the private model; the rest is uniform.")
 @click.option("--vocab-size", type=int, required=True, help="Vocabulary size V (>= 1).")
 @_MAX_TOKENS
@@ -203,6 +236,7 @@ def dp_decoding(lam, vocab_size, max_tokens, as_json) -> None:
 
 
 @account.command("dp-prompt")
+@_OLD_MAX_TOKENS
 @click.option("--clip-width", type=float, required=True, help="Width w (>= 0) of the interval the logits are clipped to.")
 @click.option("--temperature", type=float, required=True, help="Sampling temperature tau (> 0).")
 @_MAX_TOKENS

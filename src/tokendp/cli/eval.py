@@ -7,7 +7,7 @@ import click
 from tokendp.cli.eval_tagger import eval_tagger
 
 
-@click.group("eval")
+@click.group("eval", short_help="Evaluate taggers, sanitizers, synthesis, prediction, fine-tuning.")
 def eval_group() -> None:
     """Evaluate taggers, sanitizers, synthetic text, the prompt-injection defence, private
     prediction and fine-tuned models on benchmark data."""

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import click
 
-from tokendp.cli._common import echo_json, library_errors, threads_option, use_threads
+from tokendp.cli._common import echo_json, library_errors, renamed, threads_option, use_threads
 from tokendp.cli._console import console, quiet_libraries
 
 _EXPOSURE = click.option("--exposure", "method", type=click.Choice(["exact", "sampled"]), default="sampled", show_default=True,
@@ -18,7 +18,7 @@ _EXPOSURE = click.option("--exposure", "method", type=click.Choice(["exact", "sa
 _SAMPLES = click.option("--samples", type=int, default=2000, show_default=True, help="Candidates drawn for the sampled estimate.")
 
 
-@click.command("exposure")
+@click.command("exposure", short_help="Exposure of each planted canary (Carlini et al. 2019) in a fine-tuned model.")
 @click.option("--model", "model_dir", required=True, help="A model directory (e.g. the --out of tokendp finetune) or a registered name.")
 @click.option("--canaries", "canaries_file", type=click.Path(exists=True, dir_okay=False, path_type=Path), required=True,
               help="The canary file (canaries.json written by tokendp finetune --canaries N).")
@@ -47,20 +47,24 @@ def eval_exposure(model_dir, canaries_file, method, samples, threads, as_json) -
         click.echo(f"{e.secret}  repeats {e.repeats}  exposure {e.exposure:.2f}{interval}")
 
 
-@click.command("finetune")
+@click.command("finetune", short_help="Compare no DP, DP-SGD and ATDP (each tier) at equal epsilon.")
+@renamed("--base", "base")
+@renamed("--max-tokens", "max_tokens")
+@renamed("--batch-size", "batch_size")
 @click.option("--data", "data_dir", type=click.Path(exists=True, file_okay=False, path_type=Path), required=True,
               help="The WikiText-2 folder (train.txt, valid.txt), e.g. ../shared/data/wikitext-2.")
 @click.option("--out", type=click.Path(file_okay=False, path_type=Path), required=True,
               help="Results folder (runs/NAME per run, results.md, results.json, exposure.png); rerun to resume.")
-@click.option("--base", default="tiny", show_default=True, help="Base model (a registered name or a directory).")
+@click.option("--model", "base", default="tiny", show_default=True, help="Base model (a registered name or a directory).")
 @click.option("--records", type=int, default=600, show_default=True, help="Training records taken from train.txt.")
 @click.option("--valid", type=int, default=150, show_default=True, help="Validation records taken from valid.txt.")
-@click.option("--max-tokens", type=int, default=64, show_default=True, help="Most tokens per record (sentences are grouped up to it).")
+@click.option("--max-length", "max_tokens", type=int, default=64, show_default=True, help="Most tokens per record (sentences are grouped up to it).")
 @click.option("--epsilons", default="3,8", show_default=True, help="Comma-separated target epsilons (delta --delta).")
 @click.option("--delta", type=float, default=1e-5, show_default=True, help="delta of every DP run.")
 @click.option("--tiers", default="low-entity,high-contextual", show_default=True, help="Comma-separated ATDP tiers to run.")
 @click.option("--epochs", type=int, default=2, show_default=True, help="Epochs of every run.")
-@click.option("--batch-size", type=int, default=32, show_default=True, help="Expected batch size of every run.")
+@click.option("--expected-batch-size", "batch_size", type=int, default=32, show_default=True,
+              help="Expected (Poisson) batch size of every run.")
 @click.option("--lr", type=float, default=5e-4, show_default=True, help="AdamW learning rate of every run.")
 @click.option("--lora-r", type=int, default=0, show_default=True, help="LoRA rank; 0 trains every weight.")
 @click.option("--canaries", type=int, default=3, show_default=True, help="Canaries planted in every run's corpus.")

@@ -13,7 +13,7 @@ from tokendp.cli.eval_sanitize import _floats
 from tokendp.errors import InvalidParameterError
 
 
-@click.command("injection")
+@click.command("injection", short_help="Prompt injection: untrusted pages vs a trusted note, by epsilon.")
 @click.option("--model", default="smollm2", show_default=True,
               help="smollm2, rewriter, tiny (see `tokendp model list`) or a model directory.")
 @click.option("--tasks", type=click.IntRange(min=1), default=102, show_default=True,

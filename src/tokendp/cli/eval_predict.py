@@ -11,7 +11,7 @@ from pathlib import Path
 import click
 
 from tokendp._optional import require
-from tokendp.cli._common import library_errors
+from tokendp.cli._common import library_errors, renamed
 from tokendp.cli._console import console
 from tokendp.errors import InvalidParameterError
 
@@ -48,7 +48,8 @@ def _adapter(spec: str):
     return AdapterMethod(name.strip(), path, epsilon)
 
 
-@click.command("predict")
+@click.command("predict", short_help="Perplexity of the public model, the ensemble and PMixED.")
+@renamed("--base", "base")
 @click.option("--ensemble", "ensemble_dir", type=click.Path(exists=True, file_okay=False, path_type=Path),
               required=True, help="Ensemble directory written by `tokendp ensemble train`.")
 @click.option("--data", type=click.Path(exists=True, dir_okay=False, path_type=Path), required=True,
@@ -73,7 +74,7 @@ def _adapter(spec: str):
               help="Scored tokens per window; each position sees the earlier tokens of its window.")
 @click.option("--delta", type=float, default=1e-5, show_default=True)
 @click.option("--seed", type=int, default=0, show_default=True, help="Seed of PMixED's ensemble sampling.")
-@click.option("--base", default=None, help="Base model instead of the manifest's (name, directory or hub id).")
+@click.option("--model", "base", default=None, help="Base model instead of the manifest's (name, directory or hub id).")
 @click.option("--device", default=None, help="torch device [default: cuda if available, else cpu].")
 @click.option("--dtype", type=click.Choice(["float32", "bfloat16", "float16"]), default=None,
               help="Model dtype [default: float32 on cpu, bfloat16 on cuda]; the mechanism runs in float64.")

@@ -19,7 +19,7 @@ def _floats(value: str) -> tuple[float, ...]:
         raise InvalidParameterError(f"--epsilon takes comma-separated numbers, got {value!r}") from None
 
 
-@click.command("sanitize")
+@click.command("sanitize", short_help="Compare sanitization methods: perplexity, token recovery, epsilon.")
 @click.option("--data", "data_dir", required=True, type=click.Path(file_okay=False, path_type=Path),
               help="TAB data folder (texts.json, gold_spans.json).")
 @click.option("--candidates", required=True, type=click.Path(dir_okay=False, path_type=Path),

@@ -8,7 +8,7 @@ from pathlib import Path
 import click
 
 from tokendp._optional import require
-from tokendp.cli._common import CLIError, eval_command, library_errors
+from tokendp.cli._common import CLIError, eval_command, library_errors, renamed
 from tokendp.cli._console import console
 from tokendp.cli.synthesize import read_references
 
@@ -20,7 +20,9 @@ def _epsilons(value: str, option: str) -> tuple[float, ...]:
         raise CLIError(f"{option} takes comma-separated numbers, got {value!r}") from None
 
 
-@click.command("synthesize")
+@click.command("synthesize", short_help="Compare DP synthetic texts with real ones (MAUVE, on-topic share).")
+@renamed("--batch-size", "batch_size")
+@renamed("--max-tokens", "max_tokens")
 @click.option("--data", "data_dir", type=click.Path(file_okay=False, path_type=Path), default=None,
               help="TAB data folder (texts.json): references are paragraphs of the tuning half, held-out texts "
                    "paragraphs of the reporting half. Or give --references and --held-out.")
@@ -41,8 +43,8 @@ def _epsilons(value: str, option: str) -> tuple[float, ...]:
 @click.option("--amin-epsilon", "amin_epsilons", default="10", show_default=True,
               help="Amin et al.'s epsilons (comma-separated; empty for none).")
 @click.option("--num", type=int, default=16, show_default=True, help="Texts per setting.")
-@click.option("--batch-size", type=int, default=4, show_default=True, help="B: references read by each private text.")
-@click.option("--max-tokens", type=int, default=48, show_default=True,
+@click.option("--references-per-text", "batch_size", type=int, default=4, show_default=True, help="B: references read by each private text.")
+@click.option("--max-new-tokens", "max_tokens", type=int, default=48, show_default=True,
               help="T: tokens per text; every text (real ones too) is cut to T tokens for the features.")
 @click.option("--temperature", type=float, default=1.0, show_default=True)
 @click.option("--top-k", type=int, default=100, show_default=True,

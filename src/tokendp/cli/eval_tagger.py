@@ -32,7 +32,7 @@ def _table(results: dict[str, TaggingScores]) -> str:
     return "\n".join(lines)
 
 
-@click.command("tagger")
+@click.command("tagger", short_help="Character-level recall and precision of a tagger.")
 @click.option("--data", "data_dir", required=True, type=click.Path(file_okay=False, path_type=Path),
               help="TAB data folder (texts.json, gold_spans.json, baselines/).")
 @click.option("--split", type=click.Choice(["report", "tune"]), default="report", show_default=True,

@@ -10,12 +10,14 @@ from pathlib import Path
 
 import click
 
-from tokendp.cli._common import echo_json, library_errors, threads_option, use_threads
+from tokendp.cli._common import echo_json, library_errors, renamed, threads_option, use_threads
 from tokendp.cli._console import console
 from tokendp.text.sensitivity import TIERS
 
 
-@click.command("finetune")
+@click.command("finetune", short_help="Fine-tune with DP-SGD or ATDP, (epsilon, delta)-DP per record.")
+@renamed("--base", "model")
+@renamed("--batch-size", "expected_batch_size")
 @click.option("--data", type=click.Path(exists=True, dir_okay=False, path_type=Path), required=True,
               help="Private corpus: JSONL, one record per line with a text field. Each record is one privacy unit and one "
                    "training sequence (never split: a record longer than --max-length is an error, or cut with --truncate).")
@@ -25,8 +27,9 @@ from tokendp.text.sensitivity import TIERS
 @click.option("--out", type=click.Path(file_okay=False, path_type=Path), required=True,
               help="Output directory: the merged model (use it as --model DIR), finetune.json (the report) and canaries.json. "
                    "Rerun the same command to resume.")
-@click.option("--base", default="tiny", show_default=True,
-              help="Base model: a registered name (tiny, smollm2, rewriter) or a model directory. It must not have seen the corpus.")
+@click.option("--model", default="tiny", show_default=True,
+              help="Base model: a registered name (tiny, smollm2, rewriter) or a model directory. It must not have seen "
+                   "the corpus. The report gives it.")
 @click.option("--epsilon", type=float, help="Target epsilon per record; the noise multiplier sigma_0 is calibrated to meet it.")
 @click.option("--delta", type=float, default=1e-5, show_default=True, help="delta of the guarantee (keep it below 1/records).")
 @click.option("--noise-multiplier", type=float, help="sigma_0 instead of --epsilon; the epsilon it gives is reported.")
@@ -45,8 +48,9 @@ from tokendp.text.sensitivity import TIERS
 @click.option("--epochs", type=int, default=None, help="Passes over the corpus (each of N/batch steps) [default: 3].")
 @click.option("--steps", type=int, default=None,
               help="Instead of --epochs: this many steps in all (one pass; DP samples every step's batch afresh).")
-@click.option("--batch-size", type=int, default=16, show_default=True,
-              help="Expected batch size; DP samples each record with probability batch/N (Poisson).")
+@click.option("--expected-batch-size", type=int, default=16, show_default=True,
+              help="Expected batch size b: DP-SGD samples each record with probability q = b/N (Poisson), "
+                   "so the privacy cost depends on it.")
 @click.option("--lr", type=float, default=1e-3, show_default=True, help="AdamW learning rate.")
 @click.option("--clip-norm", type=float, default=1.0, show_default=True, help="C: each record's gradient is clipped to this norm.")
 @click.option("--max-length", type=int, default=256, show_default=True, help="Context: the most tokens a record may have.")
@@ -69,8 +73,8 @@ from tokendp.text.sensitivity import TIERS
 @threads_option
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
 @library_errors
-def finetune(data, method, out, base, epsilon, delta, noise_multiplier, tier, weight, sensitive_weight_target,
-             sensitive_fraction, gamma, jitter, ceiling, epochs, steps, batch_size, lr, clip_norm, max_length, truncate, lora_r,
+def finetune(data, method, out, model, epsilon, delta, noise_multiplier, tier, weight, sensitive_weight_target,
+             sensitive_fraction, gamma, jitter, ceiling, epochs, steps, expected_batch_size, lr, clip_norm, max_length, truncate, lora_r,
              lora_alpha, canaries, canary_repeats, grad_sample_mode, seed, noise_seed, text_field, device,
              checkpoint_every, threads, as_json) -> None:
     """Fine-tune a causal LM on a private corpus, (epsilon, delta)-DP per record with dpsgd or atdp.
@@ -96,7 +100,7 @@ def finetune(data, method, out, base, epsilon, delta, noise_multiplier, tier, we
     from tokendp.jobs.finetune import finetune as run
 
     use_threads(threads)
-    config = FinetuneConfig(method=method, epochs=epochs, steps=steps, batch_size=batch_size, lr=lr, max_length=max_length,
+    config = FinetuneConfig(method=method, epochs=epochs, steps=steps, batch_size=expected_batch_size, lr=lr, max_length=max_length,
                             truncate=truncate, lora_r=lora_r, lora_alpha=lora_alpha, epsilon=epsilon, delta=delta, noise_multiplier=noise_multiplier,
                             clip_norm=clip_norm, tier=tier, weight=0.2 if weight is None else weight, gamma=gamma, jitter=jitter,
                             ceiling=ceiling, canaries=canaries, canary_repeats=canary_repeats, seed=seed, noise_seed=noise_seed,
@@ -105,12 +109,13 @@ def finetune(data, method, out, base, epsilon, delta, noise_multiplier, tier, we
     from tokendp.training import ProgressBar
 
     with ProgressBar(method, disable=not console().bars(as_json=as_json)) as bar:
-        report = run(data, out=out, base=base, config=config, device=device, on_progress=bar, on_phase=bar.describe)
+        report = run(data, out=out, base=model, config=config, device=device, on_progress=bar, on_phase=bar.describe)
     if as_json:
         echo_json(report)
         return
     privacy = report["privacy"]
     guarantee = ("no guarantee (method none)" if privacy is None else
                  f"({privacy['epsilon']:.3g}, {privacy['delta']:g})-DP per record, sigma_0 {privacy['noise_multiplier']:.3g}")
-    click.echo(f"{report['steps']} steps in {time.monotonic() - start:.0f} s; {guarantee}; model in {out} "
+    click.echo(f"{report['steps']} steps of {report['base']} in {time.monotonic() - start:.0f} s; {guarantee}; "
+               f"model in {out} "
                f"(use --model {out}); report in {out}/finetune.json")

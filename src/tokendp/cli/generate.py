@@ -8,7 +8,7 @@ from typing import Any
 import click
 
 from tokendp.cli._common import (CLIError, decoding_options, diagnostics_option, emit_diagnostics, library_errors,
-                                 threads_option, use_threads)
+                                 placement_options, tagger_option, threads_option, use_threads)
 from tokendp.cli._console import console, quiet_libraries
 from tokendp.cli.sanitize import _emit, format_report
 
@@ -23,30 +23,36 @@ def format_generate_report(report: dict[str, Any]) -> str:
     return text
 
 
-@click.command("generate")
+@click.command("generate", short_help="Answer a prompt from private and untrusted context (DP-Fusion).")
 @click.option("--prompt", required=True, help="The question or task (public: it is not protected).")
 @click.option("--context", "contexts", multiple=True, type=click.Path(dir_okay=False),
               help="A trusted document (UTF-8 text); repeat for several. Its spans are protected, one group per label.")
 @click.option("--spans", "spans_paths", multiple=True, type=click.Path(exists=True, dir_okay=False),
               help="SPANS.json of a --context ({start, end, label} character offsets); give one per --context, "
                    "in the same order, or none to run --tagger.")
-@click.option("--tagger", default="auto", show_default=True, help="Tagger for --context documents without --spans.")
+@tagger_option("Tagger for --context documents without --spans.")
 @click.option("--untrusted", "untrusted", multiple=True, type=click.Path(dir_okay=False),
               help="An untrusted chunk (retrieved page, tool output; UTF-8 text); repeat for several. Each is its own "
                    "group: only its row reads it, every other row reads --stand-in.")
 @click.option("--model", default="smollm2", show_default=True,
               help="smollm2, rewriter, tiny (see `tokendp model list`), a model directory or a hub id.")
 @click.option("--epsilon", type=float, default=None,
-              help="Target epsilon per group and per untrusted chunk (or --beta).")
-@click.option("--beta", type=float, default=None, help="Divergence cap per group (or give --epsilon).")
+              help="Target epsilon per group and per untrusted chunk. One of --epsilon or --beta is required "
+                   "(with --method dp-fusion).")
+@click.option("--beta", type=float, default=None,
+              help="Divergence cap per group. One of --epsilon or --beta is required (with --method dp-fusion).")
 @click.option("--alpha", type=float, default=None,
-              help="Renyi order of the bound (default: the best order for --epsilon; 2 with --beta).")
-@click.option("--delta", type=float, default=1e-5, show_default=True)
+              help="Renyi order of the bound [default: the best order for --epsilon, from public parameters only; "
+                   "2 with --beta]. The report gives the order used.")
+@click.option("--delta", type=float, default=1e-5, show_default=True,
+              help="Delta of the (epsilon, delta) guarantee, in (0, 1); keep it below 1/(number of people).")
 @click.option("--groups", type=click.Choice(["by-label", "single"]), default="by-label", show_default=True,
               help="Span groups of the --context documents (untrusted chunks are always one group each).")
 @click.option("--max-new-tokens", type=click.IntRange(min=1), default=128, show_default=True,
               help="T, fixed up front and counted in full by every epsilon.")
-@click.option("--temperature", type=float, default=0.7, show_default=True)
+@click.option("--temperature", type=float, default=0.7, show_default=True,
+              help="Sampling temperature (> 0; 0, greedy, only with --method original or public). Lower than "
+                   "sanitize's 1.0 for sharper answers; public: it does not change epsilon; the report gives it.")
 @click.option("--seed", type=int, default=None, help="Seed for reproducible sampling (default: from the OS).")
 @click.option("--stand-in", default="[document withheld]", show_default=True,
               help="What every row but its own reads in place of an untrusted chunk.")
@@ -61,6 +67,7 @@ def format_generate_report(report: dict[str, Any]) -> str:
               show_default=True, help="original: read everything (no guarantee); public: spans hidden and "
                                       "untrusted chunks withheld (epsilon 0).")
 @decoding_options
+@placement_options
 @threads_option
 @click.option("--json", "as_json", is_flag=True, help="Print {\"text\", \"report\"} as JSON.")
 @click.option("--out", "out_path", type=click.Path(dir_okay=False, writable=True), default=None,
@@ -71,7 +78,8 @@ def generate(prompt: str, contexts: tuple[str, ...], spans_paths: tuple[str, ...
              untrusted: tuple[str, ...], model: str, epsilon: float | None, beta: float | None, alpha: float | None,
              delta: float, groups: str, max_new_tokens: int, temperature: float, seed: int | None, stand_in: str,
              max_untrusted_tokens: int | None, question: str, method: str, no_repeat_ngram_size: int, repetition_penalty: float,
-             speculative: bool | None, draft_tokens: int, threads: int | None, as_json: bool,
+             speculative: bool | None, draft_tokens: int, device: str | None, dtype: str | None,
+             threads: int | None, as_json: bool,
              out_path: str | None, diagnostics: bool) -> None:
     """Answer --prompt from --context documents (their spans protected, one group per label) and
     --untrusted chunks (one group each), with an (epsilon, delta) guarantee per group.
@@ -79,6 +87,8 @@ def generate(prompt: str, contexts: tuple[str, ...], spans_paths: tuple[str, ...
     For an untrusted chunk the guarantee reads: whatever the chunk says, the probability of any
     answer is at most e^epsilon times its probability with the chunk withheld, plus delta. It
     does not cover the prompt or the text of the --context documents outside their spans.
+
+    One of --epsilon or --beta is required (with --method dp-fusion).
     """
     if spans_paths and len(spans_paths) != len(contexts):
         raise CLIError(f"got {len(spans_paths)} --spans for {len(contexts)} --context; give one per --context, "
@@ -103,7 +113,8 @@ def generate(prompt: str, contexts: tuple[str, ...], spans_paths: tuple[str, ...
             method=method, alpha=alpha, beta=beta, epsilon=epsilon, delta=delta, groups=groups,
             max_new_tokens=max_new_tokens, temperature=temperature, stand_in=stand_in,
             max_untrusted_tokens=max_untrusted_tokens, question=question, no_repeat_ngram_size=no_repeat_ngram_size,
-            repetition_penalty=repetition_penalty, speculative=speculative, draft_tokens=draft_tokens)
+            repetition_penalty=repetition_penalty, speculative=speculative, draft_tokens=draft_tokens,
+            device=device, dtype=dtype)
     with out.tokens(f"generating up to {max_new_tokens} tokens", max_new_tokens, desc="generate",
                     as_json=as_json) as on_token:
         result = run_generate(prepared, seed=seed, on_token=on_token, diagnostics=diagnostics)[0]

@@ -8,7 +8,7 @@ from tokendp.cli._common import echo_json, library_errors
 from tokendp.cli._console import quiet_libraries
 
 
-@click.group("model")
+@click.group("model", short_help="The models known by name: list, info, build.")
 def model() -> None:
     """Models by name: rewriter (sanitize's default), smollm2, tiny (the embedded 4.5M model).
 
@@ -32,7 +32,7 @@ def list_models(as_json: bool) -> None:
         click.echo(f"{'':<9} {row['role']}; {row['status']}")
 
 
-@model.command("build")
+@model.command("build", short_help="Convert SmolLM2's GGUF into the cache.")
 @click.argument("name", type=click.Choice(["smollm2", "rewriter"]))
 @click.option("--force", is_flag=True, help="Rebuild even if a conversion is cached (or a broken one is).")
 @library_errors
@@ -48,7 +48,7 @@ def build(name: str, force: bool) -> None:
     click.echo(f"{name}: converted model at {path}")
 
 
-@model.command("info")
+@model.command("info", short_help="Describe a model by name (default: rewriter).")
 @click.argument("name", required=False, default="rewriter")
 @click.option("--json", "as_json", is_flag=True, help="Print machine-readable JSON.")
 @library_errors

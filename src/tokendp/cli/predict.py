@@ -6,13 +6,14 @@ A thin shell over :func:`tokendp.jobs.predict.predict`; every number comes from 
 from __future__ import annotations
 
 import json
-import sys
+import math
 from pathlib import Path
 
 import click
 
-from tokendp.cli._common import (CLIError, diagnostics_option, echo_json, emit_diagnostics, library_errors,
-                                 threads_option, use_threads)
+from tokendp.cli._common import (BadInputError, CLIError, diagnostics_option, echo_json, emit_diagnostics,
+                                 library_errors, placement_options, renamed, threads_option, use_threads)
+from tokendp.cli._exit import BudgetExhaustedError
 from tokendp.cli._console import console, quiet_libraries
 from tokendp.text.documents import jsonl_records
 
@@ -23,39 +24,68 @@ def read_prompts(path: Path) -> list[str]:
     for where, record in jsonl_records(path):
         text = record.get("prompt", record.get("text"))
         if not isinstance(text, str):
-            raise CLIError(f"{where} has no string field \"prompt\" (or \"text\")")
+            raise BadInputError(f"{where} has no string field \"prompt\" (or \"text\")")
         prompts.append(text)
     if not prompts:
-        raise CLIError(f"{path} holds no prompts; write one {{\"prompt\": ...}} per line")
+        raise BadInputError(f"{path} holds no prompts; write one {{\"prompt\": ...}} per line")
     return prompts
 
 
-@click.command("predict")
+def choose_order(ensemble_dir: Path, *, epsilon: float | None, sample_rate: float, queries: int,
+                 delta: float) -> float:
+    """The Renyi order when --alpha is not given: with --epsilon, :func:`tokendp.accounting.pmixed_alpha`
+    over the public parameters (epsilon, delta, N from the manifest, q, T); with --beta, 3. Out-of-range
+    values also get 3, so that the library's check names the parameter that is wrong."""
+    valid = (epsilon is not None and math.isfinite(epsilon) and epsilon > 0 and 0 < delta < 1
+             and 0 < sample_rate <= 1 and queries >= 1)
+    if not valid:
+        return 3.0
+    from tokendp.accounting import pmixed_alpha
+    from tokendp.ensemble import read_manifest
+
+    size = read_manifest(ensemble_dir).ensemble_size
+    return pmixed_alpha(epsilon=epsilon, ensemble_size=size, sample_rate=sample_rate, max_tokens=queries, delta=delta)
+
+
+@click.command("predict", short_help="Answer prompts with PMixED, (epsilon, delta)-DP per shard.")
+@renamed("--base", "model")
+@renamed("--ensemble-sample-rate", "sample_rate")
 @click.option("--ensemble", "ensemble_dir", type=click.Path(exists=True, file_okay=False, path_type=Path), required=True,
               help="Ensemble directory written by `tokendp ensemble train` (manifest.json + one adapter per shard).")
 @click.option("--prompt", default=None, help="One prompt to continue.")
 @click.option("--prompts", "prompts_path", type=click.Path(exists=True, dir_okay=False, path_type=Path), default=None,
               help="JSONL file of prompts, one {\"prompt\": ...} per line.")
-@click.option("--epsilon", type=float, default=None, help="Epsilon per shard for all T tokens (beta is calibrated).")
-@click.option("--beta", type=float, default=None, help="Divergence cap per member instead of --epsilon.")
+@click.option("--epsilon", type=float, default=None,
+              help="Epsilon per shard for all T tokens (beta is calibrated). One of --epsilon or --beta is required.")
+@click.option("--beta", type=float, default=None,
+              help="Divergence cap per member instead of --epsilon. One of --epsilon or --beta is required.")
 @click.option("--delta", type=float, required=True, help="Delta of the guarantee, in (0, 1).")
 @click.option("--queries", type=int, required=True,
               help="T: total tokens predicted over all prompts, fixed up front; generation stops when they are spent.")
-@click.option("--ensemble-sample-rate", "sample_rate", type=float, default=1.0, show_default=True,
+@click.option("--sample-rate", type=float, default=1.0, show_default=True,
               help="q: probability that each member joins a token's sample (Poisson).")
-@click.option("--alpha", type=float, default=3.0, show_default=True, help="Renyi order of the mollifier and the accounting.")
+@click.option("--alpha", type=float, default=None,
+              help="Renyi order of the mollifier and the accounting [default: with --epsilon the best order, chosen "
+                   "from public parameters only (epsilon, delta, N, q, T); 3 with --beta]. The report gives it.")
 @click.option("--max-new-tokens", type=int, default=None, help="Most tokens per prompt [default: what is left of T].")
-@click.option("--temperature", type=float, default=1.0, show_default=True, help="Sampling temperature (> 0).")
+@click.option("--temperature", type=float, default=1.0, show_default=True,
+              help="Sampling temperature (> 0). Public: it does not change epsilon; the report gives it.")
 @click.option("--seed", type=int, default=None, help="Seed for reproducible sampling [default: seeded from the OS].")
-@click.option("--base", default=None, help="Base model directory or cached hub id [default: the manifest's].")
-@click.option("--device", default=None, help="torch device [default: cuda if available, else cpu].")
+@click.option("--model", default=None,
+              help="Base model: a registered name, a directory or a cached hub id [default: the manifest's, the one "
+                   "the adapters were trained on].")
+@placement_options
 @threads_option
 @click.option("--json", "as_json", is_flag=True, help="Print {\"answers\", \"report\", \"stopped\"} as JSON.")
 @diagnostics_option("the mean size of the sampled set and the mean lambda")
 @library_errors
 def predict(ensemble_dir, prompt, prompts_path, epsilon, beta, delta, queries, sample_rate, alpha, max_new_tokens,
-            temperature, seed, base, device, threads, as_json, diagnostics) -> None:
-    """Continue prompts with PMixED: (epsilon, delta)-DP per shard of the ensemble's private corpus."""
+            temperature, seed, model, device, dtype, threads, as_json, diagnostics) -> None:
+    """Continue prompts with PMixED: (epsilon, delta)-DP per shard of the ensemble's private corpus.
+
+    One of --epsilon or --beta is required. When the budget of T tokens runs out before every
+    prompt is answered, the answers so far are printed and the command exits with code 5.
+    """
     from tokendp._optional import require
 
     require("peft", "ensemble", "tokendp predict", why="to read LoRA adapters")
@@ -64,6 +94,8 @@ def predict(ensemble_dir, prompt, prompts_path, epsilon, beta, delta, queries, s
     if (epsilon is None) == (beta is None):
         raise CLIError("give exactly one of --epsilon (per shard) or --beta")
     prompts = [prompt] if prompt is not None else read_prompts(prompts_path)
+    if alpha is None:
+        alpha = choose_order(ensemble_dir, epsilon=epsilon, sample_rate=sample_rate, queries=queries, delta=delta)
     out = console()
     message = f"loading ensemble {ensemble_dir}, then predicting up to {queries} tokens"
     with out.tokens(message, queries, desc="predict", as_json=as_json) as on_token:
@@ -73,18 +105,19 @@ def predict(ensemble_dir, prompt, prompts_path, epsilon, beta, delta, queries, s
 
         result = run(prompts, ensemble=ensemble_dir, queries=queries, delta=delta, epsilon=epsilon, beta=beta,
                      alpha=alpha, sample_rate=sample_rate, temperature=temperature, max_new_tokens=max_new_tokens,
-                     seed=seed, base=base, device=device, diagnostics=diagnostics, on_token=on_token)
+                     seed=seed, base=model, device=device, dtype=dtype, diagnostics=diagnostics,
+                     on_token=on_token)
     if as_json:
         echo_json(result.to_dict())
     else:
         rep = result.report
         click.echo(f"# pmixed: epsilon {rep.epsilon:.4g} per shard at delta {rep.delta:g} for T = {rep.queries} tokens; "
-                   f"N {rep.ensemble_size}, q {rep.sample_rate:g}, alpha {rep.alpha:g}, beta {rep.beta:.4g}; "
+                   f"N {rep.ensemble_size}, q {rep.sample_rate:g}, alpha {rep.alpha:g}, beta {rep.beta:.4g}, "
+                   f"model {rep.model}, temperature {rep.temperature:g}; "
                    f"{rep.tokens_released} tokens released")
         for answer in result.answers:
             click.echo(f"\n## prompt {answer.index} ({len(answer.token_ids)} tokens, {answer.stop_reason})\n{answer.text}")
     if result.diagnostics is not None:
         emit_diagnostics([json.dumps({"diagnostics": result.diagnostics})])
     if result.stopped:
-        click.echo(f"Error: {result.stopped}", err=True)
-        sys.exit(2)
+        raise BudgetExhaustedError(result.stopped)

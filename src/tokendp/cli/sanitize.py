@@ -9,8 +9,9 @@ from typing import Any
 
 import click
 
-from tokendp.cli._common import (CLIError, decoding_options, diagnostics_option, emit_diagnostics, engine_options,
-                                 library_errors, ray_options, report_corpus_run, use_threads)
+from tokendp.cli._common import (BadInputError, CLIError, decoding_options, diagnostics_option, emit_diagnostics,
+                                 engine_options, library_errors, placement_options, ray_options, renamed,
+                                 report_corpus_run, tagger_option, use_threads)
 from tokendp.cli._console import console, quiet_libraries
 from tokendp.text.taggers import get_tagger, spans_from_json
 
@@ -21,7 +22,7 @@ def _read_text(path: str) -> str:
     try:
         return Path(path).read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as err:
-        raise CLIError(f"cannot read {path}: {type(err).__name__}") from None
+        raise BadInputError(f"cannot read {path}: {type(err).__name__}") from None
 
 
 def _fmt(x: float | None) -> str:
@@ -32,7 +33,8 @@ def format_report(report: dict[str, Any]) -> str:
     """A small readable table of a sanitize report."""
     lines = [
         "-- privacy report " + "-" * 42,
-        f"mechanism {report['mechanism']}   model {report['model']}",
+        f"mechanism {report['mechanism']}   model {report['model']}"
+        + (f"   temperature {report['decoding']['temperature']:g}" if "temperature" in report.get("decoding", {}) else ""),
         f"alpha {report['alpha']:g}   delta {report['delta']:g}   max_new_tokens (T) {report['max_new_tokens']}"
         f"   generated {report['tokens_generated']} ({report['stop_reason']})",
         f"{'group':<14}{'spans':>6}{'tokens':>8}{'beta':>12}{'epsilon':>10}",
@@ -45,27 +47,37 @@ def format_report(report: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-@click.command("sanitize")
+@click.command("sanitize", short_help="Rewrite documents with DP-Fusion, DP per privacy group.")
+@renamed("--batch-size", "concurrency")
 @click.argument("input_path", metavar="INPUT", type=str)
 @click.option("--spans", "spans_path", type=click.Path(exists=True, dir_okay=False),
               help="SPANS.json: a list of {start, end, label} character offsets into INPUT.")
-@click.option("--tagger", default="auto", show_default=True, help="Tagger used when no spans are given.")
+@tagger_option("Tagger used when no spans are given.")
 @click.option("--model", default="rewriter", show_default=True,
               help="rewriter, smollm2, tiny (see `tokendp model list`), a model directory or a hub id.")
 @click.option("--alpha", type=float, default=None,
-              help="Renyi order of the bound (default: the best order for --epsilon; 2 with --beta).")
-@click.option("--beta", type=float, default=None, help="Divergence cap per group (or give --epsilon).")
-@click.option("--epsilon", type=float, default=None, help="Target epsilon per group (or give --beta).")
-@click.option("--delta", type=float, default=1e-5, show_default=True)
-@click.option("--groups", type=click.Choice(["by-label", "single"]), default="by-label", show_default=True)
+              help="Renyi order of the bound [default: the best order for --epsilon, from public parameters only; "
+                   "2 with --beta]. The report gives the order used.")
+@click.option("--beta", type=float, default=None,
+              help="Divergence cap per group. One of --epsilon or --beta is required (with --method dp-fusion).")
+@click.option("--epsilon", type=float, default=None,
+              help="Target epsilon per group. One of --epsilon or --beta is required (with --method dp-fusion).")
+@click.option("--delta", type=float, default=1e-5, show_default=True,
+              help="Delta of the (epsilon, delta) guarantee, in (0, 1); keep it below 1/(number of people).")
+@click.option("--groups", type=click.Choice(["by-label", "single"]), default="by-label", show_default=True,
+              help="Privacy groups: one per span label, or all spans in one group.")
 @click.option("--max-new-tokens", type=int, default=None, help="T (default: 1.2x the document + 16).")
-@click.option("--temperature", type=float, default=1.0, show_default=True)
+@click.option("--temperature", type=float, default=1.0, show_default=True,
+              help="Sampling temperature (> 0; 0, greedy, only with --method original or public). Public: it does "
+                   "not change epsilon; the report gives it.")
 @click.option("--seed", type=int, default=None, help="Seed for reproducible sampling (default: from the OS).")
 @decoding_options
 @click.option("--method", type=click.Choice(["dp-fusion", "original", "public"]), default="dp-fusion",
-              show_default=True)
-@click.option("--batch-size", type=click.IntRange(min=1), default=8, show_default=True,
-              help="Documents per batch (corpus input).")
+              show_default=True, help="original: read everything (no guarantee); public: spans hidden (epsilon 0).")
+@click.option("--concurrency", type=click.IntRange(min=1), default=8, show_default=True,
+              help="Documents of a corpus decoded together (throughput only: with --seed the output does not "
+                   "depend on it).")
+@placement_options
 @engine_options(default="local",
                 engine_help="Where a corpus runs: this process, or a Ray actor pool (the ray extra; docs/engines.md).")
 @click.option("--json", "as_json", is_flag=True, help="Print {\"text\", \"report\"} as JSON.")
@@ -78,7 +90,7 @@ def sanitize(input_path: str, spans_path: str | None, tagger: str, model: str | 
              beta: float | None, epsilon: float | None, delta: float, groups: str,
              max_new_tokens: int | None, temperature: float, seed: int | None,
              no_repeat_ngram_size: int, repetition_penalty: float, speculative: bool | None, draft_tokens: int, method: str,
-             batch_size: int, engine: str, address: str | None, workers: int | None,
+             concurrency: int, device: str | None, dtype: str | None, engine: str, address: str | None, workers: int | None,
              gpus_per_worker: float | None, threads: int | None, as_json: bool,
              out_path: str | None, diagnostics: bool) -> None:
     """Rewrite INPUT (.txt, - for stdin, or a corpus: .jsonl or .parquet) with a per-group
@@ -86,17 +98,20 @@ def sanitize(input_path: str, spans_path: str | None, tagger: str, model: str | 
 
     A corpus holds one {"id", "text", "spans"?} per line or row; results go to --out (or
     stdout) as one {"id", "text", "report"} per document, in input order. With --seed, each
-    document's rewrite depends only on the seed and its id, not on --batch-size, its neighbours,
+    document's rewrite depends only on the seed and its id, not on --concurrency, its neighbours,
     the engine or the workers.
+
+    One of --epsilon or --beta is required (with --method dp-fusion).
     """
     params = dict(tagger=tagger, model=model, method=method, alpha=alpha, beta=beta, epsilon=epsilon,
                   delta=delta, groups=groups, max_new_tokens=max_new_tokens, temperature=temperature,
                   seed=seed, no_repeat_ngram_size=no_repeat_ngram_size, repetition_penalty=repetition_penalty,
                   speculative=speculative, draft_tokens=draft_tokens, diagnostics=diagnostics)
+    params.update({k: v for k, v in (("device", device), ("dtype", dtype)) if v is not None})  # resumes stay valid
     if input_path.endswith((".jsonl", ".parquet")):
         if spans_path:
             raise CLIError("--spans applies to a single document; put \"spans\" in each record instead")
-        _sanitize_corpus(input_path, params, out_path, engine, batch_size, threads,
+        _sanitize_corpus(input_path, params, out_path, engine, concurrency, threads,
                          ray_options(engine, address, workers, gpus_per_worker))
         return
     if engine != "local" or any(v is not None for v in (address, workers, gpus_per_worker)):

@@ -7,7 +7,7 @@ import os
 import click
 
 from tokendp import __version__
-from tokendp.cli._common import library_errors, threads_option, use_threads
+from tokendp.cli._common import library_errors, tagger_option, threads_option, use_threads
 from tokendp.cli._console import quiet_libraries
 
 DEFAULT_DB = "tokendp-service.db"
@@ -19,15 +19,14 @@ def _db(path: str | None) -> str:
     return path or os.environ.get("TOKENDP_DB") or DEFAULT_DB
 
 
-@click.command("serve")
+@click.command("serve", short_help="Serve the HTTP API with a durable budget per document and group.")
 @click.option("--host", default="127.0.0.1", show_default=True,
               help="Interface to listen on. The default is loopback only; put a TLS proxy in front for anything else.")
 @click.option("--port", type=click.IntRange(0, 65535), default=8000, show_default=True)
 @click.option("--db", "db", type=click.Path(dir_okay=False), default=None, help=DB_HELP)
 @click.option("--model", default="rewriter", show_default=True,
               help="The one model every request runs on: rewriter, smollm2, tiny, a directory or a hub id.")
-@click.option("--tagger", default="auto", show_default=True,
-              help="Tagger for /v1/tag and for requests that give no spans.")
+@tagger_option("Tagger for /v1/tag and for requests that give no spans.")
 @click.option("--max-body-bytes", type=click.IntRange(min=1), default=1_000_000, show_default=True,
               help="Larger request bodies are refused (413 body_too_large): the bytes received are counted, "
                    "whatever the framing (Content-Length or chunked). A request with both Content-Length and "
@@ -80,12 +79,12 @@ def serve(host: str, port: int, db: str | None, model: str, tagger: str, max_bod
     uvicorn.run(app, host=host, port=port, log_level=log_level, http="h11")
 
 
-@click.group("keys")
+@click.group("keys", short_help="Tenants and their API keys for serve.")
 def keys() -> None:
     """Tenants and their API keys (the database keeps only each key's SHA-256)."""
 
 
-@keys.command("create")
+@keys.command("create", short_help="Create an API key for a tenant and print it once.")
 @click.option("--tenant", required=True, help="The tenant (created on first use): 1-64 letters, digits, - _ .")
 @click.option("--budget", type=float, default=None,
               help="A new tenant's lifetime epsilon per protected unit (document id, privacy group) [default: 10]. "
@@ -105,7 +104,7 @@ def create(tenant: str, budget: float | None, delta: float | None, db: str | Non
                "store the key now, it is not kept", err=True)
 
 
-@keys.command("list")
+@keys.command("list", short_help="List the keys: prefix, tenant, creation time.")
 @click.option("--db", "db", type=click.Path(dir_okay=False), default=None, help=DB_HELP)
 @click.option("--json", "as_json", is_flag=True, help="Print [{prefix, tenant, created, budget, delta}] as JSON.")
 @library_errors
@@ -125,7 +124,7 @@ def list_(db: str | None, as_json: bool) -> None:
         click.echo(f"{r['prefix']:<12}{r['tenant']:<20}{r['created']:<27}{r['budget']:g} at {r['delta']:g}")
 
 
-@keys.command("revoke")
+@keys.command("revoke", short_help="Revoke the key that starts with PREFIX.")
 @click.argument("prefix")
 @click.option("--db", "db", type=click.Path(dir_okay=False), default=None, help=DB_HELP)
 @library_errors

@@ -12,7 +12,8 @@ from pathlib import Path
 
 import click
 
-from tokendp.cli._common import CLIError, engine_options, library_errors, ray_options, report_corpus_run, use_threads
+from tokendp.cli._common import (CLIError, engine_options, library_errors, placement_options, ray_options, renamed,
+                                 report_corpus_run, use_threads)
 from tokendp.cli._console import console, quiet_libraries
 
 _FILE = click.Path(exists=True, dir_okay=False, path_type=Path)
@@ -26,16 +27,20 @@ def read_references(path: Path) -> list[str]:
     return [record.text for record in scan_corpus(path).records()]
 
 
-@click.command("synthesize")
+@click.command("synthesize", short_help="Generate synthetic texts, (epsilon, delta)-DP per reference.")
+@renamed("--batch-size", "references_per_text")
+@renamed("--max-tokens", "max_new_tokens")
 @click.argument("references", metavar="[REFERENCES]", type=_FILE, required=False)
 @click.option("--references", "references_option", type=_FILE, default=None,
               help="The same as REFERENCES (the older spelling).")
 @click.option("--epsilon", type=float, required=True, help="Epsilon per reference (>= 0; 0 gives public-model text).")
 @click.option("--delta", type=float, required=True, help="Delta of the guarantee, in (0, 1), below 1/(number of references).")
-@click.option("--batch-size", type=int, required=True, help="B: references read by each synthetic text (disjoint batches).")
-@click.option("--max-tokens", type=int, required=True,
+@click.option("--references-per-text", type=int, required=True,
+              help="B: references read by each synthetic text (disjoint batches of the references).")
+@click.option("--max-new-tokens", type=int, required=True,
               help="T: tokens per text, fixed before generation; all T count, even if a text stops early.")
-@click.option("--temperature", type=float, default=1.0, show_default=True, help="Sampling temperature tau (> 0).")
+@click.option("--temperature", type=float, default=1.0, show_default=True,
+              help="Sampling temperature tau (> 0); it enters epsilon, and each text's header gives it.")
 @click.option("--top-k", type=int, default=None,
               help="k of InvisibleInk's Top-k+ candidate set [default: 100; the whole vocabulary for amin].")
 @click.option("--method", type=click.Choice(["invisibleink", "amin"]), default="invisibleink", show_default=True,
@@ -45,11 +50,11 @@ def read_references(path: Path) -> list[str]:
                    "of --epsilon; the clip is calibrated for the rest.")
 @click.option("--max-private-tokens", type=int, default=None,
               help="With the switch: c, the most tokens per text sampled from the references; then the public model "
-                   "continues [default: max-tokens // 4, at least 1].")
+                   "continues [default: max-new-tokens // 4, at least 1].")
 @click.option("--switch-threshold", type=float, default=None,
               help="With the switch: its threshold on the statistic, in logit units [default: the clip C].")
 @click.option("--num", type=int, default=None,
-              help="Number of synthetic texts [default: floor(references / batch size), each reference used once].")
+              help="Number of synthetic texts [default: floor(references / B), each reference used once].")
 @click.option("--seed", type=int, default=None,
               help="Seed for reproducible sampling: text j samples from its own stream, seeded from the seed and j "
                    "[default: seeded from the OS].")
@@ -66,7 +71,7 @@ def read_references(path: Path) -> list[str]:
 @click.option("--max-reference-tokens", type=click.IntRange(min=1), default=256, show_default=True,
               help="Tokens of each reference the model reads (the rest is cut). Every row is laid out this long, so "
                    "that a reference's length cannot change how the other rows are computed.")
-@click.option("--device", default=None, help="torch device [default: cuda if available, else cpu].")
+@placement_options
 @click.option("--concurrency", type=click.IntRange(min=1), default=16, show_default=True,
               help="Synthetic texts generated together (each 1 + B rows); with --engine, the texts of a worker's "
                    "batch.")
@@ -81,9 +86,9 @@ def read_references(path: Path) -> list[str]:
               help="Write the output here instead of stdout; with --engine: FILE.jsonl, FILE.parquet or a directory, "
                    "and rerunning the same command resumes an interrupted run.")
 @library_errors
-def synthesize(references, references_option, epsilon, delta, batch_size, max_tokens, temperature, top_k, method,
-               svt_epsilon, max_private_tokens, switch_threshold, num, seed, model, domain, prompt, max_reference_tokens, device,
-               concurrency, engine, address, workers, gpus_per_worker, threads, as_json, out_path) -> None:
+def synthesize(references, references_option, epsilon, delta, references_per_text, max_new_tokens, temperature, top_k,
+               method, svt_epsilon, max_private_tokens, switch_threshold, num, seed, model, domain, prompt,
+               max_reference_tokens, device, dtype, concurrency, engine, address, workers, gpus_per_worker, threads, as_json, out_path) -> None:
     """Generate synthetic texts from REFERENCES (.jsonl or .parquet, one {"text", "id"?} per line
     or row), each text (epsilon, delta)-DP per reference (InvisibleInk or Amin et al.).
 
@@ -95,10 +100,13 @@ def synthesize(references, references_option, epsilon, delta, batch_size, max_to
     if (references is None) == (references_option is None):
         raise CLIError("give the references file once: REFERENCES (or --references)")
     path = references or references_option
-    params = dict(epsilon=epsilon, delta=delta, batch_size=batch_size, max_tokens=max_tokens, temperature=temperature,
+    params = dict(epsilon=epsilon, delta=delta, batch_size=references_per_text, max_tokens=max_new_tokens,
+                  temperature=temperature,
                   top_k=100 if top_k is None else top_k, method=method, svt_epsilon=svt_epsilon,
                   max_private_tokens=max_private_tokens, switch_threshold=switch_threshold, seed=seed, model=model,
                   domain=domain, prompt=prompt, max_reference_tokens=max_reference_tokens, device=device)
+    if dtype is not None:
+        params["dtype"] = dtype  # only when given: an interrupted run of an older command still resumes
     if engine is not None:
         _synthesize_corpus(path, params, num, out_path, engine, concurrency, threads,
                            ray_options(engine, address, workers, gpus_per_worker))
@@ -152,6 +160,7 @@ def _print(results: list, as_json: bool, out_path: Path | None) -> None:
 def _readable(result) -> str:
     head = (f"# {result.method}: epsilon {result.epsilon:.4g} per reference at delta {result.delta:g}, "
             f"clip {result.clip:.4g}, B {result.batch_size}, T {result.max_tokens}, "
+            f"model {result.model}, temperature {result.temperature:g}, "
             f"{result.tokens_generated} tokens ({result.stop_reason})")
     if result.svt_epsilon is not None:
         head += (f"; switch: svt epsilon {result.svt_epsilon:g}, threshold {result.switch_threshold:.4g}, "

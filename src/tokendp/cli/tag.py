@@ -61,7 +61,7 @@ def _summary(spans: list[Span]) -> str:
     return ", ".join(f"{label} {n}" for label, n in sorted(counts.items())) or "no spans"
 
 
-@click.command("tag")
+@click.command("tag", short_help="Find private spans (names, codes, places, dates, ...) in text or JSONL.")
 @click.argument("input_path", metavar="INPUT", type=click.Path(dir_okay=False, path_type=Path))
 @click.option("--tagger", "tagger_name", type=click.Choice(TAGGER_NAMES), default="auto", show_default=True,
               help="Which tagger finds the spans.")

@@ -70,6 +70,7 @@ class PredictReport:
     epsilon: float  # per shard, for all T tokens
     tokens_released: int
     guarantee: str
+    temperature: float = 1.0  # public; stated in every report since its default differs between commands
 
     def to_dict(self) -> dict[str, Any]:
         out = asdict(self)
@@ -305,7 +306,7 @@ def predict(
     report = PredictReport("pmixed", backend.name, len(shards), shards, float(alpha), beta, float(sample_rate),
                            queries, float(delta), eps, job.released,
                            f"({eps:.4g}, {delta:g})-DP per shard for all {queries} predicted tokens "
-                           f"(RDP at alpha {alpha:g}, from public parameters only)")
+                           f"(RDP at alpha {alpha:g}, from public parameters only)", float(temperature))
     return PredictResult(tuple(answers), report, stopped, job.diagnostics() if diagnostics else None)
 
 

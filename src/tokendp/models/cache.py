@@ -42,11 +42,11 @@ _TOKENIZER, _WEIGHTS, _REBUILD, _SAVE = CONVERSION_STEPS = (
 
 
 class ModelNotInstalledError(TokenDPError):
-    """The package that ships a base model is not installed (CLI exit code 2)."""
+    """The package that ships a base model is not installed (CLI exit code 4)."""
 
 
 class ModelCacheError(TokenDPError):
-    """A cached conversion is partial, stale or unreadable (CLI exit code 2)."""
+    """A cached conversion is partial, stale or unreadable (CLI exit code 3)."""
 
 
 @dataclass(frozen=True)
