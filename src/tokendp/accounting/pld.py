@@ -5,7 +5,7 @@ DP-SGD is the Poisson-subsampled Gaussian (sensitivity 1, noise std sigma, sampl
 add/remove adjacency; its PLD pair (add and remove) is discretised on a grid of width
 ``discretization`` by the connect-the-dots construction in its *pessimistic* mode (Doroshenko,
 Ghazi, Kamath, Kumar, Manurangsi, "Connect the Dots: Tighter Discrete Approximations of Privacy
-Loss Distributions", PETS 2022, Thm. 4.2/5.1: the discretised pair dominates the exact one, so
+Loss Distributions", PETS 2022: the pessimistic discretised pair dominates the exact one, so
 every hockey-stick divergence it gives is an upper bound), the steps are composed by FFT
 convolution (Koskela, Jalko, Honkela, AISTATS 2020; Meiser and Mohammadi 2018), with the mass
 cut from the tails of the noise (log-mass 1e-50) and of each composition (1e-15) moved to the
