@@ -8,7 +8,7 @@ Ghazi, Kamath, Kumar, Manurangsi, "Connect the Dots: Tighter Discrete Approximat
 Loss Distributions", PETS 2022: the pessimistic discretised pair dominates the exact one, so
 every hockey-stick divergence it gives is an upper bound), the steps are composed by FFT
 convolution (Koskela, Jalko, Honkela, AISTATS 2020; Meiser and Mohammadi 2018), with the mass
-cut from the tails of the noise (log-mass 1e-50) and of each composition (1e-15) moved to the
+cut from the tails of the noise (mass e^-50) and of each composition (1e-15) moved to the
 infinite loss, and epsilon is the smallest one whose hockey-stick divergence of the composed pair
 is at most the delta asked for (Balle and Wang 2018 / Sommer et al. 2019 for the PLD form of
 delta(epsilon)). Epsilon of the whole run (docs/privacy.md, "DP-SGD and ATDP"):
