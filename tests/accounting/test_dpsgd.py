@@ -39,23 +39,41 @@ def test_rise_and_reset_rejects_bad_parameters(kwargs):
 
 def test_schedule_epsilon_is_dp_sgd_over_the_repeated_schedule():
     m = [1.0, 1.3, 0.95]
-    eps = acc.schedule_epsilon(noise_multiplier=0.9, multipliers=m, steps_per_epoch=20, sampling_rate=0.05, delta=1e-5)
+    kw = {"noise_multiplier": 0.9, "multipliers": m, "steps_per_epoch": 20, "sampling_rate": 0.05, "delta": 1e-5}
     sigmas = [0.9] * 20 + [0.9 * 1.3] * 20 + [0.9 * 0.95] * 20
-    assert eps == acc.dp_sgd_epsilon(sampling_rate=0.05, noise_multipliers=sigmas, delta=1e-5)
+    assert acc.schedule_epsilon(**kw, accountant="rdp") == acc.dp_sgd_epsilon(sampling_rate=0.05, noise_multipliers=sigmas,
+                                                                             delta=1e-5)
+    pld = acc.dp_sgd_pld_epsilon(sampling_rate=0.05, noise_multipliers=sigmas, delta=1e-5)
+    assert acc.schedule_epsilon(**kw) == pld  # the PLD is the default
+    assert 0 < pld < acc.schedule_epsilon(**kw, accountant="rdp")
 
 
-@pytest.mark.parametrize("target", [0.5, 3.0, 8.0])
-def test_calibration_meets_the_target_and_is_tight(target):
-    m = acc.rise_and_reset(epochs=4, gamma=0.3, ceiling=2.0, jitter=0.05, draws=[0.2, 0.9, 0.5])
-    kw = {"multipliers": m, "steps_per_epoch": 50, "sampling_rate": 0.02, "delta": 1e-5}
+@pytest.mark.parametrize(("accountant", "target", "tight", "epochs"), [
+    ("rdp", 0.5, 1e-4, 4), ("rdp", 3.0, 1e-4, 4), ("rdp", 8.0, 1e-4, 4), ("pld", 1.0, 1e-3, 2), ("pld", 3.0, 1e-3, 2)])
+def test_calibration_meets_the_target_and_is_tight(accountant, target, tight, epochs):
+    """Calibrated and checked with the accountant that reports; the PLD's epsilon moves on a
+    1e-4 grid, so it is tight to 1e-3 in sigma (and each distinct sigma costs it a fraction of
+    a second: two epochs)."""
+    m = acc.rise_and_reset(epochs=4, gamma=0.3, ceiling=2.0, jitter=0.05, draws=[0.2, 0.9, 0.5])[:epochs]
+    kw = {"multipliers": m, "steps_per_epoch": 50, "sampling_rate": 0.02, "delta": 1e-5, "accountant": accountant}
     sigma = acc.calibrate_noise_multiplier(epsilon=target, **kw)
     assert acc.schedule_epsilon(noise_multiplier=sigma, **kw) <= target
-    assert acc.schedule_epsilon(noise_multiplier=sigma * (1 - 1e-4), **kw) > target
+    assert acc.schedule_epsilon(noise_multiplier=sigma * (1 - tight), **kw) > target
 
 
-def test_unreachable_epsilon_is_refused_with_what_to_change():
+def test_the_pld_needs_less_noise_than_rdp_for_the_same_target():
+    kw = {"epsilon": 3.0, "multipliers": [1.0], "steps_per_epoch": 200, "sampling_rate": 0.01, "delta": 1e-5}
+    pld, rdp = acc.calibrate_noise_multiplier(**kw), acc.calibrate_noise_multiplier(**kw, accountant="rdp")
+    assert pld < rdp * 0.97
+    with pytest.raises(InvalidParameterError, match="accountant"):
+        acc.calibrate_noise_multiplier(**kw, accountant="prv")
+
+
+@pytest.mark.parametrize("accountant", ["rdp", "pld"])
+def test_unreachable_epsilon_is_refused_with_what_to_change(accountant):
     with pytest.raises(InvalidParameterError, match="unreachable"):
-        acc.calibrate_noise_multiplier(epsilon=1e-4, delta=1e-9, sampling_rate=1.0, steps_per_epoch=10_000, multipliers=[1.0] * 50)
+        acc.calibrate_noise_multiplier(epsilon=1e-4, delta=1e-9, sampling_rate=1.0, steps_per_epoch=10_000, multipliers=[1.0] * 50,
+                                       accountant=accountant)
 
 
 def test_ledger_charges_dp_sgd_steps_exactly():
@@ -69,6 +87,8 @@ def test_ledger_charges_dp_sgd_steps_exactly():
         ledger.charge({"record": SubsampledGaussianEvent(sampling_rate=0.04, noise_multiplier=1.4)})
     restored = Ledger.from_state_dict(json.loads(json.dumps(ledger.state_dict())))
     assert restored.epsilon("record") == pytest.approx(total, rel=1e-12)
+    assert restored.events("record") == {SubsampledGaussianEvent(sampling_rate=0.04, noise_multiplier=1.1): 30,
+                                         SubsampledGaussianEvent(sampling_rate=0.04, noise_multiplier=1.4): 30}
 
 
 def test_ledger_on_the_default_grid_ignores_fractional_orders():

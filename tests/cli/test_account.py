@@ -129,12 +129,18 @@ def test_pmixed_both_directions():
 
 
 def test_dpsgd_both_directions_agree_with_opacus():
-    forward = _json("dpsgd", "--sample-rate", "0.01", "--noise-multiplier", "1.1", "--steps", "1000", "--delta", "1e-5")
+    common = ("--sample-rate", "0.01", "--steps", "1000", "--delta", "1e-5")
+    rdp = _json("dpsgd", "--noise-multiplier", "1.1", "--accountant", "rdp", *common)
     opacus_rdp = pytest.importorskip("opacus.accountants.rdp")
     accountant = opacus_rdp.RDPAccountant()
     accountant.history = [(1.1, 0.01, 1000)]
-    assert forward["epsilon"] == pytest.approx(accountant.get_epsilon(delta=1e-5, alphas=list(acc.INTEGER_ORDERS)), rel=1e-9)
-    back = _json("dpsgd", "--sample-rate", "0.01", "--epsilon", "3", "--steps", "1000", "--delta", "1e-5")
-    assert back["epsilon"] <= 3.0 and back["noise_multiplier"] < 1.1
+    assert rdp["accountant"] == "rdp"
+    assert rdp["epsilon"] == pytest.approx(accountant.get_epsilon(delta=1e-5, alphas=list(acc.INTEGER_ORDERS)), rel=1e-9)
+    pld = _json("dpsgd", "--noise-multiplier", "1.1", *common)  # the default: Opacus's PRV accountant gives 1.525 (upper)
+    assert pld["accountant"] == "pld" and 1.51 < pld["epsilon"] <= 1.5255
+    short = ("--sample-rate", "0.01", "--steps", "200", "--delta", "1e-5")
+    back = _json("dpsgd", "--epsilon", "1", *short)
+    back_rdp = _json("dpsgd", "--epsilon", "1", "--accountant", "rdp", *short)
+    assert back["epsilon"] <= 1.0 and back_rdp["epsilon"] <= 1.0 and back["noise_multiplier"] < back_rdp["noise_multiplier"]
     assert _run("dpsgd", "--sample-rate", "0.01", "--steps", "1000", "--delta", "1e-5").exit_code == 2
     assert _run("dpsgd", "--sample-rate", "2", "--noise-multiplier", "1", "--steps", "10", "--delta", "1e-5").exit_code == 2

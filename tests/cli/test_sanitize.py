@@ -53,6 +53,21 @@ def test_readable_output_and_stdin(files):
                "--method", "public", "--tagger", "patterns", input="Call me on 07700 900123 please.")
     assert res.exit_code == 0, res.output
     assert "privacy report" in res.output and "guarantee: epsilon 0" in res.output
+    report_lines = res.output[res.output.index("-- privacy report"):].splitlines()
+    assert report_lines[1].startswith("In plain words: the output never saw the hidden spans")
+
+
+def test_the_text_report_opens_with_one_plain_line():
+    from tokendp.cli.sanitize import format_report
+
+    report = {"mechanism": "dp-fusion", "model": "tiny", "alpha": 2.0, "delta": 1e-5, "max_new_tokens": 8,
+              "tokens_generated": 8, "stop_reason": "length", "guarantee": "g",
+              "groups": [{"label": "PERSON", "n_spans": 1, "n_tokens": 2, "beta": 0.1, "epsilon": 8.0}]}
+    lines = format_report(report).splitlines()
+    assert lines[1].startswith("In plain words: for each group below") and "e^epsilon" in lines[1]
+    assert "anything the tagger missed" in lines[1] and "docs/concepts.md" in lines[1]
+    assert format_report({**report, "mechanism": "original"}).splitlines()[1] == (
+        "In plain words: nothing is protected; the model read the whole document.")
 
 
 def test_jsonl_to_out_file(files, tmp_path):

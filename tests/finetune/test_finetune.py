@@ -52,6 +52,12 @@ def test_atdp_run_reports_its_schedule_and_a_loadable_model(tmp_path):
                                            steps_per_epoch=report["steps_per_epoch"], sampling_rate=privacy["sampling_rate"],
                                            delta=1e-5)
     assert privacy["epsilon"] == pytest.approx(expected, rel=1e-9) and privacy["epsilon"] <= 8.0
+    # the certificate names its accountant (the PLD by default); the ledger's looser RDP bound is beside it
+    assert privacy["accountant"] == "pld" and privacy["accountant_method"].startswith("PLD")
+    rdp = accounting.schedule_epsilon(noise_multiplier=sigmas[0], multipliers=[s / sigmas[0] for s in sigmas],
+                                      steps_per_epoch=report["steps_per_epoch"], sampling_rate=privacy["sampling_rate"],
+                                      delta=1e-5, accountant="rdp")
+    assert privacy["epsilon_rdp"] == pytest.approx(rdp, rel=1e-9) and privacy["epsilon_rdp"] > privacy["epsilon"]
     assert report["atdp"]["tier"] == "high-entity"
     out = tmp_path / "out"
     saved = json.loads((out / "finetune.json").read_text())
@@ -91,9 +97,9 @@ def test_resume_after_an_interruption_reaches_the_same_epsilon(tmp_path):
     report = finetune(texts=TEXTS, out=tmp_path / "r", base=str(tinylm.model_dir()), config=FinetuneConfig(**settings),
                       on_progress=lambda p: seen.append(p.step))
     assert seen[0] == 3 and report["steps"] == 2 * report["steps_per_epoch"]
-    assert report["privacy"]["epsilon"] == pytest.approx(
-        accounting.dp_sgd_epsilon(sampling_rate=report["privacy"]["sampling_rate"],
-                                  noise_multipliers=[report["privacy"]["noise_multiplier"]] * report["steps"], delta=1e-5), rel=1e-9)
+    assert report["privacy"]["epsilon"] == accounting.dp_sgd_pld_epsilon(
+        sampling_rate=report["privacy"]["sampling_rate"], noise_multipliers=[report["privacy"]["noise_multiplier"]] * report["steps"],
+        delta=1e-5)
     with pytest.raises(InvalidInputError, match="other data or settings"):
         finetune(texts=TEXTS[:-1], out=tmp_path / "r", base=str(tinylm.model_dir()), config=FinetuneConfig(**settings))
 
@@ -129,21 +135,25 @@ def test_bad_input_fails_before_training(tmp_path):
     assert not (tmp_path / "c" / ".checkpoint.pt").exists()
     with pytest.raises(InvalidParameterError, match="exactly one"):
         FinetuneConfig(method="dpsgd").check()
+    with pytest.raises(InvalidParameterError, match="accountant"):
+        FinetuneConfig(method="dpsgd", epsilon=3.0, accountant="prv").check()
 
 
 def test_steps_and_truncate(tmp_path):
-    """--steps S is one pass of S Poisson-sampled steps, accounted as such; --truncate keeps a long
-    record's first tokens as one record instead of refusing it."""
+    """--steps S is one pass of S Poisson-sampled steps, accounted as such (here by the RDP
+    accountant, which calibrates and certifies alike); --truncate keeps a long record's first
+    tokens as one record instead of refusing it."""
     base = str(tinylm.model_dir())
     texts = [*TEXTS, SECRET * 40]
-    config = FinetuneConfig(method="dpsgd", steps=5, batch_size=6, lora_r=0, epsilon=4.0, max_length=32, truncate=True)
+    config = FinetuneConfig(method="dpsgd", steps=5, batch_size=6, lora_r=0, epsilon=4.0, max_length=32, truncate=True,
+                            accountant="rdp")
     report = finetune(texts=texts, out=tmp_path / "s", base=base, config=config)
     privacy = report["privacy"]
     assert report["steps"] == report["steps_per_epoch"] == 5 and report["training"]["epochs"] == 1
     assert report["training"]["truncate"] and privacy["sampling_rate"] == 6 / len(texts)
     assert privacy["epsilon"] == pytest.approx(accounting.dp_sgd_epsilon(
         sampling_rate=6 / len(texts), noise_multipliers=[privacy["noise_multiplier"]] * 5, delta=1e-5), rel=1e-9)
-    assert privacy["epsilon"] <= 4.0
+    assert privacy["epsilon"] <= 4.0 and privacy["accountant"] == "rdp" and privacy["epsilon_rdp"] == privacy["epsilon"]
     long = build_records([SECRET * 40], tinylm.tokenizer(), max_length=32, truncate=True)[0]
     assert len(long.ids) == len(long.weights) == 32
     again = finetune(texts=texts, out=tmp_path / "s", base=base, config=config,
@@ -187,10 +197,11 @@ def test_cli_finetune_json_and_eval_exposure(tmp_path):
     runner = CliRunner()
     result = runner.invoke(main, ["finetune", "--data", str(data), "--method", "dpsgd", "--out", str(tmp_path / "m"),
                                   "--model", str(tinylm.model_dir()), "--epsilon", "6", "--epochs", "1", "--expected-batch-size", "6",
-                                  "--lora-r", "0", "--canaries", "2", "--canary-repeats", "2", "--noise-seed", "0", "--json"])
+                                  "--lora-r", "0", "--canaries", "2", "--canary-repeats", "2", "--noise-seed", "0", "--json",
+                                  "--accountant", "rdp"])
     assert result.exit_code == 0, result.output
     report = json.loads(result.stdout[result.stdout.index("{"):])
-    assert report["privacy"]["epsilon"] <= 6.0
+    assert report["privacy"]["epsilon"] <= 6.0 and report["privacy"]["accountant"] == "rdp"
     result = runner.invoke(main, ["eval", "exposure", "--model", str(tmp_path / "m"), "--canaries",
                                   str(tmp_path / "m" / "canaries.json"), "--samples", "50", "--json"])
     assert result.exit_code == 0, result.output

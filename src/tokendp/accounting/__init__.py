@@ -7,7 +7,12 @@ per-token bounds, totals and calibrations. Math and proofs: docs/privacy.md.
 
 from tokendp.accounting._rounding import upper_sum
 from tokendp.accounting.dpsgd import (
+    ACCOUNTANTS,
+    DEFAULT_ACCOUNTANT,
     calibrate_noise_multiplier,
+    check_accountant,
+    describe_accountant,
+    dp_sgd_schedule_epsilon,
     rise_and_reset,
     schedule_epsilon,
     schedule_noise_multipliers,
@@ -45,6 +50,7 @@ from tokendp.accounting.mechanisms import (
     sparse_vector_grid,
     sparse_vector_noise,
 )
+from tokendp.accounting.pld import dp_sgd_pld_epsilon
 from tokendp.accounting.rdp import (
     DEFAULT_ORDERS,
     INTEGER_ORDERS,
@@ -68,6 +74,8 @@ from tokendp.accounting.zcdp import (
 )
 
 __all__ = [
+    "ACCOUNTANTS",
+    "DEFAULT_ACCOUNTANT",
     "DEFAULT_ORDERS",
     "INTEGER_ORDERS",
     "Ledger",
@@ -86,6 +94,7 @@ __all__ = [
     "amin_switch_sensitivity",
     "bounded_range_to_zcdp",
     "calibrate_noise_multiplier",
+    "check_accountant",
     "compose_rdp",
     "compose_zcdp",
     "conversion_offset",
@@ -98,8 +107,11 @@ __all__ = [
     "dp_prompt_epsilon",
     "dp_prompt_epsilon_per_token",
     "dp_prompt_temperature",
+    "describe_accountant",
     "dp_sgd_epsilon",
+    "dp_sgd_pld_epsilon",
     "dp_sgd_rdp",
+    "dp_sgd_schedule_epsilon",
     "epsilon_to_zcdp",
     "invisibleink_clip",
     "invisibleink_epsilon",

@@ -114,6 +114,13 @@ class Ledger:
             raise InvalidInputError(f"unit {unit!r} has no budget in this ledger")
         return self._epsilon(self._counts[unit])
 
+    def events(self, unit: Hashable) -> dict[PrivacyEvent, int]:
+        """The events charged to ``unit`` so far, with how many times each (e.g. for another
+        accountant to compose the same steps)."""
+        if unit not in self._budgets:
+            raise InvalidInputError(f"unit {unit!r} has no budget in this ledger")
+        return dict(self._counts[unit])
+
     def spent(self) -> dict[Hashable, float]:
         """unit -> epsilon spent so far (at the ledger's delta)."""
         return {unit: self._epsilon(counts) for unit, counts in self._counts.items()}

@@ -128,23 +128,28 @@ def pmixed(alpha, beta, epsilon, ensemble_size, sample_rate, max_tokens, delta, 
 @click.option("--noise-multiplier", type=float, help="sigma: the noise std as a multiple of the clip norm (> 0).")
 @click.option("--epsilon", type=float, help="Target epsilon per record; prints the smallest noise multiplier that meets it.")
 @click.option("--steps", type=int, required=True, help="Number of noisy steps (epochs * steps per epoch).")
+@click.option("--accountant", type=click.Choice(accounting.ACCOUNTANTS), default=accounting.DEFAULT_ACCOUNTANT, show_default=True,
+              help="pld: privacy loss distribution (Google dp-accounting; near-exact, as Opacus's PRV accountant); "
+                   "rdp: Renyi DP at integer orders (as Opacus's RDPAccountant; looser).")
 @_DELTA
 @_JSON
 @library_errors
-def dpsgd(sample_rate, noise_multiplier, epsilon, steps, delta, as_json) -> None:
+def dpsgd(sample_rate, noise_multiplier, epsilon, steps, accountant, delta, as_json) -> None:
     """DP-SGD: epsilon per record for a noise multiplier (or the multiplier for a target epsilon).
 
-    Add/remove adjacency; RDP of the Poisson-subsampled Gaussian, exact at integer orders 2..1024,
-    composed over the steps (it equals Opacus's RDPAccountant at those orders; docs/privacy.md).
+    Add/remove adjacency; the Poisson-subsampled Gaussian composed over the steps, by its privacy
+    loss distribution (pld, the default, what tokendp finetune certifies) or its RDP at integer
+    orders 2..1024 (rdp, equal to Opacus's RDPAccountant at those orders; docs/privacy.md).
     """
     _exactly_one(noise_multiplier=noise_multiplier, epsilon=epsilon)
     if noise_multiplier is None:
         noise_multiplier = accounting.calibrate_noise_multiplier(epsilon=epsilon, delta=delta, sampling_rate=sample_rate,
-                                                                 steps_per_epoch=steps, multipliers=[1.0])
+                                                                 steps_per_epoch=steps, multipliers=[1.0], accountant=accountant)
     _emit({
         "mechanism": "dpsgd", "sample_rate": sample_rate, "noise_multiplier": noise_multiplier, "steps": steps, "delta": delta,
+        "accountant": accountant,
         "epsilon": accounting.schedule_epsilon(noise_multiplier=noise_multiplier, multipliers=[1.0], steps_per_epoch=steps,
-                                               sampling_rate=sample_rate, delta=delta),
+                                               sampling_rate=sample_rate, delta=delta, accountant=accountant),
     }, as_json)
 
 

@@ -33,6 +33,10 @@ from tokendp.text.sensitivity import TIERS
 @click.option("--epsilon", type=float, help="Target epsilon per record; the noise multiplier sigma_0 is calibrated to meet it.")
 @click.option("--delta", type=float, default=1e-5, show_default=True, help="delta of the guarantee (keep it below 1/records).")
 @click.option("--noise-multiplier", type=float, help="sigma_0 instead of --epsilon; the epsilon it gives is reported.")
+@click.option("--accountant", type=click.Choice(["pld", "rdp"]), default="pld", show_default=True,
+              help="How epsilon is computed, for the calibration of sigma_0 and the certificate alike: pld (privacy loss "
+                   "distribution, Google dp-accounting; near-exact, as Opacus's PRV accountant) or rdp (Renyi DP at integer "
+                   "orders, as Opacus's RDPAccountant; looser).")
 @click.option("--tier", type=click.Choice(TIERS), default="high-entity", show_default=True,
               help="ATDP's detector tier: low-entity (names, codes, numbers), high-entity (all entities), low-contextual "
                    "(+ proper nouns, verbs near entities), high-contextual (+ those verbs' nouns).")
@@ -73,7 +77,7 @@ from tokendp.text.sensitivity import TIERS
 @threads_option
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
 @library_errors
-def finetune(data, method, out, model, epsilon, delta, noise_multiplier, tier, weight, sensitive_weight_target,
+def finetune(data, method, out, model, epsilon, delta, noise_multiplier, accountant, tier, weight, sensitive_weight_target,
              sensitive_fraction, gamma, jitter, ceiling, epochs, steps, expected_batch_size, lr, clip_norm, max_length, truncate, lora_r,
              lora_alpha, canaries, canary_repeats, grad_sample_mode, seed, noise_seed, text_field, device,
              checkpoint_every, threads, as_json) -> None:
@@ -102,6 +106,7 @@ def finetune(data, method, out, model, epsilon, delta, noise_multiplier, tier, w
     use_threads(threads)
     config = FinetuneConfig(method=method, epochs=epochs, steps=steps, batch_size=expected_batch_size, lr=lr, max_length=max_length,
                             truncate=truncate, lora_r=lora_r, lora_alpha=lora_alpha, epsilon=epsilon, delta=delta, noise_multiplier=noise_multiplier,
+                            accountant=accountant,
                             clip_norm=clip_norm, tier=tier, weight=0.2 if weight is None else weight, gamma=gamma, jitter=jitter,
                             ceiling=ceiling, canaries=canaries, canary_repeats=canary_repeats, seed=seed, noise_seed=noise_seed,
                             grad_sample_mode=grad_sample_mode, text_field=text_field, checkpoint_every=checkpoint_every)
@@ -115,7 +120,8 @@ def finetune(data, method, out, model, epsilon, delta, noise_multiplier, tier, w
         return
     privacy = report["privacy"]
     guarantee = ("no guarantee (method none)" if privacy is None else
-                 f"({privacy['epsilon']:.3g}, {privacy['delta']:g})-DP per record, sigma_0 {privacy['noise_multiplier']:.3g}")
+                 f"({privacy['epsilon']:.4g}, {privacy['delta']:g})-DP per record ({privacy['accountant']} accountant), "
+                 f"sigma_0 {privacy['noise_multiplier']:.4g}")
     click.echo(f"{report['steps']} steps of {report['base']} in {time.monotonic() - start:.0f} s; {guarantee}; "
                f"model in {out} "
                f"(use --model {out}); report in {out}/finetune.json")

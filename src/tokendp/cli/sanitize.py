@@ -29,10 +29,23 @@ def _fmt(x: float | None) -> str:
     return "-" if x is None else f"{x:.4g}"
 
 
+def plain_summary(report: dict[str, Any]) -> str:
+    """One sentence for readers who do not speak (epsilon, delta) (docs/concepts.md)."""
+    if report["mechanism"] == "original":
+        return "In plain words: nothing is protected; the model read the whole document."
+    if report["mechanism"] == "public":
+        return ("In plain words: the output never saw the hidden spans; only where they are, their lengths and labels, "
+                "and the text outside them (docs/concepts.md).")
+    return ("In plain words: for each group below, the output shifts the odds of any guess about that group's hidden text "
+            "by at most a factor e^epsilon (bar a chance delta); where spans are, their lengths and labels, the text "
+            "outside them and anything the tagger missed are not hidden (docs/concepts.md).")
+
+
 def format_report(report: dict[str, Any]) -> str:
-    """A small readable table of a sanitize report."""
+    """A small readable table of a sanitize report, under one plain-language line."""
     lines = [
         "-- privacy report " + "-" * 42,
+        plain_summary(report),
         f"mechanism {report['mechanism']}   model {report['model']}"
         + (f"   temperature {report['decoding']['temperature']:g}" if "temperature" in report.get("decoding", {}) else ""),
         f"alpha {report['alpha']:g}   delta {report['delta']:g}   max_new_tokens (T) {report['max_new_tokens']}"

@@ -50,6 +50,7 @@ class FinetuneConfig:
     epsilon: float | None = None
     delta: float = 1e-5
     noise_multiplier: float | None = None
+    accountant: str = "pld"  # "pld" (default) or "rdp": the one that calibrates sigma_0 and certifies epsilon
     clip_norm: float = 1.0
     tier: str = "high-entity"
     weight: float = 0.2
@@ -93,6 +94,9 @@ class FinetuneConfig:
                 _positive("noise_multiplier", self.noise_multiplier)
             if not 0 < self.delta < 1:
                 raise InvalidParameterError(f"delta must lie strictly between 0 and 1, got {self.delta!r}")
+            from tokendp.accounting import check_accountant
+
+            check_accountant(self.accountant)
         elif self.epsilon is not None or self.noise_multiplier is not None:
             raise InvalidParameterError("--method none trains without DP: drop --epsilon and --noise-multiplier")
         return self
@@ -116,7 +120,9 @@ def _positive(name: str, value: Any) -> None:
 # ------------------------------------------------------------------------------- the plan
 def make_plan(config: FinetuneConfig, records: int, draws: list[float]) -> dict[str, Any]:
     """The public plan: steps, sampling rate, and for DP the per-epoch multipliers, sigma_0 and
-    the epsilon of the whole schedule (calibrated before training; refused if unreachable)."""
+    the epsilon of the whole schedule by ``config.accountant`` (calibrated before training by the
+    same accountant; refused if unreachable), with the schedule's RDP epsilon, the budget of the
+    step-by-step ledger that guards the run."""
     from tokendp.accounting import calibrate_noise_multiplier, rise_and_reset, schedule_epsilon
 
     private = config.method != "none"
@@ -132,12 +138,13 @@ def make_plan(config: FinetuneConfig, records: int, draws: list[float]) -> dict[
                                             draws=draws)
     common = {"multipliers": multipliers, "steps_per_epoch": steps_per_epoch, "sampling_rate": q, "delta": config.delta}
     if config.epsilon is not None:
-        sigma0 = calibrate_noise_multiplier(epsilon=config.epsilon, **common)
+        sigma0 = calibrate_noise_multiplier(epsilon=config.epsilon, accountant=config.accountant, **common)
     else:
         sigma0 = float(config.noise_multiplier)
     plan.update(noise_multiplier=sigma0, multipliers=multipliers.tolist(),
-                sigma_per_epoch=(sigma0 * multipliers).tolist(),
-                epsilon=schedule_epsilon(noise_multiplier=sigma0, **common))
+                sigma_per_epoch=(sigma0 * multipliers).tolist(), accountant=config.accountant,
+                epsilon=schedule_epsilon(noise_multiplier=sigma0, accountant=config.accountant, **common),
+                epsilon_rdp=schedule_epsilon(noise_multiplier=sigma0, accountant="rdp", **common))
     return plan
 
 
@@ -278,8 +285,8 @@ def finetune(data: str | Path | None = None, *, out: str | Path, base: str = "ti
     sigmas = tuple(s for s in plan.get("sigma_per_epoch", []) for _ in range(plan["steps_per_epoch"]))
     run_plan = Plan(private=plan["private"], epochs=config.passes, steps_per_epoch=plan["steps_per_epoch"],
                     batch_size=config.batch_size, sampling_rate=plan["sampling_rate"] or 1.0, sigmas=sigmas,
-                    clip_norm=config.clip_norm, lr=config.lr, epsilon_budget=plan.get("epsilon"),
-                    delta=config.delta if plan["private"] else None)
+                    clip_norm=config.clip_norm, lr=config.lr, epsilon_budget=plan.get("epsilon_rdp"),
+                    delta=config.delta if plan["private"] else None, accountant=plan.get("accountant", "rdp"))
     # The run's identity: a content hash of the corpus (canaries included) and every setting. It
     # lives only in the checkpoint, which holds non-private weights and is deleted at the end: a
     # hash of the corpus is not DP, so the released directory keeps none.
@@ -318,14 +325,18 @@ def _report(config: FinetuneConfig, base: str, plan: dict[str, Any], trainer: An
         report["atdp"] = {"tier": config.tier, "tiers": list(TIERS), "weight": config.weight, "gamma": config.gamma,
                           "jitter": config.jitter, "ceiling": config.ceiling}
     if plan["private"]:
+        from tokendp.accounting import describe_accountant
+
         report["privacy"] = {
             "unit": "record (one JSONL line, or one canary copy): sample-level, add/remove adjacency",
-            "epsilon": trainer.ledger.epsilon("record"), "delta": config.delta,
+            "epsilon": trainer.epsilon(), "delta": config.delta, "accountant": config.accountant,
             "epsilon_target": config.epsilon, "sampling_rate": plan["sampling_rate"],
             "noise_multiplier": plan["noise_multiplier"], "sigma_per_epoch": plan["sigma_per_epoch"],
             "clip_norm": config.clip_norm,
-            "accountant": "RDP of the Poisson-subsampled Gaussian, exact at integer orders 2..1024, composed step by step "
-                          "at each step's sigma (tokendp ledger; Opacus's RDPAccountant agrees at the same orders)",
+            "accountant_method": describe_accountant(config.accountant),
+            # The looser RDP bound of the same steps: what the step-by-step ledger charged (Opacus's
+            # RDPAccountant agrees at the same orders); the certificate is "epsilon" above.
+            "epsilon_rdp": trainer.ledger.epsilon("record"),
         }
     else:
         report["privacy"] = None

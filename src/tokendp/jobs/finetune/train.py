@@ -8,9 +8,11 @@ q = batch_size / N, ``UniformWithReplacementSampler``), computes per-record grad
 (``GradSampleModule``), clips each to norm C and adds N(0, (sigma_t C)^2) noise (``DPOptimizer``);
 then AdamW. Before the noisy step is taken, the :class:`~tokendp.accounting.ledger.Ledger`
 charges a ``SubsampledGaussianEvent(q, sigma_t)`` with the sigma the optimiser is about to use,
-check then commit. sigma_t = sigma_0 m_e (:mod:`tokendp.accounting.dpsgd`), all fixed before the
-first step. Opacus's RDP accountant records the same steps and must agree with the ledger at
-the end (a disagreement raises rather than report a wrong epsilon).
+check then commit, against the schedule's RDP epsilon (so no step beyond the plan is taken).
+sigma_t = sigma_0 m_e (:mod:`tokendp.accounting.dpsgd`), all fixed before the first step.
+Opacus's RDP accountant records the same steps and must agree with the ledger at the end (a
+disagreement raises rather than report a wrong epsilon). The certified epsilon is the plan's
+accountant (PLD by default, or RDP) applied to the steps the ledger charged (:meth:`Trainer.epsilon`).
 
 ``none``: the same loss with every weight 1, shuffled batches of ``batch_size``, plain AdamW.
 
@@ -56,8 +58,9 @@ class Plan:
     sigmas: tuple[float, ...]  # one per step (empty without DP)
     clip_norm: float
     lr: float
-    epsilon_budget: float | None
+    epsilon_budget: float | None  # the ledger's: the schedule's RDP epsilon
     delta: float | None
+    accountant: str = "rdp"  # the certificate's accountant ("pld" or "rdp")
 
     @property
     def steps(self) -> int:
@@ -98,6 +101,7 @@ class Trainer:
         self.optimizer: Any = torch.optim.AdamW(self.params, lr=plan.lr, weight_decay=0.0)
         self.ledger: Ledger | None = None
         self.accountant: Any = None
+        self._shown: tuple[int, float] | None = None  # (step, epsilon) last shown in the progress
         if plan.private:
             from opacus import GradSampleModule
             from opacus.accountants import RDPAccountant
@@ -180,9 +184,9 @@ class Trainer:
     def run(self, on_step: Callable[[Progress], None] | None = None) -> None:
         batches = self._batches()
 
-        def step(_: int) -> tuple[float, dict[str, float]]:
+        def step(index: int) -> tuple[float, dict[str, float]]:
             loss = self._one_step(next(batches))
-            return loss, ({} if self.ledger is None else {"epsilon": self.ledger.epsilon(UNIT)})
+            return loss, ({} if self.ledger is None else {"epsilon": self._progress_epsilon(index + 1)})
 
         self.model.train()
         self.loop.run(step, on_step)
@@ -209,6 +213,31 @@ class Trainer:
         self.optimizer.step()
         self.optimizer.zero_grad(set_to_none=True)
         return value
+
+    def epsilon(self) -> float | None:
+        """The certified epsilon of the steps charged so far, by the plan's accountant (None
+        without DP): the PLD of the ledger's events, or the ledger's own RDP epsilon."""
+        if self.ledger is None:
+            return None
+        if self.plan.accountant == "rdp":
+            return self.ledger.epsilon(UNIT)
+        from tokendp.accounting import dp_sgd_pld_epsilon
+
+        events = self.ledger.events(UNIT)
+        if not events:
+            return 0.0
+        sigmas = [e.noise_multiplier for e, n in events.items() for _ in range(n)]
+        return dp_sgd_pld_epsilon(sampling_rate=self.plan.sampling_rate, noise_multipliers=sigmas, delta=self.plan.delta)
+
+    def _progress_epsilon(self, done: int) -> float | None:
+        """The epsilon shown after ``done`` steps: exact with RDP (the ledger's, cheap); with the
+        PLD (a fraction of a second per call) refreshed about every 2% of the run and at its end."""
+        if self.ledger is None or self.plan.accountant == "rdp":
+            return self.epsilon()
+        every = max(1, self.plan.steps // 50)
+        if self._shown is None or done - self._shown[0] >= every or done == self.plan.steps:
+            self._shown = (done, self.epsilon())
+        return self._shown[1]
 
     def _check_against_opacus(self) -> None:
         """The ledger's epsilon and Opacus's RDP accountant's, at the same orders, must agree."""
