@@ -18,6 +18,7 @@ output does not depend on any private token: epsilon 0 for every group.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import sys
 import types
@@ -33,11 +34,17 @@ from tokendp.fusion import (Budget, Decoding, FusionReport, Method, PreparedFusi
 from tokendp.fusion import choose_alpha  # noqa: F401 (re-exported: tokendp.sanitize.choose_alpha)
 from tokendp.text.contexts import DocumentContexts, GroupSpec, build_contexts, placeholder_id, prompt_template
 from tokendp.text.spans import Span
+from tokendp.text.taggers.labels import choose_labels, is_private
 
 
 @dataclass(frozen=True)
 class SanitizeReport(FusionReport):
-    """A rewrite's report: parameters and the guarantee per group (see docs/sanitize.md)."""
+    """A rewrite's report: parameters and the guarantee per group (see docs/sanitize.md).
+    ``private_labels``: the labels whose spans were protected when the user chose them
+    (``labels=``), sorted; spans of other built-in labels were kept as plain text, with no
+    guarantee. None: every label was protected."""
+
+    private_labels: tuple[str, ...] | None = None
 
 
 @dataclass(frozen=True)
@@ -77,7 +84,7 @@ def sanitize_batch(
     groups: GroupSpec = "by-label", max_new_tokens: int | None = None, temperature: float = 1.0,
     seed: int | Sequence[int] | None = None, instruction: str | None = None, template: str | None = None,
     placeholder: str | None = None, stop: Sequence[str] = (), on_overlap: Literal["merge", "error"] = "merge",
-    device: str | None = None, dtype: str | None = None,
+    device: str | None = None, dtype: str | None = None, labels: str | Sequence[str] | None = None,
     on_token: Callable[[int, int], None] | None = None,
     no_repeat_ngram_size: int = 0, repetition_penalty: float = 1.0,
     speculative: bool | None = None, draft_tokens: int = 4, diagnostics: bool = False,
@@ -115,6 +122,12 @@ def sanitize_batch(
         on_overlap: spans of different labels that overlap are hidden in both groups' rows
             (``"merge"``) or rejected (``"error"``).
         device, dtype: where and how to run the model (defaults: GPU if any; float32 on CPU).
+        labels: the private labels (``"PERSON,CODE"`` or a list; None: every label). Spans of
+            the other built-in labels (:data:`tokendp.text.taggers.CHOOSABLE`) are kept as plain
+            text, read by every row and NOT protected; a parent names its finer labels
+            (DATETIME: DATE, DURATION; DEM: OCCUPATION); spans with a label of your own are
+            always private. An unknown name is an error before anything runs. The report's
+            ``private_labels`` says what was protected (docs/privacy.md, "Choosing labels").
         on_token: streaming callback ``(document index, token id)``.
         no_repeat_ngram_size, repetition_penalty: public decoding constraints (0 and 1: off),
             computed from the released tokens only and applied alike to every row before the
@@ -133,7 +146,7 @@ def sanitize_batch(
         texts, spans=spans, tagger=tagger, model=model, method=method, alpha=alpha, beta=beta, epsilon=epsilon,
         delta=delta, groups=groups, max_new_tokens=max_new_tokens, temperature=temperature, instruction=instruction,
         template=template, placeholder=placeholder, stop=stop, on_overlap=on_overlap, device=device, dtype=dtype,
-        no_repeat_ngram_size=no_repeat_ngram_size, repetition_penalty=repetition_penalty, speculative=speculative,
+        labels=labels, no_repeat_ngram_size=no_repeat_ngram_size, repetition_penalty=repetition_penalty, speculative=speculative,
         draft_tokens=draft_tokens)
     return run_sanitize(prepared, seed=seed, on_token=on_token, diagnostics=diagnostics)
 
@@ -145,14 +158,16 @@ def prepare_sanitize(
     groups: GroupSpec = "by-label", max_new_tokens: int | None = None, max_new_tokens_limit: int | None = None,
     temperature: float = 1.0, instruction: str | None = None, template: str | None = None,
     placeholder: str | None = None, stop: Sequence[str] = (), on_overlap: Literal["merge", "error"] = "merge",
-    device: str | None = None, dtype: str | None = None, no_repeat_ngram_size: int = 0,
-    repetition_penalty: float = 1.0, speculative: bool | None = None, draft_tokens: int = 4,
+    device: str | None = None, dtype: str | None = None, labels: str | Sequence[str] | None = None,
+    no_repeat_ngram_size: int = 0, repetition_penalty: float = 1.0, speculative: bool | None = None,
+    draft_tokens: int = 4,
 ) -> PreparedFusion:
     """Check every parameter, tag, build the rows and fix each document's certificate, without
     generating anything (parameters as for :func:`sanitize_batch`; ``max_new_tokens_limit``:
     the most T allowed, which caps the default and refuses a larger request). The result's
     ``documents[i].groups`` is document i's certificate, which :func:`run_sanitize` reports."""
     check_params(method, alpha, delta, temperature, beta, epsilon)
+    chosen = choose_labels(labels)
     decoding = Decoding(temperature, tuple(stop), no_repeat_ngram_size, repetition_penalty, speculative, draft_tokens)
     if isinstance(texts, str):
         raise InvalidInputError("sanitize_batch takes a list of documents; use sanitize() for one")
@@ -172,10 +187,13 @@ def prepare_sanitize(
         given = None if spans is None else spans[i]
         if given is None:  # a document that cannot fit is refused before the tagger reads it
             check_fits_untagged(backend, text, len(tpl.before) + len(tpl.after))
-        contexts.append(build_contexts(text, spans_of(text, given, tagger), tok, template=tpl, placeholder=ph,
-                                       groups=groups, on_overlap=on_overlap))
+        private = [s for s in spans_of(text, given, tagger) if is_private(s.label, chosen)]
+        contexts.append(build_contexts(text, private, tok, template=tpl, placeholder=ph, groups=groups,
+                                       on_overlap=on_overlap))
     limits = [_default_tokens(backend, c, max_new_tokens, max_new_tokens_limit) for c in contexts]
     documents = prepare_documents(method, alpha, delta, contexts, limits, beta=beta, epsilon=epsilon)
+    if chosen is not None:
+        documents = [dataclasses.replace(d, private_labels=tuple(sorted(chosen))) for d in documents]
     return PreparedFusion(method, float(delta), backend, tuple(documents), decoding, ph)
 
 
@@ -187,7 +205,7 @@ def run_sanitize(prepared: PreparedFusion, *, seed: int | Sequence[int] | None =
     return [SanitizeResult(out.text, SanitizeReport(
                 prepared.method, prepared.backend.name, doc.alpha, prepared.delta, doc.max_new_tokens,
                 len(out.token_ids), out.stop_reason, _guarantee(prepared.method, doc.max_new_tokens), doc.groups,
-                prepared.decoding.constraints()),
+                prepared.decoding.constraints(), doc.private_labels),
                 job.diagnostics(i, out.diagnostics) if diagnostics else None)
             for i, (doc, out) in enumerate(zip(prepared.documents, outputs))]
 
