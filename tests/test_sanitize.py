@@ -94,7 +94,7 @@ def test_report_epsilon_equals_the_accountant(tiny):
     assert 1 <= rep.tokens_generated <= rep.max_new_tokens
     d = rep.to_dict()
     assert set(d) == {"mechanism", "model", "alpha", "delta", "max_new_tokens", "tokens_generated", "stop_reason",
-                      "guarantee", "groups", "decoding"}
+                      "guarantee", "groups", "decoding", "private_labels"}
     assert set(d["groups"][0]) == {"label", "n_spans", "n_tokens", "beta", "epsilon"}
 
 
@@ -271,3 +271,19 @@ def test_unknown_labels_fail_before_the_model_loads(labels):
     with pytest.raises(InvalidParameterError, match="labels") as err:
         sanitize(LETTER, spans=SPANS, model="no-such-model", epsilon=8, labels=labels)
     assert "no-such-model" not in str(err.value)
+
+
+def test_the_source_ends_on_its_last_word(copier):
+    """Trailing whitespace is trimmed before the rows are built (the rewriter never saw it in
+    training, and it made rewrites end early); spans are cut to the end, whitespace-only ones
+    dropped, and one past the end of the text is still refused."""
+    from tokendp.sanitize import trim_end
+
+    text = LETTER + "\n\n"
+    body, spans = trim_end(text, [*SPANS, Span(121, len(LETTER) + 1, "PERSON"), Span(len(LETTER), len(text), "X")])
+    assert body == LETTER and spans == [*SPANS, Span(121, len(LETTER), "PERSON")]
+    assert trim_end(LETTER, SPANS) == (LETTER, SPANS) and trim_end(" \n", []) == (" \n", [])
+    res = sanitize(text, spans=SPANS, model=copier, method="original", temperature=0)
+    assert res.text == LETTER and res.report.stop_reason == "eos"
+    with pytest.raises(InvalidInputError, match="past the end"):
+        sanitize(text, spans=[Span(121, len(text) + 1, "PERSON")], model=copier, beta=0.1)
