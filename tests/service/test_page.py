@@ -94,12 +94,12 @@ def test_the_page_tags_edits_spans_rewrites_streaming_and_shows_report_and_budge
     page.fill("#doc-id", "page-letter")
     page.fill("#text", LETTER)
     page.click("#tag")
-    page.wait_for_selector("#doc mark[data-label=DATETIME]")
+    page.wait_for_selector("#doc mark[data-label=DATE]")
     assert page.locator("#doc mark[data-label=PERSON]").count() == 2
 
     # remove the date, add it back from a selection, relabel it and back
     page.locator("#spans tbody tr", has_text="2 June 2024").get_by_role("button", name="remove").click()
-    assert page.locator("#doc mark[data-label=DATETIME]").count() == 0
+    assert page.locator("#doc mark[data-label=DATE]").count() == 0
     add_span(page, "2 June 2024", "DATETIME")
     assert page.locator("#doc mark[data-label=DATETIME]").inner_text() == "2 June 2024"
     page.locator("#spans tbody tr", has_text="2 June 2024").locator("select").select_option("MISC")
