@@ -137,7 +137,7 @@ def test_the_page_converts_offsets_between_utf16_and_code_points_with_emoji_and_
                                           "buffer": ASTRAL.encode()}])
     page.wait_for_function("(text) => document.getElementById('text').value === text", arg=ASTRAL)
     page.click("#tag")
-    page.wait_for_selector("#doc mark[data-label=DATETIME]")
+    page.wait_for_selector("#doc mark[data-label=DATE]")
     tagged = httpx.post(server.url + "/v1/tag", json={"text": ASTRAL}, headers=auth(keys["page"])).json()["spans"]
     assert page.evaluate(MARKS) == [ASTRAL[s["start"]:s["end"]] for s in tagged]
     assert "2 June 2024" in page.evaluate(MARKS)
