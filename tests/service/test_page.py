@@ -155,10 +155,10 @@ def test_the_page_converts_offsets_between_utf16_and_code_points_with_emoji_and_
     [body] = sent
     assert body["text"] == ASTRAL
     assert sorted((s["label"], ASTRAL[s["start"]:s["end"]]) for s in body["spans"]) == [
-        ("DATETIME", "2 June 2024"), ("MISC", "😀 Dr"), ("PERSON", "Helen Marsh"),
+        ("DATE", "2 June 2024"), ("MISC", "😀 Dr"), ("PERSON", "Helen Marsh"),
         ("PERSON", "Mr Tomas Lindqvist"), ("PERSON", "𠮷田 Hana")]
     rows = [row.split("\t")[:2] for row in page.locator("#report tbody tr").all_inner_texts()]
-    assert dict(rows) == {"DATETIME": "1", "MISC": "1", "PERSON": "3"}
+    assert dict(rows) == {"DATE": "1", "MISC": "1", "PERSON": "3"}
     assert csp_violations(page, console) == []
 
 
