@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import math
 
 import pytest
@@ -93,7 +94,7 @@ def test_report_epsilon_equals_the_accountant(tiny):
     assert 1 <= rep.tokens_generated <= rep.max_new_tokens
     d = rep.to_dict()
     assert set(d) == {"mechanism", "model", "alpha", "delta", "max_new_tokens", "tokens_generated", "stop_reason",
-                      "guarantee", "groups", "decoding"}
+                      "guarantee", "groups", "decoding", "private_labels"}
     assert set(d["groups"][0]) == {"label", "n_spans", "n_tokens", "beta", "epsilon"}
 
 
@@ -244,3 +245,45 @@ def test_public_decoding_constraints_are_reported_and_cost_nothing(tiny):
     assert len(ids) > 10 and len(pairs) == len(set(pairs))  # no bigram released twice
     with pytest.raises(InvalidParameterError):
         sanitize(LETTER, spans=SPANS, model=tiny, beta=0.05, repetition_penalty=0.0)
+
+
+def test_labels_keep_the_other_spans_as_plain_text(copier):
+    """labels=: only the chosen labels' spans are hidden (even the public rewrite shows the
+    others), the groups are the chosen ones, and the report says what was protected."""
+    res = sanitize(LETTER, spans=SPANS, model=copier, method="public", temperature=0, labels="person")
+    assert "1961" in res.text and "Leeds" in res.text  # DATETIME and LOC kept public
+    assert "Helen Marsh" not in res.text and "Lindqvist" not in res.text
+    assert [g.label for g in res.report.groups] == ["PERSON"]
+    assert res.report.private_labels == ("PERSON",)
+    assert json.loads(json.dumps(res.to_dict()))["report"]["private_labels"] == ["PERSON"]
+    every = sanitize(LETTER, spans=SPANS, model=copier, method="public", temperature=0)
+    assert every.report.private_labels is None and "Leeds" not in every.text
+    # a parent names its finer labels; a label of the user's own is always private
+    own = [*SPANS[:2], Span(79, 83, "DATE"), Span(98, 103, "WARD")]
+    res = sanitize(LETTER, spans=own, model=copier, method="public", temperature=0, labels=["DATETIME"])
+    assert "1961" not in res.text and "Leeds" not in res.text and "Helen Marsh" in res.text
+    assert res.report.private_labels == ("DATE", "DATETIME", "DURATION")
+    assert sorted(g.label for g in res.report.groups) == ["DATE", "WARD"]
+
+
+@pytest.mark.parametrize("labels", ["PERSN", ["PERSON", "Leeds"], "", " , "])
+def test_unknown_labels_fail_before_the_model_loads(labels):
+    with pytest.raises(InvalidParameterError, match="labels") as err:
+        sanitize(LETTER, spans=SPANS, model="no-such-model", epsilon=8, labels=labels)
+    assert "no-such-model" not in str(err.value)
+
+
+def test_the_source_ends_on_its_last_word(copier):
+    """Trailing whitespace is trimmed before the rows are built (the rewriter never saw it in
+    training, and it made rewrites end early); spans are cut to the end, whitespace-only ones
+    dropped, and one past the end of the text is still refused."""
+    from tokendp.sanitize import trim_end
+
+    text = LETTER + "\n\n"
+    body, spans = trim_end(text, [*SPANS, Span(121, len(LETTER) + 1, "PERSON"), Span(len(LETTER), len(text), "X")])
+    assert body == LETTER and spans == [*SPANS, Span(121, len(LETTER), "PERSON")]
+    assert trim_end(LETTER, SPANS) == (LETTER, SPANS) and trim_end(" \n", []) == (" \n", [])
+    res = sanitize(text, spans=SPANS, model=copier, method="original", temperature=0)
+    assert res.text == LETTER and res.report.stop_reason == "eos"
+    with pytest.raises(InvalidInputError, match="past the end"):
+        sanitize(text, spans=[Span(121, len(text) + 1, "PERSON")], model=copier, beta=0.1)

@@ -208,6 +208,7 @@ class PreparedDocument:
     alpha: float
     betas: tuple[float, ...] | None  # None: original or public, which run no mechanism
     groups: tuple[GroupReport, ...]  # the certificate, one entry per group of ``context``
+    private_labels: tuple[str, ...] | None = None  # sanitize's chosen labels (None: every label)
 
     def rdp(self) -> tuple[float | None, ...]:
         """Per group, the Renyi divergence at order alpha that all T tokens may cost it:

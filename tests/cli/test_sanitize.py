@@ -163,3 +163,22 @@ def test_corpus_diagnostics_go_apart_from_the_output(files, tmp_path):
     to_stdout = _run(*args, "--diagnostics")
     assert [json.loads(line) for line in to_stdout.stdout.splitlines()] == rows
     assert sorted(d["id"] for d in _diagnostics_after_warning(to_stdout.stderr)) == ["a", "b"]
+
+
+def test_labels_choose_what_is_private(files, tmp_path):
+    """--labels: an unknown name exits 2 before the model loads; the chosen labels are the groups
+    (also in a corpus) and the readable report names them."""
+    res = _run(str(files / "doc.txt"), "--model", "no-such-model", "--epsilon", "8", "--labels", "PERSON,FOO")
+    assert res.exit_code == 2 and "unknown label(s) FOO" in res.output and "no-such-model" not in res.output
+    res = _run("-", "--model", _model(), "--beta", "0.1", "--max-new-tokens", "4", "--seed", "0", "--method",
+               "public", "--tagger", "patterns", "--labels", "date", input="Seen on 2 June 2024 for six weeks.")
+    assert res.exit_code == 0, res.output
+    assert "private labels: DATE; spans of other labels were kept as plain text" in res.output
+    assert "DATE " in res.output and "DURATION" not in res.output.split("private labels")[0]
+    out = tmp_path / "out.jsonl"
+    res = _run(str(files / "docs.jsonl"), "--model", _model(), "--beta", "0.05", "--max-new-tokens", "4",
+               "--seed", "1", "--out", str(out), "--labels", "LOC")
+    assert res.exit_code == 0, res.output
+    rows = [json.loads(line) for line in out.read_text().splitlines()]
+    assert rows[0]["report"]["groups"] == [] and rows[1]["report"]["groups"][0]["label"] == "LOC"
+    assert all(r["report"]["private_labels"] == ["LOC"] for r in rows)

@@ -46,7 +46,7 @@ def test_readable_view_and_html_page(tmp_path):
     page = tmp_path / "out.html"
     result = _run(path, "--tagger", "patterns", "--html", page)
     assert result.exit_code == 0, result.output
-    assert "36110/97[CODE]" in result.output and "DATETIME 1" in result.output
+    assert "36110/97[CODE]" in result.output and "DATE 1" in result.output
     html = page.read_text(encoding="utf-8")
     assert "<mark" in html and "36110/97" in html and "&lt;b&gt;&amp;" in html
 

@@ -94,12 +94,12 @@ def test_the_page_tags_edits_spans_rewrites_streaming_and_shows_report_and_budge
     page.fill("#doc-id", "page-letter")
     page.fill("#text", LETTER)
     page.click("#tag")
-    page.wait_for_selector("#doc mark[data-label=DATETIME]")
+    page.wait_for_selector("#doc mark[data-label=DATE]")
     assert page.locator("#doc mark[data-label=PERSON]").count() == 2
 
     # remove the date, add it back from a selection, relabel it and back
     page.locator("#spans tbody tr", has_text="2 June 2024").get_by_role("button", name="remove").click()
-    assert page.locator("#doc mark[data-label=DATETIME]").count() == 0
+    assert page.locator("#doc mark[data-label=DATE]").count() == 0
     add_span(page, "2 June 2024", "DATETIME")
     assert page.locator("#doc mark[data-label=DATETIME]").inner_text() == "2 June 2024"
     page.locator("#spans tbody tr", has_text="2 June 2024").locator("select").select_option("MISC")
@@ -137,7 +137,7 @@ def test_the_page_converts_offsets_between_utf16_and_code_points_with_emoji_and_
                                           "buffer": ASTRAL.encode()}])
     page.wait_for_function("(text) => document.getElementById('text').value === text", arg=ASTRAL)
     page.click("#tag")
-    page.wait_for_selector("#doc mark[data-label=DATETIME]")
+    page.wait_for_selector("#doc mark[data-label=DATE]")
     tagged = httpx.post(server.url + "/v1/tag", json={"text": ASTRAL}, headers=auth(keys["page"])).json()["spans"]
     assert page.evaluate(MARKS) == [ASTRAL[s["start"]:s["end"]] for s in tagged]
     assert "2 June 2024" in page.evaluate(MARKS)
@@ -155,10 +155,10 @@ def test_the_page_converts_offsets_between_utf16_and_code_points_with_emoji_and_
     [body] = sent
     assert body["text"] == ASTRAL
     assert sorted((s["label"], ASTRAL[s["start"]:s["end"]]) for s in body["spans"]) == [
-        ("DATETIME", "2 June 2024"), ("MISC", "😀 Dr"), ("PERSON", "Helen Marsh"),
+        ("DATE", "2 June 2024"), ("MISC", "😀 Dr"), ("PERSON", "Helen Marsh"),
         ("PERSON", "Mr Tomas Lindqvist"), ("PERSON", "𠮷田 Hana")]
     rows = [row.split("\t")[:2] for row in page.locator("#report tbody tr").all_inner_texts()]
-    assert dict(rows) == {"DATETIME": "1", "MISC": "1", "PERSON": "3"}
+    assert dict(rows) == {"DATE": "1", "MISC": "1", "PERSON": "3"}
     assert csp_violations(page, console) == []
 
 

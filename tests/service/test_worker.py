@@ -86,3 +86,24 @@ def test_a_job_that_runs_is_charged_exactly_what_its_report_certifies(worker):
     (unit,) = store.units(tenant, "doc")
     assert unit.spent == pytest.approx(result["report"]["groups"][0]["epsilon"], rel=1e-12)
     assert store.requests(tenant) == {"spent": 1}
+
+
+def test_a_sanitize_request_names_its_private_labels():
+    """``labels``: only the chosen labels' groups are charged; an unknown label is refused while
+    the job is planned, before anything runs or is charged."""
+    from tokendp.backends import load_backend
+    from tokendp.errors import InvalidParameterError
+    from tokendp.service.plans import plan_sanitize
+
+    backend = load_backend("tiny")
+    spans = [*PERSONS, {"start": 84, "end": 95, "label": "DATE"}]
+    plan = plan_sanitize(SanitizeRequest(id="doc", text=LETTER, spans=spans, epsilon=2, max_new_tokens=4),
+                         backend, None, max_tokens=32)
+    assert sorted(group for _, group in plan.charges) == ["DATE", "PERSON"]
+    plan = plan_sanitize(SanitizeRequest(id="doc", text=LETTER, spans=spans, epsilon=2, max_new_tokens=4,
+                                         labels=["person"]), backend, None, max_tokens=32)
+    assert [group for _, group in plan.charges] == ["PERSON"]
+    assert plan.job.documents[0].private_labels == ("PERSON",)
+    with pytest.raises(InvalidParameterError, match="unknown label"):
+        plan_sanitize(SanitizeRequest(id="doc", text=LETTER, spans=spans, epsilon=2, labels=["PERSN"]),
+                      backend, None, max_tokens=32)

@@ -59,7 +59,7 @@ def test_the_shipped_model_loads_and_tags():
         found = {(text[s.start:s.end], s.label) for s in get_tagger(name).tag(text)}
         assert any(label == "PERSON" and "Yılmaz" in frag for frag, label in found), name
     auto = get_tagger("auto").tag(text)
-    assert ("30 May 1996", "DATETIME") in {(text[s.start:s.end], s.label) for s in auto}
+    assert ("30 May 1996", "DATE") in {(text[s.start:s.end], s.label) for s in auto}
     assert all(a.end <= b.start for a, b in zip(auto, auto[1:]))
 
 

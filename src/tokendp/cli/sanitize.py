@@ -14,6 +14,7 @@ from tokendp.cli._common import (BadInputError, CLIError, decoding_options, diag
                                  report_corpus_run, tagger_option, use_threads)
 from tokendp.cli._console import console, quiet_libraries
 from tokendp.text.taggers import get_tagger, spans_from_json
+from tokendp.text.taggers.labels import CHOOSABLE, choose_labels
 
 
 def _read_text(path: str) -> str:
@@ -56,6 +57,9 @@ def format_report(report: dict[str, Any]) -> str:
         lines.append(f"{g['label']:<14}{g['n_spans']:>6}{g['n_tokens']:>8}{_fmt(g['beta']):>12}{_fmt(g['epsilon']):>10}")
     if not report["groups"]:
         lines.append("(no sensitive spans found)")
+    if report.get("private_labels") is not None:
+        lines.append(f"private labels: {', '.join(report['private_labels'])}; spans of other labels were kept "
+                     "as plain text and are not protected")
     lines.append(f"guarantee: {report['guarantee']}")
     return "\n".join(lines)
 
@@ -66,6 +70,10 @@ def format_report(report: dict[str, Any]) -> str:
 @click.option("--spans", "spans_path", type=click.Path(exists=True, dir_okay=False),
               help="SPANS.json: a list of {start, end, label} character offsets into INPUT.")
 @tagger_option("Tagger used when no spans are given.")
+@click.option("--labels", default=None, metavar="LABEL,...",
+              help="The private labels, e.g. PERSON,CODE,LOC (default: all). Spans of the other labels are kept "
+                   "as plain text, NOT protected. Choose from " + ", ".join(CHOOSABLE) + "; DATETIME names DATE "
+                   "and DURATION, DEM names OCCUPATION; your own labels (--spans) are always private.")
 @click.option("--model", default="rewriter", show_default=True,
               help="rewriter, smollm2, tiny (see `tokendp model list`), a model directory or a hub id.")
 @click.option("--alpha", type=float, default=None,
@@ -99,7 +107,8 @@ def format_report(report: dict[str, Any]) -> str:
                    "rerunning the same command resumes an interrupted run.")
 @diagnostics_option("the mean lambda and realised divergence per group", corpus=True)
 @library_errors
-def sanitize(input_path: str, spans_path: str | None, tagger: str, model: str | None, alpha: float | None,
+def sanitize(input_path: str, spans_path: str | None, tagger: str, labels: str | None, model: str | None,
+             alpha: float | None,
              beta: float | None, epsilon: float | None, delta: float, groups: str,
              max_new_tokens: int | None, temperature: float, seed: int | None,
              no_repeat_ngram_size: int, repetition_penalty: float, speculative: bool | None, draft_tokens: int, method: str,
@@ -116,7 +125,8 @@ def sanitize(input_path: str, spans_path: str | None, tagger: str, model: str | 
 
     One of --epsilon or --beta is required (with --method dp-fusion).
     """
-    params = dict(tagger=tagger, model=model, method=method, alpha=alpha, beta=beta, epsilon=epsilon,
+    choose_labels(labels)  # an unknown label fails here, before any model loads
+    params = dict(tagger=tagger, labels=labels, model=model, method=method, alpha=alpha, beta=beta, epsilon=epsilon,
                   delta=delta, groups=groups, max_new_tokens=max_new_tokens, temperature=temperature,
                   seed=seed, no_repeat_ngram_size=no_repeat_ngram_size, repetition_penalty=repetition_penalty,
                   speculative=speculative, draft_tokens=draft_tokens, diagnostics=diagnostics)

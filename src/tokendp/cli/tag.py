@@ -16,9 +16,11 @@ from tokendp.text.spans import Span
 from tokendp.text.taggers import TAGGER_NAMES, get_tagger
 
 COLOURS = {"PERSON": "red", "CODE": "magenta", "LOC": "green", "ORG": "blue", "DEM": "cyan",
-           "DATETIME": "yellow", "QUANTITY": "bright_yellow", "MISC": "bright_magenta"}
+           "OCCUPATION": "bright_cyan", "DATE": "yellow", "DURATION": "bright_green", "DATETIME": "yellow",
+           "QUANTITY": "bright_yellow", "MISC": "bright_magenta"}
 HTML_COLOURS = {"PERSON": "#f8b4b4", "CODE": "#e2b4f8", "LOC": "#b4f8c0", "ORG": "#b4d0f8",
-                "DEM": "#b4f0f8", "DATETIME": "#f8ecb4", "QUANTITY": "#f8d8b4", "MISC": "#d8d8d8"}
+                "DEM": "#b4f0f8", "OCCUPATION": "#b4e0e8", "DATE": "#f8ecb4", "DURATION": "#e8f8b4",
+                "DATETIME": "#f8ecb4", "QUANTITY": "#f8d8b4", "MISC": "#d8d8d8"}
 
 
 def _highlight_terminal(text: str, spans: list[Span]) -> str:
@@ -71,7 +73,7 @@ def _summary(spans: list[Span]) -> str:
               help="Also write an HTML page with the spans highlighted.")
 @library_errors
 def tag(input_path: Path, tagger_name: str, as_json: bool, html_path: Path | None) -> None:
-    """Find private spans (PERSON, CODE, LOC, ORG, DEM, DATETIME, QUANTITY, MISC) in INPUT.
+    """Find private spans (PERSON, CODE, LOC, ORG, DEM, OCCUPATION, DATE, DURATION, QUANTITY, MISC) in INPUT.
 
     INPUT is a UTF-8 text file, or a .jsonl file with one {"id", "text"} object per line.
     """

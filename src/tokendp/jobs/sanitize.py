@@ -18,6 +18,7 @@ output does not depend on any private token: epsilon 0 for every group.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -31,11 +32,17 @@ from tokendp.fusion import (Budget, Decoding, FusionReport, Method, PreparedFusi
 from tokendp.fusion import choose_alpha  # noqa: F401 (re-exported: tokendp.jobs.sanitize.choose_alpha)
 from tokendp.text.contexts import DocumentContexts, GroupSpec, build_contexts, placeholder_id, prompt_template
 from tokendp.text.spans import Span
+from tokendp.text.taggers.labels import choose_labels, is_private
 
 
 @dataclass(frozen=True)
 class SanitizeReport(FusionReport):
-    """A rewrite's report: parameters and the guarantee per group (see docs/sanitize.md)."""
+    """A rewrite's report: parameters and the guarantee per group (see docs/sanitize.md).
+    ``private_labels``: the labels whose spans were protected when the user chose them
+    (``labels=``), sorted; spans of other built-in labels were kept as plain text, with no
+    guarantee. None: every label was protected."""
+
+    private_labels: tuple[str, ...] | None = None
 
 
 @dataclass(frozen=True)
@@ -63,6 +70,23 @@ def _default_tokens(backend: HFBackend, ctx: DocumentContexts, requested: int | 
     return min(tokens, room)
 
 
+def trim_end(text: str, spans: Sequence[Span]) -> tuple[str, list[Span]]:
+    """The document without its trailing whitespace, and its spans within what is left.
+
+    The rewriter was trained on sources that end on their last word (docs/sanitize.md,
+    "Endings"); a source that ends in a newline made it end its rewrite after an inner
+    paragraph (after a blank-line break, P(end) 0.21-0.49 with the newline, 0.01-0.11 without,
+    on the bundled letter). Trailing whitespace is layout, not private text: a span is cut to
+    the trimmed end, one made only of trailing whitespace hides nothing and is dropped, and one
+    past the end of ``text`` is left for :func:`build_contexts` to refuse."""
+    body = text.rstrip()
+    if not body or len(body) == len(text):
+        return text, list(spans)
+    cut = len(body)
+    return body, [s if s.end <= cut or s.end > len(text) else Span(s.start, cut, s.label, s.score, s.source)
+                  for s in spans if s.start < cut or s.end > len(text)]
+
+
 def sanitize(
     text: str, *, spans: Sequence[Span | Mapping] | None = None, tagger: str | Any = "auto",
     model: str | Path | HFBackend | Any | None = "rewriter", tokenizer: Any = None, method: Method = "dp-fusion",
@@ -73,6 +97,7 @@ def sanitize(
     device: str | None = None, dtype: str | None = None, on_token: Callable[[int, int], None] | None = None,
     no_repeat_ngram_size: int = 0, repetition_penalty: float = 1.0,
     speculative: bool | None = None, draft_tokens: int = 4, diagnostics: bool = False,
+    labels: Sequence[str] | str | None = None,
 ) -> SanitizeResult:
     """Rewrite one document (``tokendp.sanitize``): ``text`` with its ``spans`` (or None to run
     ``tagger``). Every other parameter is as for :func:`sanitize_batch`, which this calls with a
@@ -83,7 +108,7 @@ def sanitize(
         max_new_tokens=max_new_tokens, temperature=temperature, seed=seed, instruction=instruction,
         template=template, placeholder=placeholder, stop=stop, on_overlap=on_overlap, device=device, dtype=dtype,
         on_token=on_token, no_repeat_ngram_size=no_repeat_ngram_size, repetition_penalty=repetition_penalty,
-        speculative=speculative, draft_tokens=draft_tokens, diagnostics=diagnostics)[0]
+        speculative=speculative, draft_tokens=draft_tokens, diagnostics=diagnostics, labels=labels)[0]
 
 
 def sanitize_batch(
@@ -94,7 +119,7 @@ def sanitize_batch(
     groups: GroupSpec = "by-label", max_new_tokens: int | None = None, temperature: float = 1.0,
     seed: int | Sequence[int] | None = None, instruction: str | None = None, template: str | None = None,
     placeholder: str | None = None, stop: Sequence[str] = (), on_overlap: Literal["merge", "error"] = "merge",
-    device: str | None = None, dtype: str | None = None,
+    device: str | None = None, dtype: str | None = None, labels: str | Sequence[str] | None = None,
     on_token: Callable[[int, int], None] | None = None,
     no_repeat_ngram_size: int = 0, repetition_penalty: float = 1.0,
     speculative: bool | None = None, draft_tokens: int = 4, diagnostics: bool = False,
@@ -139,6 +164,12 @@ def sanitize_batch(
         on_overlap: spans of different labels that overlap are hidden in both groups' rows
             (``"merge"``) or rejected (``"error"``).
         device, dtype: where and how to run the model (defaults: GPU if any; float32 on CPU).
+        labels: the private labels (``"PERSON,CODE"`` or a list; None: every label). Spans of
+            the other built-in labels (:data:`tokendp.text.taggers.CHOOSABLE`) are kept as plain
+            text, read by every row and NOT protected; a parent names its finer labels
+            (DATETIME: DATE, DURATION; DEM: OCCUPATION); spans with a label of your own are
+            always private. An unknown name is an error before anything runs. The report's
+            ``private_labels`` says what was protected (docs/privacy.md, "Choosing labels").
         on_token: streaming callback ``(document index, token id)``.
         no_repeat_ngram_size, repetition_penalty: public decoding constraints (0 and 1: off),
             computed from the released tokens only and applied alike to every row before the
@@ -157,7 +188,7 @@ def sanitize_batch(
         texts, spans=spans, tagger=tagger, model=model, tokenizer=tokenizer, method=method, alpha=alpha, beta=beta,
         epsilon=epsilon, delta=delta, groups=groups, max_new_tokens=max_new_tokens, temperature=temperature,
         instruction=instruction, template=template, placeholder=placeholder, stop=stop, on_overlap=on_overlap,
-        device=device, dtype=dtype, no_repeat_ngram_size=no_repeat_ngram_size,
+        device=device, dtype=dtype, labels=labels, no_repeat_ngram_size=no_repeat_ngram_size,
         repetition_penalty=repetition_penalty, speculative=speculative, draft_tokens=draft_tokens)
     return run_sanitize(prepared, seed=seed, on_token=on_token, diagnostics=diagnostics)
 
@@ -170,14 +201,16 @@ def prepare_sanitize(
     groups: GroupSpec = "by-label", max_new_tokens: int | None = None, max_new_tokens_limit: int | None = None,
     temperature: float = 1.0, instruction: str | None = None, template: str | None = None,
     placeholder: str | None = None, stop: Sequence[str] = (), on_overlap: Literal["merge", "error"] = "merge",
-    device: str | None = None, dtype: str | None = None, no_repeat_ngram_size: int = 0,
-    repetition_penalty: float = 1.0, speculative: bool | None = None, draft_tokens: int = 4,
+    device: str | None = None, dtype: str | None = None, labels: str | Sequence[str] | None = None,
+    no_repeat_ngram_size: int = 0, repetition_penalty: float = 1.0, speculative: bool | None = None,
+    draft_tokens: int = 4,
 ) -> PreparedFusion:
     """Check every parameter, tag, build the rows and fix each document's certificate, without
     generating anything (parameters as for :func:`sanitize_batch`; ``max_new_tokens_limit``:
     the most T allowed, which caps the default and refuses a larger request). The result's
     ``documents[i].groups`` is document i's certificate, which :func:`run_sanitize` reports."""
     check_params(method, alpha, delta, temperature, beta, epsilon)
+    chosen = choose_labels(labels)
     decoding = Decoding(temperature, tuple(stop), no_repeat_ngram_size, repetition_penalty, speculative, draft_tokens)
     if isinstance(texts, str):
         raise InvalidInputError("sanitize_batch takes a list of documents; use sanitize() for one")
@@ -197,10 +230,14 @@ def prepare_sanitize(
         given = None if spans is None else spans[i]
         if given is None:  # a document that cannot fit is refused before the tagger reads it
             check_fits_untagged(backend, text, len(tpl.before) + len(tpl.after))
-        contexts.append(build_contexts(text, spans_of(text, given, tagger), tok, template=tpl, placeholder=ph,
-                                       groups=groups, on_overlap=on_overlap))
+        body, found = trim_end(text, spans_of(text, given, tagger))
+        private = [s for s in found if is_private(s.label, chosen)]
+        contexts.append(build_contexts(body, private, tok, template=tpl, placeholder=ph, groups=groups,
+                                       on_overlap=on_overlap))
     limits = [_default_tokens(backend, c, max_new_tokens, max_new_tokens_limit) for c in contexts]
     documents = prepare_documents(method, alpha, delta, contexts, limits, beta=beta, epsilon=epsilon)
+    if chosen is not None:
+        documents = [dataclasses.replace(d, private_labels=tuple(sorted(chosen))) for d in documents]
     return PreparedFusion(method, float(delta), backend, tuple(documents), decoding, ph)
 
 
@@ -212,7 +249,7 @@ def run_sanitize(prepared: PreparedFusion, *, seed: int | Sequence[int] | None =
     return [SanitizeResult(out.text, SanitizeReport(
                 prepared.method, prepared.backend.name, doc.alpha, prepared.delta, doc.max_new_tokens,
                 len(out.token_ids), out.stop_reason, _guarantee(prepared.method, doc.max_new_tokens), doc.groups,
-                prepared.decoding.constraints()),
+                prepared.decoding.constraints(), doc.private_labels),
                 job.diagnostics(i, out.diagnostics) if diagnostics else None)
             for i, (doc, out) in enumerate(zip(prepared.documents, outputs))]
 

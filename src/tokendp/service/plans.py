@@ -125,7 +125,7 @@ def _spans(spans: list | None) -> list[dict] | None:
 
 def plan_sanitize(req: SanitizeRequest, backend: HFBackend, tagger: Any, *, max_tokens: int) -> Plan:
     """One /v1/sanitize request: T given (at most ``max_tokens``) or 1.2x the document + 16."""
-    job = prepare_sanitize([req.text], spans=[_spans(req.spans)], tagger=tagger, model=backend,
+    job = prepare_sanitize([req.text], spans=[_spans(req.spans)], tagger=tagger, model=backend, labels=req.labels,
                            max_new_tokens=req.max_new_tokens, max_new_tokens_limit=max_tokens, **_fusion_options(req))
     return Plan("sanitize", req, job, charges_of("sanitize", req.id, job))
 

@@ -32,6 +32,8 @@ class SanitizeRequest(Strict):
     id: str = Id
     text: str = Field(min_length=1)
     spans: list[SpanIn] | None = Field(None, description="character spans; omitted: the server's tagger")
+    labels: list[str] | None = Field(None, max_length=32, description="the private labels (omitted: all); spans "
+                                     "of the other built-in labels are kept as plain text, not protected")
     method: Literal["dp-fusion", "public"] = "dp-fusion"
     epsilon: Budget = Field(None, description="per group: one number, or {label: epsilon}")
     beta: Budget = None

@@ -27,6 +27,12 @@ Kinds (weights in :data:`MIXTURE`):
 Fillers are chosen close to the placeholder run in length: of up to ``tries`` fresh values the
 first whose tokens are exactly as many as the run's placeholders is used, else the closest in
 length (never cut, unlike the tiny model's lockstep targets: a cut name reads badly).
+
+For the next GPU run (docs/sanitize.md, "Endings"): every target is one paragraph ending on its
+last sentence, so the shipped adapter ends a rewrite after an inner paragraph; add examples of
+2-4 paragraphs joined by a blank line, synthetic letters whose last paragraph is their closing,
+and a few sources with a trailing newline; and check before saving that ``<|im_end|>`` is the
+likeliest token after a held-out target (the shipped adapter puts 0.999 on ``<|im_start|>``).
 """
 
 from __future__ import annotations

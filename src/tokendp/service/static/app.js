@@ -1,6 +1,6 @@
 // The tokendp page: tag, fix spans, set epsilon per group, rewrite (streamed), report, budget.
 "use strict";
-const LABELS = ["PERSON", "DATETIME", "LOC", "ORG", "CODE", "DEM", "QUANTITY", "MISC"];
+const LABELS = ["PERSON", "DATE", "DURATION", "LOC", "ORG", "CODE", "DEM", "OCCUPATION", "QUANTITY", "MISC", "DATETIME"];
 const $ = (id) => document.getElementById(id);
 const state = { text: "", spans: [] };
 

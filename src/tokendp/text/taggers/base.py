@@ -12,8 +12,9 @@ class Tagger(Protocol):
     """Finds private spans in a text.
 
     ``tag`` returns character-offset spans into ``text`` (end exclusive), labelled with
-    TAB's eight categories (PERSON, CODE, LOC, ORG, DEM, DATETIME, QUANTITY, MISC),
-    sorted by start and not overlapping one another.
+    TAB's categories (the built-in taggers split DATETIME into DATE and DURATION, and DEM into
+    OCCUPATION and DEM: :data:`tokendp.text.taggers.LABELS`), sorted by start and not
+    overlapping one another.
     """
 
     name: str

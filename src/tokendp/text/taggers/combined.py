@@ -3,7 +3,8 @@
 Every span either tagger finds is kept (a missed span is a leak; an extra one only costs
 utility); overlaps are resolved by :func:`~tokendp.text.taggers.resolve.resolve_overlaps`
 with source priority patterns > model, so a validated pattern (an IBAN, a date) keeps its
-label when scores tie, and no character either tagger found is dropped.
+label when scores tie, and no character either tagger found is dropped. Last, DATETIME and DEM
+are split into DATE / DURATION and OCCUPATION / DEM (:mod:`~tokendp.text.taggers.subtypes`).
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from tokendp.text.spans import Span
 from tokendp.text.taggers.model import ModelTagger
 from tokendp.text.taggers.patterns import PatternTagger
 from tokendp.text.taggers.resolve import resolve_overlaps
+from tokendp.text.taggers.subtypes import refine_labels
 
 SOURCE_PRIORITY = ("patterns", "model")
 
@@ -30,4 +32,5 @@ class AutoTagger:
     def tag(self, text: str) -> list[Span]:
         candidates = self.patterns.candidates(text)
         found = self.model.predict(text, resolve_overlaps(candidates, text))
-        return resolve_overlaps(candidates + found, text, source_priority=SOURCE_PRIORITY)
+        spans = resolve_overlaps(candidates + found, text, source_priority=SOURCE_PRIORITY)
+        return refine_labels(spans, text)

@@ -1,8 +1,9 @@
 """Spans from JSON: a Presidio-style list of ``{start, end, label[, score][, source]}``.
 
 Also accepted: ``entity_type`` instead of ``label`` (Presidio's RecognizerResult) and
-``[start, end, label]`` triples (TAB's files). Known Presidio, spaCy and Stanza labels are
-mapped to TAB's; other labels are kept as given (they become their own privacy group).
+``[start, end, label]`` triples (TAB's files). tokendp's own labels (TAB's eight and DATE,
+DURATION, OCCUPATION) are kept; other known Presidio, spaCy and Stanza labels are mapped to
+TAB's; other labels are kept as given (they become their own privacy group).
 Errors name the span's index and the problem, never the document's text.
 """
 
@@ -14,7 +15,7 @@ from pathlib import Path
 
 from tokendp.errors import InvalidInputError
 from tokendp.text.spans import Span
-from tokendp.text.taggers.labels import to_tab
+from tokendp.text.taggers.labels import LABELS, to_tab
 
 
 def _load(path_or_obj):
@@ -33,6 +34,8 @@ def _load(path_or_obj):
 def _label(raw) -> str:
     if not isinstance(raw, str) or not raw.strip():
         raise ValueError("label must be a non-empty string")
+    if raw.strip().upper() in LABELS:  # tokendp's own labels stay as they are (DATE is not spaCy's here)
+        return raw.strip().upper()
     try:
         return to_tab(raw)
     except InvalidInputError:

@@ -23,6 +23,7 @@ from tokendp.errors import InvalidInputError, InvalidParameterError
 from tokendp.text.spans import Span
 from tokendp.text.taggers.features import Token, bio_from_spans, sentence_features, tokenize
 from tokendp.text.taggers.patterns import PatternTagger
+from tokendp.text.taggers.subtypes import refine_labels
 
 PRONOUNS = frozenset(
     "i me my mine myself you your yours yourself yourselves he him his himself she her hers herself it its "
@@ -73,7 +74,7 @@ def train_crf(texts: Sequence[str], gold: Sequence[Sequence[Span]], model_path: 
     patterns = PatternTagger()
     trainer = pycrfsuite.Trainer(verbose=False)
     for text, spans in zip(texts, gold, strict=True):
-        tokens, items = document_items(text, patterns.tag(text))
+        tokens, items = document_items(text, patterns.spans(text))
         tags = bio_from_spans(tokens, list(spans))
         for a, b in _lines(tokens, text):
             trainer.append(items[a:b], tags[a:b])
@@ -107,10 +108,12 @@ class ModelTagger:
         self._patterns = PatternTagger()
 
     def tag(self, text: str) -> list[Span]:
-        return self.predict(text, self._patterns.tag(text))
+        """The CRF's spans, DATETIME and DEM split into finer labels (taggers/subtypes.py)."""
+        return refine_labels(self.predict(text, self._patterns.spans(text)), text)
 
     def predict(self, text: str, pattern_spans: list[Span]) -> list[Span]:
-        """Spans of ``text`` given the pattern tagger's (resolved) spans, which are features."""
+        """Spans of ``text`` with TAB's labels, given the pattern tagger's (resolved, TAB-labelled)
+        spans, which are features."""
         tokens, items = document_items(text, pattern_spans)
         spans: list[Span] = []
         for a, b in _lines(tokens, text):

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 
 from tokendp.text.spans import Span
 from tokendp.text.taggers.resolve import resolve_overlaps
+from tokendp.text.taggers.subtypes import refine_labels
 
 MONTHS = ("January|February|March|April|May|June|July|August|September|October|November|December"
           "|Jan|Feb|Mar|Apr|Jun|Jul|Aug|Sept|Sep|Oct|Nov|Dec")
@@ -179,5 +180,10 @@ class PatternTagger:
                 spans.append(Span(start, end, rec.label, rec.score, f"patterns:{rec.name}"))
         return spans
 
-    def tag(self, text: str) -> list[Span]:
+    def spans(self, text: str) -> list[Span]:
+        """The resolved matches with TAB's labels (what the CRF reads as features)."""
         return resolve_overlaps(self.candidates(text), text)
+
+    def tag(self, text: str) -> list[Span]:
+        """The resolved matches, DATETIME and DEM split into finer labels (taggers/subtypes.py)."""
+        return refine_labels(self.spans(text), text)

@@ -16,6 +16,7 @@ from tokendp._optional import require
 from tokendp.text.spans import Span
 from tokendp.text.taggers.labels import to_tab
 from tokendp.text.taggers.resolve import resolve_overlaps
+from tokendp.text.taggers.subtypes import refine_labels
 
 
 def _presidio():
@@ -61,4 +62,4 @@ class PresidioTagger:
         results = self._analyzer.analyze(text=text, language=self.language, score_threshold=self.min_score)
         spans = [Span(r.start, r.end, to_tab(r.entity_type, unknown="CODE"), float(r.score), f"presidio:{r.entity_type}")
                  for r in results if r.end > r.start]
-        return resolve_overlaps(spans, text)
+        return refine_labels(resolve_overlaps(spans, text), text)

@@ -11,6 +11,7 @@ from tokendp.errors import InvalidParameterError
 from tokendp.text.spans import Span
 from tokendp.text.taggers.labels import to_tab
 from tokendp.text.taggers.resolve import resolve_overlaps
+from tokendp.text.taggers.subtypes import refine_labels
 
 
 def _load(model: str):
@@ -36,4 +37,4 @@ class SpacyTagger:
     def tag(self, text: str) -> list[Span]:
         doc = self._nlp(text)
         spans = [Span(e.start_char, e.end_char, to_tab(e.label_, unknown="MISC"), 1.0, f"spacy:{e.label_}") for e in doc.ents]
-        return resolve_overlaps(spans, text)
+        return refine_labels(resolve_overlaps(spans, text), text)
