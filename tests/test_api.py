@@ -62,7 +62,7 @@ def test_tag_finetune_and_the_backend_class_from_the_top_level():
     text = "Call me on 2 June 2024."
     spans = tokendp.tag(text, tagger="patterns")
     assert spans and all(isinstance(s, tokendp.Span) for s in spans)
-    assert any(text[s.start:s.end] == "2 June 2024" and s.label == "DATETIME" for s in spans)
+    assert any(text[s.start:s.end] == "2 June 2024" and s.label == "DATE" for s in spans)
 
 
 def test_tag_refuses_what_it_cannot_read():

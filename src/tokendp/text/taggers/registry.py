@@ -35,7 +35,8 @@ def get_tagger(name: str = "auto", **options) -> Tagger:
 
 def tag(text: str, *, tagger: str | Tagger = "auto") -> list[Span]:
     """The private spans of ``text`` (``tokendp.tag``): character-offset :class:`Span` objects
-    labelled with TAB's categories, sorted and disjoint, as the jobs would find them.
+    labelled with TAB's categories (DATETIME split into DATE and DURATION, DEM's occupations
+    as OCCUPATION), sorted and disjoint, as the jobs would find them.
 
     ``tagger`` is a name of :data:`TAGGER_NAMES` (built with :func:`get_tagger`; repeated calls
     build it again, so keep a ``get_tagger(name)`` object for many texts) or any object with
