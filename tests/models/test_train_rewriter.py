@@ -26,19 +26,22 @@ def _script():
     return module
 
 
-def test_typed_fillers_are_consistent_distinct_and_shaped():
-    from tokendp.models.training.rewriter import TypedFillers
+def test_coherent_fillers_are_consistent_distinct_and_shaped():
+    from tokendp.models.training.coherent import CoherentFillers
     from tokendp.models.training.synthetic import SyntheticDocs
+    from tokendp.text.spans import Span
 
-    fill = TypedFillers(SyntheticDocs(3), random.Random(3))
-    a, b = fill("PERSON", "Mr Durdu"), fill("PERSON", "Ms Marta Kowalska")
-    assert a.startswith("Mr ") and b.startswith("Ms ") and a != b and a != "Mr Durdu"
-    assert fill("PERSON", "Mr Durdu") == a  # the same entity keeps its filler
-    date = fill("DATETIME", "30 May 1996")
+    text = "Mr Durdu and Ms Marta Kowalska met on 30 May 1996 (no. 36110/97), Mr Durdu said; Turkish."
+    spans = [Span(0, 8, "PERSON"), Span(13, 30, "PERSON"), Span(38, 49, "DATETIME"), Span(55, 63, "CODE"),
+             Span(66, 74, "PERSON"), Span(81, 88, "DEM")]
+    fill = CoherentFillers(SyntheticDocs(3), random.Random(3), text, spans)
+    a, b = fill(0), fill(1)
+    assert a.startswith("Mr ") and b.split()[0] in ("Ms", "Mrs") and a != b and a != "Mr Durdu"
+    assert fill(4) == a  # the same entity keeps its filler
+    date = fill(2)
     assert re.fullmatch(r"\d{1,2} [A-Z][a-z]+ (19|20)\d\d", date) and date != "30 May 1996"
-    code = fill("CODE", "36110/97")
-    assert re.fullmatch(r"\d{5}/\d{2}", code)
-    assert fill("DEM", "Turkish")[0].isupper()
+    assert re.fullmatch(r"\d{5}/\d{2}", fill(3))
+    assert fill(5)[0].isupper()
 
 
 def test_examples_hide_every_span_token_and_copy_the_rest():
