@@ -3,7 +3,14 @@
   python scripts/train_rewriter.py --out runs/rewriter              # train / resume from the latest checkpoint
   python scripts/train_rewriter.py --out runs/rewriter --device cuda  # bf16 autocast, float32 adapter
   python scripts/train_rewriter.py --out runs/rewriter --export src/tokendp/models/rewriter
+  python scripts/train_rewriter.py --out runs/rewriter --merged runs/rewriter/model  # a model directory for --model
   python scripts/train_rewriter.py --smoke                          # ~1 minute on a tiny model built from a config
+  python scripts/train_rewriter.py --smoke --placeholder-style typed --keep runs/smoke  # typed slots, kept
+
+``--placeholder-style typed`` trains for typed slots: each hidden token of the source is its
+label's marker (``Name``, ``Date``, ``Place``...; :func:`tokendp.text.contexts.typed_markers`)
+instead of ``_``, and the adapter's ``tokendp.json`` declares ``"placeholder_style": "typed"``
+with the markers, so ``tokendp sanitize`` builds typed public rows for it (docs/sanitize.md).
 
 Data: :mod:`tokendp.models.training.rewriter` (TAB tuning-half paragraphs with fresh typed
 fillers, synthetic Faker documents, WikiText fill and copy), in the model's chat template with
@@ -48,6 +55,28 @@ OBJECTIVE = ("chat template + default paraphrase instruction; source = paragraph
              "overlapping a hidden span as one '_' placeholder; target = the paragraph with fresh "
              "typed fillers (all spans hidden), some shown and copied (partial), or none (copy); "
              "loss on the assistant answer and <|im_end|>")
+TYPED_OBJECTIVE = ("chat template + default paraphrase instruction; source = paragraph with every token "
+                   "overlapping a hidden span as ONE marker token of the span's label (typed slots); "
+                   "target = the paragraph with coherent fresh fillers (one locale, dates by role, "
+                   "titles agreeing with pronouns, distinct entities apart; all spans hidden), some "
+                   "shown and copied (partial), or none (copy); loss on the assistant answer and EOS")
+STOP = ["<|im_start|>"]  # a sampled answer that skips <|im_end|> and opens a new chat turn stops there
+
+
+def objective(cfg: Config) -> str:
+    return TYPED_OBJECTIVE if cfg.placeholder_style == "typed" else OBJECTIVE
+
+
+def model_options(cfg: Config, tokenizer) -> dict:
+    """The ``tokendp.json`` the adapter ships with: its placeholder style (and, typed, its markers)."""
+    from tokendp.text.contexts import PLACEHOLDER_STYLES, typed_markers
+
+    if cfg.placeholder_style not in PLACEHOLDER_STYLES:
+        raise SystemExit(f"--placeholder-style must be one of {', '.join(PLACEHOLDER_STYLES)}")
+    options = {"placeholder": "_", "stop": STOP}
+    if cfg.placeholder_style == "typed":
+        options.update(placeholder_style="typed", placeholders=typed_markers(tokenizer))
+    return options
 
 
 @dataclass
@@ -74,6 +103,7 @@ class Config:
     min_chars: int = 120
     max_chars: int = 1100
     hardware: str = "2 shared CPU cores (torch, 1 thread, nice 10)"
+    placeholder_style: str = "single"  # "typed": one marker per label (tokendp.text.contexts.placeholders)
 
 
 def lr_factor(step: int, cfg: Config) -> float:
@@ -187,19 +217,25 @@ def train(cfg: Config, *, model=None, tokenizer=None, tab=None, wiki=None,
     counters = {"tokens": 0, "ema": None}
     sums = {k: [0.0, 0] for k in KINDS}
     settings = {k: v for k, v in asdict(cfg).items() if k not in RESUMABLE_WITH_OTHER}
+    options = model_options(cfg, tokenizer)
+    if cfg.placeholder_style == "single":  # as before the style existed: such runs resume as they did
+        settings.pop("placeholder_style")
+    else:
+        settings["options"] = options
     run = fingerprint(data=[{"tab": p} for p in tab] + [{"wiki": p} for p in wiki],
-                      settings={"format": "tokendp.rewriter/1", "objective": OBJECTIVE, **settings})
+                      settings={"format": "tokendp.rewriter/1", "objective": objective(cfg), **settings})
 
     def export(step: int) -> None:
         info = {"base_model": cfg.base_name, "step": step, "total_steps": cfg.steps,
                 "train_minutes": round(loop.elapsed / 60, 1), "tokens_seen": counters["tokens"],
-                "loss_ema": None if counters["ema"] is None else round(counters["ema"], 4), "objective": OBJECTIVE,
+                "loss_ema": None if counters["ema"] is None else round(counters["ema"], 4), "objective": objective(cfg),
                 "mixture": dict(zip(KINDS, MIXTURE)), "tab_paragraphs": len(tab),
                 "hardware": cfg.hardware, "config": asdict(cfg)}
 
         def write(tmpdir: Path) -> None:
             save_adapter(peft_model, tmpdir)
             (tmpdir / "training.json").write_text(json.dumps(info, indent=2) + "\n")
+            (tmpdir / "tokendp.json").write_text(json.dumps(options, indent=2) + "\n")
 
         _atomic_dir(write, out / "adapter")
 
@@ -212,7 +248,7 @@ def train(cfg: Config, *, model=None, tokenizer=None, tab=None, wiki=None,
         print(f"resumed from {CHECKPOINT} at step {loop.step}", flush=True)
     (out / "config.json").write_text(json.dumps(asdict(cfg), indent=2) + "\n")
     stream = RewriterStream(tokenizer, tab=tab, wiki=wiki, seed=cfg.seed * 1_000_003 + loop.step,
-                            max_tokens=cfg.max_tokens)
+                            max_tokens=cfg.max_tokens, options=options)
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
     peft_model.train()
 
@@ -273,12 +309,38 @@ def _wiki(cfg: Config) -> list[str]:
     return [p for p in paragraphs(cfg.wikitext, unk=lambda: names.value("surname")) if len(p) >= 300]
 
 
-def smoke(out: str, steps: int = 6) -> Path:
-    """Train a tiny model from a config for ``steps`` steps (checkpoint every 3), synthetic data only."""
+def smoke(out: str, steps: int = 6, placeholder_style: str = "single") -> Path:
+    """Train a tiny model from a config for ``steps`` steps (checkpoint every 3), synthetic data
+    only, and write it merged into ``out/model`` (a model directory for ``--model``)."""
     model, tok = tiny_model_and_tokenizer()
     cfg = Config(out=out, base="", base_name="tiny-smoke", tab="", wikitext="", steps=steps, batch=2,
-                 warmup=2, r=4, alpha=8, max_tokens=64, checkpoint_every=3, log_every=1)
-    return train(cfg, model=model, tokenizer=tok, tab=[], wiki=[])
+                 warmup=2, r=4, alpha=8, max_tokens=64, checkpoint_every=3, log_every=1,
+                 placeholder_style=placeholder_style)
+    adapter = train(cfg, model=model, tokenizer=tok, tab=[], wiki=[])
+    base, tok = tiny_model_and_tokenizer()
+    write_merged(adapter, Path(out) / "model", base=base, tokenizer=tok)
+    return adapter
+
+
+def write_merged(adapter: Path, dest: Path, *, base=None, tokenizer=None, cfg: Config | None = None) -> Path:
+    """``dest``: the base model with ``adapter`` merged in (peft's ``merge_and_unload``), its
+    tokenizer and the adapter's ``tokendp.json``: a directory ``tokendp sanitize --model`` loads."""
+    from peft import PeftModel
+
+    if base is None:
+        base, tokenizer = load_base(cfg or Config())
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", FutureWarning)
+        merged = PeftModel.from_pretrained(base, str(adapter)).merge_and_unload()
+
+    def write(tmp: Path) -> None:
+        merged.save_pretrained(tmp)
+        tokenizer.save_pretrained(tmp)
+        shutil.copyfile(adapter / "tokendp.json", tmp / "tokendp.json")
+
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    _atomic_dir(write, dest)
+    return dest
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -286,23 +348,39 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", default="runs/rewriter", help="run directory (checkpoints, adapter/, log)")
     parser.add_argument("--smoke", action="store_true", help="tiny end-to-end run in a temp dir")
     parser.add_argument("--export", metavar="DEST", default=None,
-                        help="copy the run's latest adapter/ to DEST (e.g. src/tokendp/models/rewriter)")
+                        help="copy the run's latest adapter/ (with its tokendp.json) to DEST (e.g. src/tokendp/models/rewriter)")
+    parser.add_argument("--merged", metavar="DEST", default=None,
+                        help="write the base with the run's adapter merged in, its tokenizer and tokendp.json to "
+                             "DEST: a model directory for `tokendp sanitize --model DEST`")
+    parser.add_argument("--keep", metavar="DIR", default=None,
+                        help="with --smoke: run in DIR and keep it (DIR/model is the merged tiny model)")
     for name, field in Config.__dataclass_fields__.items():
         if name in ("out", "targets", "hardware"):
             continue
-        parser.add_argument(f"--{name.replace('_', '-')}", type=type(field.default), default=None)
+        extra = {"choices": ("single", "typed")} if name == "placeholder_style" else {}
+        parser.add_argument(f"--{name.replace('_', '-')}", type=type(field.default), default=None, **extra)
     args = parser.parse_args(argv)
     if args.smoke:
+        style = args.placeholder_style or "single"
+        if args.keep:
+            adapter = smoke(args.keep, placeholder_style=style)
+            print(f"smoke run wrote {sorted(p.name for p in adapter.iterdir())}; model: {Path(args.keep) / 'model'}")
+            return 0
         with tempfile.TemporaryDirectory() as tmp:
-            adapter = smoke(tmp)
+            adapter = smoke(tmp, placeholder_style=style)
             print(f"smoke run wrote {sorted(p.name for p in adapter.iterdir())}")
         return 0
     if args.export:
         src, dest = Path(args.out) / "adapter", Path(args.export)
         dest.mkdir(parents=True, exist_ok=True)
-        for name in ("adapter_config.json", "adapter_model.safetensors", "training.json"):
+        for name in ("adapter_config.json", "adapter_model.safetensors", "training.json", "tokendp.json"):
             shutil.copyfile(src / name, dest / name)
         print(f"exported {src} -> {dest}")
+        return 0
+    if args.merged:
+        saved = json.loads((Path(args.out) / "config.json").read_text())
+        cfg = Config(**{k: tuple(v) if k == "targets" else v for k, v in saved.items()})
+        print(f"merged -> {write_merged(Path(args.out) / 'adapter', Path(args.merged), cfg=cfg)}")
         return 0
     cfg = Config(out=args.out)
     for name in Config.__dataclass_fields__:

@@ -40,7 +40,7 @@ from tokendp.errors import InvalidInputError, InvalidParameterError
 from tokendp.generation import Generated, check_temperature, generate, make_generators
 from tokendp.logits_processors import PublicLogitsProcessor
 from tokendp.mechanisms import DPFusion, MechanismStep
-from tokendp.text.contexts import DocumentContexts
+from tokendp.text.contexts import DocumentContexts, Placeholders
 from tokendp.text.spans import Span
 
 Method = Literal["dp-fusion", "original", "public"]
@@ -282,7 +282,7 @@ class PreparedFusion:
     backend: HFBackend
     documents: tuple[PreparedDocument, ...]
     decoding: Decoding
-    placeholder: int  # the token that hides a private token (never guessed by the drafter)
+    placeholder: int | Placeholders  # the token(s) that hide a private token (never guessed by the drafter)
 
     def settings(self) -> tuple:
         """Everything but the documents: equal settings may share a batch."""
@@ -408,9 +408,11 @@ def _gather_steps(parts: Sequence[tuple[torch.Tensor, MechanismStep]], n: int) -
     return MechanismStep(logprobs, diagnostics)
 
 
-def drafter(speculative: bool | None, draft_tokens: int, documents: int, placeholder: int) -> PromptLookup | None:
-    """Prompt lookup on the public row (never guessing the placeholder), or None for one token
-    per pass; ``speculative=None`` is on for one document only (docs/performance.md)."""
+def drafter(speculative: bool | None, draft_tokens: int, documents: int,
+            placeholder: int | Placeholders) -> PromptLookup | None:
+    """Prompt lookup on the public row (never guessing a placeholder, typed ones included), or
+    None for one token per pass; ``speculative=None`` is on for one document only (docs/performance.md)."""
     if not (speculative if speculative is not None else documents == 1):
         return None
-    return PromptLookup(max_tokens=draft_tokens, exclude=frozenset({placeholder}))
+    exclude = placeholder.ids if isinstance(placeholder, Placeholders) else frozenset({placeholder})
+    return PromptLookup(max_tokens=draft_tokens, exclude=exclude)

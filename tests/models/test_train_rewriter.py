@@ -26,19 +26,22 @@ def _script():
     return module
 
 
-def test_typed_fillers_are_consistent_distinct_and_shaped():
-    from tokendp.models.training.rewriter import TypedFillers
+def test_coherent_fillers_are_consistent_distinct_and_shaped():
+    from tokendp.models.training.coherent import CoherentFillers
     from tokendp.models.training.synthetic import SyntheticDocs
+    from tokendp.text.spans import Span
 
-    fill = TypedFillers(SyntheticDocs(3), random.Random(3))
-    a, b = fill("PERSON", "Mr Durdu"), fill("PERSON", "Ms Marta Kowalska")
-    assert a.startswith("Mr ") and b.startswith("Ms ") and a != b and a != "Mr Durdu"
-    assert fill("PERSON", "Mr Durdu") == a  # the same entity keeps its filler
-    date = fill("DATETIME", "30 May 1996")
+    text = "Mr Durdu and Ms Marta Kowalska met on 30 May 1996 (no. 36110/97), Mr Durdu said; Turkish."
+    spans = [Span(0, 8, "PERSON"), Span(13, 30, "PERSON"), Span(38, 49, "DATETIME"), Span(55, 63, "CODE"),
+             Span(66, 74, "PERSON"), Span(81, 88, "DEM")]
+    fill = CoherentFillers(SyntheticDocs(3), random.Random(3), text, spans)
+    a, b = fill(0), fill(1)
+    assert a.startswith("Mr ") and b.split()[0] in ("Ms", "Mrs") and a != b and a != "Mr Durdu"
+    assert fill(4) == a  # the same entity keeps its filler
+    date = fill(2)
     assert re.fullmatch(r"\d{1,2} [A-Z][a-z]+ (19|20)\d\d", date) and date != "30 May 1996"
-    code = fill("CODE", "36110/97")
-    assert re.fullmatch(r"\d{5}/\d{2}", code)
-    assert fill("DEM", "Turkish")[0].isupper()
+    assert re.fullmatch(r"\d{5}/\d{2}", fill(3))
+    assert fill(5)[0].isupper()
 
 
 def test_examples_hide_every_span_token_and_copy_the_rest():
@@ -89,3 +92,34 @@ def test_smoke_run_checkpoints_resumes_and_exports_a_small_adapter(tmp_path):
     cfg.r = 8  # another run: refused, never resumed from this one's checkpoint
     with pytest.raises(InvalidInputError, match="other data or settings"):
         script.train(cfg, model=model, tokenizer=tok, tab=[], wiki=[])
+
+
+def test_a_typed_smoke_run_ships_its_style_and_sanitize_builds_typed_rows_for_it(tmp_path):
+    """scripts/train_rewriter.py --smoke --placeholder-style typed, end to end: the adapter's and
+    the merged model's tokendp.json declare the style; sanitize --model <dir> shows the labels."""
+    from click.testing import CliRunner
+
+    from tokendp.cli import main
+    from tokendp.jobs.sanitize import prepare_sanitize
+    from tokendp.text.spans import Span
+
+    script = _script()
+    adapter = script.smoke(str(tmp_path / "run"), steps=2, placeholder_style="typed")
+    model = tmp_path / "run" / "model"
+    for where in (adapter, model):
+        options = json.loads((where / "tokendp.json").read_text())
+        assert options["placeholder_style"] == "typed" and options["placeholders"]["PERSON"] == "<|PERSON|>"
+    assert "typed slots" in json.loads((adapter / "training.json").read_text())["objective"]
+    text = "Dear Dr Helen Marsh, born on 2 June 1961."
+    spans = [Span(8, 19, "PERSON"), Span(29, 40, "DATETIME")]
+    prepared = prepare_sanitize([text], spans=[spans], model=str(model), method="public", max_new_tokens=4)
+    public = prepared.backend.tokenizer.decode(prepared.documents[0].context.rows[0])
+    assert "Helen" not in public and "1961" not in public and "_" not in public
+    assert "<|PERSON|>" in public and "<|DATETIME|>" in public
+    (tmp_path / "letter.txt").write_text(text)
+    (tmp_path / "spans.json").write_text(json.dumps([s.to_dict() for s in spans]))
+    result = CliRunner().invoke(main, ["sanitize", str(tmp_path / "letter.txt"), "--spans", str(tmp_path / "spans.json"),
+                                       "--model", str(model), "--epsilon", "8", "--seed", "1", "--max-new-tokens", "4"])
+    assert result.exit_code == 0, result.output
+    single = script.smoke(str(tmp_path / "single"), steps=1)
+    assert "placeholder_style" not in json.loads((single / "tokendp.json").read_text())  # as the shipped adapter

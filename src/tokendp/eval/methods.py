@@ -37,7 +37,7 @@ from tokendp.accounting import (dp_decoding_epsilon, dp_decoding_lam, dp_fusion_
 from tokendp.errors import InvalidParameterError
 from tokendp.mechanisms import DPDecoding, DPFusion, DPPrompt, MechanismStep, Original, Public
 from tokendp.fusion import choose_alpha
-from tokendp.text.contexts import PromptTemplate, build_contexts
+from tokendp.text.contexts import Placeholders, PromptTemplate, build_contexts
 from tokendp.text.spans import Span
 
 METHODS = ("original", "public", "scrub", "dp-decoding", "dp-prompt", "dp-fusion")
@@ -73,7 +73,7 @@ def scrub_text(text: str, spans: Sequence[Span]) -> str:
 
 
 def document_rows(text: str, spans: Sequence[Span], tokenizer: Any, *, template: PromptTemplate,
-                  placeholder: int) -> DocumentRows:
+                  placeholder: int | Placeholders) -> DocumentRows:
     """Tokenise ``text`` once and build every view of it (see :func:`build_contexts`)."""
     ctx = build_contexts(text, spans, tokenizer, template=template, placeholder=placeholder)
     target = tuple(tokenizer(text, add_special_tokens=False)["input_ids"])

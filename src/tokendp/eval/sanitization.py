@@ -44,7 +44,7 @@ from tokendp.eval.metrics import attack_success, loss_score, min_k_score, pooled
 from tokendp.eval.scoring import continuation_logits
 from tokendp.text.tab import load_tab
 from tokendp.generation import generate, make_generator
-from tokendp.text.contexts import placeholder_id, prompt_template
+from tokendp.text.contexts import placeholders, prompt_template
 
 DEFAULT_MAX_CHARS = 1200
 DEFAULT_MAX_NEW_TOKENS = 400
@@ -104,7 +104,7 @@ def prepare_documents(config: EvalConfig, backend: HFBackend) -> list[EvalDocume
     ids = list(tab.texts)[: config.limit] if config.limit else list(tab.texts)
     tok, opts = backend.tokenizer, backend.options
     template = prompt_template(tok, options=opts)
-    placeholder = placeholder_id(tok, options=opts)
+    placeholder = placeholders(tok, options=opts)
     length = (lambda s: len(tok(" " + s, add_special_tokens=False)["input_ids"])) if config.match_lengths else None
     docs = []
     for doc_id in ids:

@@ -31,7 +31,7 @@ from tokendp.backends import HFBackend, load_backend
 from tokendp.errors import InvalidInputError, InvalidParameterError
 from tokendp.fusion import (Budget, Decoding, FusionReport, Method, PreparedFusion, TextResult, check_fits_untagged,
                             check_known_groups, check_params, prepare_documents, run_fusion, spans_of)
-from tokendp.text.contexts import DocumentContexts, GroupSpec, placeholder_id, prompt_template
+from tokendp.text.contexts import DocumentContexts, GroupSpec, placeholders, prompt_template
 from tokendp.text.prompts import (DEFAULT_GENERATE_INSTRUCTION, MAX_UNTRUSTED_TOKENS, STAND_IN, QuestionPlace,
                                   build_prompt_contexts)
 from tokendp.text.spans import Span
@@ -239,7 +239,7 @@ def prepare_generate(
     if template is None and not getattr(tok, "chat_template", None):
         template = PLAIN_QA_TEMPLATE
     tpl = prompt_template(tok, instruction="", template=template)
-    ph = placeholder_id(tok, options=opts, placeholder=placeholder)
+    ph = placeholders(tok, options=opts, placeholder=placeholder)
     for t, s in (doc for d in docs for doc in d):
         if s is None:  # a document that cannot fit is refused before the tagger reads it
             check_fits_untagged(backend, t)

@@ -30,7 +30,7 @@ from tokendp.errors import InvalidInputError, InvalidParameterError
 from tokendp.fusion import (Budget, Decoding, FusionReport, Method, PreparedFusion, TextResult, check_fits_untagged,
                             check_params, prepare_documents, run_fusion, spans_of)
 from tokendp.fusion import choose_alpha  # noqa: F401 (re-exported: tokendp.jobs.sanitize.choose_alpha)
-from tokendp.text.contexts import DocumentContexts, GroupSpec, build_contexts, placeholder_id, prompt_template
+from tokendp.text.contexts import DocumentContexts, GroupSpec, build_contexts, placeholders, prompt_template
 from tokendp.text.spans import Span
 from tokendp.text.taggers.labels import choose_labels, is_private
 
@@ -224,7 +224,7 @@ def prepare_sanitize(
     backend = load_backend(model, tokenizer=tokenizer, device=device, dtype=dtype)
     tok, opts = backend.tokenizer, backend.options
     tpl = prompt_template(tok, options=opts, instruction=instruction, template=template)
-    ph = placeholder_id(tok, options=opts, placeholder=placeholder)
+    ph = placeholders(tok, options=opts, placeholder=placeholder)
     contexts = []
     for i, text in enumerate(texts):
         given = None if spans is None else spans[i]

@@ -133,6 +133,9 @@ def named_info(name: str) -> dict[str, Any]:
                             "prompt": "the tokenizer's chat template; one user turn: the default "
                                       "paraphrase instruction, a blank line, the document; "
                                       "placeholder '_' (one per hidden token)"}
+    if name == "rewriter" and _read(REWRITER_ADAPTER_DIR / "tokendp.json").get("placeholder_style") == "typed":
+        info["prompt"] = info["prompt"].replace("placeholder '_' (one per hidden token)",
+                                                "typed placeholders (its label's marker, one per hidden token)")
     if name == "rewriter":
         path = REWRITER_ADAPTER_DIR
         config, training = _read(path / "adapter_config.json"), _read(path / "training.json")

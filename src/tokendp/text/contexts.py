@@ -12,10 +12,19 @@ the token level so that all rows have the same length:
    placeholder token. Row 0 (public) hides all of them; row i shows exactly the tokens whose
    only group is i.
 
+Which placeholder a hidden token becomes is the model's *placeholder style*
+(:class:`Placeholders`, from its ``tokendp.json``): ``"single"`` (the default) hides every
+token with the same id (``_``); ``"typed"`` hides a token of a span labelled L with L's own
+marker id (``PERSON`` -> ``Name``, ``DATETIME`` -> ``Date``, ...), so that the model sees the kind
+of each slot. Labels are public under the adjacency (docs/privacy.md), so a typed row shows
+nothing a single-placeholder row does not already make public; it is still one placeholder per
+hidden token, and still a function of the span positions, lengths and labels and the text
+outside the spans only.
+
 A token that overlaps spans of two different groups is therefore hidden in BOTH groups'
 rows (and in the public row): no row ever shows private text of a group it is not about.
 Same-label overlaps simply merge. The number of tokens under each span is public (it fixes
-the row length), as are span positions and labels; nothing else about the private text
+the row length), as are span positions and labels (the typed style shows them); nothing else about the private text
 reaches the public row. One caveat of tokenising once: text next to a span is segmented by
 the tokenizer with the span's boundary characters in view; tokens that overlap the span are
 hidden, but where a neighbouring token boundary falls may depend on those characters.
@@ -39,6 +48,23 @@ DEFAULT_INSTRUCTION = (
     "Paraphrase the following text. Keep its meaning and structure, and do not add facts.")
 PLAIN_TEMPLATE = "{instruction}\n\nText:\n{document}\n\nParaphrase:\n"
 DEFAULT_PLACEHOLDER = "_"
+PLACEHOLDER_STYLES = ("single", "typed")
+# Candidate markers of the typed style, per label, best first: the first one that is a single
+# token of the model's tokenizer is the label's marker (a capitalised English word the base
+# model already knows, else a special token ``<|LABEL|>`` a model may add). A label with none
+# (a user's own label) is hidden with the default placeholder.
+TYPED_MARKERS: dict[str, tuple[str, ...]] = {
+    "PERSON": ("Name", "NAME", "<|PERSON|>"),
+    "ORG": ("Organisation", "Organization", "Office", "<|ORG|>"),
+    "LOC": ("Place", "Location", "LOC", "<|LOC|>"),
+    "DATETIME": ("Date", "DATE", "<|DATETIME|>"),
+    "DATE": ("Date", "DATE", "<|DATE|>"),
+    "DURATION": ("Period", "Duration", "<|DURATION|>"),
+    "CODE": ("Code", "CODE", "<|CODE|>"),
+    "QUANTITY": ("Number", "NUMBER", "<|QUANTITY|>"),
+    "DEM": ("Role", "Group", "<|DEM|>"),
+    "MISC": ("Other", "OTHER", "<|MISC|>"),
+}
 SINGLE_GROUP = "ALL"
 RESERVED_PREFIX = "untrusted-"  # names the untrusted chunks of generate; never a span label or group
 _SENTINEL = "\u2063TOKENDP_DOCUMENT\u2063"
@@ -154,6 +180,75 @@ def placeholder_id(tokenizer: Any, *, options: Mapping[str, Any] | None = None,
     return ids[0]
 
 
+@dataclass(frozen=True)
+class Placeholders:
+    """The ids that hide private tokens.
+
+    ``default`` hides a token of a label without a marker of its own; ``by_label`` holds
+    ``(label, id)`` pairs, sorted, one per label the style types (empty for the single style).
+    A token overlapping spans of several labels takes the marker of the first span (by start,
+    end, label); all of it is a function of public span positions and labels.
+    """
+
+    default: int
+    by_label: tuple[tuple[str, int], ...] = ()
+
+    @property
+    def style(self) -> str:
+        return "typed" if self.by_label else "single"
+
+    def of(self, label: str) -> int:
+        """The id that hides a token of a span labelled ``label``."""
+        return dict(self.by_label).get(label, self.default)
+
+    @property
+    def ids(self) -> frozenset[int]:
+        """Every id that may stand for a hidden token (a model is not expected to write them)."""
+        return frozenset({self.default, *(i for _, i in self.by_label)})
+
+
+def typed_markers(tokenizer: Any, labels: Iterable[str] = TYPED_MARKERS) -> dict[str, str]:
+    """For each label of ``labels`` that has a candidate in :data:`TYPED_MARKERS` (or
+    ``<|LABEL|>``) that is a single token of ``tokenizer``, the first such candidate."""
+    out = {}
+    for label in labels:
+        for marker in (*TYPED_MARKERS.get(label, ()), f"<|{label}|>"):
+            if len(_ids(tokenizer, marker)) == 1:
+                out[label] = marker
+                break
+    return out
+
+
+def placeholders(tokenizer: Any, *, options: Mapping[str, Any] | None = None,
+                 placeholder: str | None = None) -> Placeholders:
+    """The model's placeholders, from its ``tokendp.json`` (``options``).
+
+    ``"placeholder_style"``: ``"single"`` (default) or ``"typed"``. Typed: ``"placeholders"``
+    (a mapping label -> marker string, each exactly one token) if given, else
+    :func:`typed_markers`. ``placeholder`` (else ``"placeholder"``, else ``_``) is the default
+    id (:func:`placeholder_id`): every hidden token's in the single style, a label without a
+    marker's in the typed one.
+    """
+    options = options or {}
+    default = placeholder_id(tokenizer, options=options, placeholder=placeholder)
+    style = options.get("placeholder_style", "single")
+    if style not in PLACEHOLDER_STYLES:
+        raise InvalidParameterError(
+            f"tokendp.json has placeholder_style {style!r}; use one of {', '.join(PLACEHOLDER_STYLES)}")
+    if style == "single":
+        return Placeholders(default)
+    markers = options.get("placeholders")
+    if markers is None:
+        markers = typed_markers(tokenizer)
+    elif not isinstance(markers, Mapping) or not all(isinstance(v, str) for v in markers.values()):
+        raise InvalidParameterError('tokendp.json "placeholders" must map each label to a marker string')
+    if not markers:
+        raise InvalidParameterError("the typed placeholder style found no single-token marker for any label in "
+                                    "this tokenizer; give tokendp.json a \"placeholders\" mapping")
+    return Placeholders(default, tuple(sorted(
+        (str(label), placeholder_id(tokenizer, placeholder=marker)) for label, marker in markers.items())))
+
+
 # ---------------------------------------------------------------------------- groups
 def group_of_labels(labels: Sequence[str], groups: GroupSpec) -> dict[str, str]:
     """Map each span label to its privacy group.
@@ -226,10 +321,24 @@ def _offsets(tokenizer: Any, text: str) -> tuple[list[int], np.ndarray, np.ndarr
     return list(enc["input_ids"]), starts, ends
 
 
+def hidden_ids(starts: np.ndarray, ends: np.ndarray, spans: Sequence[Span],
+               placeholder: int | Placeholders) -> np.ndarray:
+    """(L,) the id each token would be hidden with: the marker of the first span (sorted) that
+    overlaps it, else the default placeholder. Public: positions and labels only."""
+    ph = placeholder if isinstance(placeholder, Placeholders) else Placeholders(int(placeholder))
+    out = np.full(len(starts), ph.default, dtype=np.int64)  # (L,)
+    if ph.by_label:
+        for s in reversed(sorted(spans)):  # the first span in order is written last, so it wins
+            out[(starts < s.end) & (ends > s.start)] = ph.of(s.label)
+    return out
+
+
 def build_contexts(text: str, spans: Sequence[Span], tokenizer: Any, *, template: PromptTemplate,
-                   placeholder: int, groups: GroupSpec = "by-label",
+                   placeholder: int | Placeholders, groups: GroupSpec = "by-label",
                    on_overlap: Literal["merge", "error"] = "merge") -> DocumentContexts:
-    """Build the public row and one private row per group (see the module docstring)."""
+    """Build the public row and one private row per group (see the module docstring).
+
+    ``placeholder``: one id for every hidden token, or the model's :class:`Placeholders`."""
     spans = validate_spans(text, spans, on_overlap=on_overlap)
     group_of = group_of_labels(sorted({s.label for s in spans}), groups)
     names = sorted(set(group_of.values()))
@@ -243,8 +352,9 @@ def build_contexts(text: str, spans: Sequence[Span], tokenizer: Any, *, template
     doc = np.asarray(ids, dtype=np.int64)  # (L,)
     hidden_any = member.any(0)  # (L,)
     only = member & (member.sum(0) == 1)  # (m, L): token's one and only group is g
-    rows = [np.where(hidden_any, placeholder, doc)]
-    rows += [np.where(hidden_any & ~only[g], placeholder, doc) for g in range(len(names))]
+    hide = hidden_ids(starts, ends, spans, placeholder)  # (L,)
+    rows = [np.where(hidden_any, hide, doc)]
+    rows += [np.where(hidden_any & ~only[g], hide, doc) for g in range(len(names))]
     info = tuple(GroupInfo(n, n_spans[g], int(member[g].sum())) for g, n in enumerate(names))
     first_hidden = int(hidden_any.argmax()) if hidden_any.any() else len(ids)
     return DocumentContexts(tuple(template.wrap(r.tolist()) for r in rows), info, len(ids),

@@ -40,7 +40,7 @@ from collections.abc import Sequence
 from typing import Any, Literal
 
 from tokendp.errors import InvalidInputError, InvalidParameterError
-from tokendp.text.contexts import (RESERVED_PREFIX, DocumentContexts, GroupInfo, GroupSpec, PromptTemplate,
+from tokendp.text.contexts import (RESERVED_PREFIX, DocumentContexts, GroupInfo, GroupSpec, Placeholders, PromptTemplate,
                                    build_contexts)
 from tokendp.text.spans import Span
 
@@ -68,7 +68,7 @@ def _ids(tokenizer: Any, text: str, *, untrusted: bool = False) -> tuple[int, ..
 
 
 def build_prompt_contexts(prompt: str, contexts: Sequence[tuple[str, Sequence[Span]]], untrusted: Sequence[str],
-                          tokenizer: Any, *, template: PromptTemplate, placeholder: int,
+                          tokenizer: Any, *, template: PromptTemplate, placeholder: int | Placeholders,
                           instruction: str = DEFAULT_GENERATE_INSTRUCTION, stand_in: str = STAND_IN,
                           question: QuestionPlace = "last", groups: GroupSpec = "by-label",
                           on_overlap: Literal["merge", "error"] = "merge",

@@ -6,23 +6,28 @@ Every example is what the sanitize engine feeds the model, followed by the answe
 
 where the template is the model's chat template with the project's default paraphrase
 instruction (:func:`tokendp.text.contexts.prompt_template`), and the source is tokenised once
-with every token that overlaps a hidden span replaced by ONE placeholder id (the engine's
-public context, :func:`tokendp.text.contexts.build_contexts`). Loss is on the target and EOS.
+with every token that overlaps a hidden span replaced by ONE placeholder id: the engine's own
+public context (:func:`tokendp.text.contexts.build_contexts`), in the placeholder style the
+model is trained for (``"single"``: one ``_`` for every label, as the shipped adapter;
+``"typed"``: the label's marker, :func:`tokendp.text.contexts.typed_markers`). Loss is on the
+target and EOS.
 
 Kinds (weights in :data:`MIXTURE`):
 
 - ``tab_fill``: a TAB tuning-half paragraph (even-indexed documents only) with ALL gold spans
-  hidden; the target is the paragraph with a FRESH entity of the span's label in each slot
-  (:class:`TypedFillers`: Faker names keeping the title, dates keeping their format, codes
-  keeping their shape, ...). The same original string gets the same filler within an example
-  and different strings get different ones, so different persons get different names;
+  hidden; the target is the paragraph with a FRESH entity of the span's label in each slot,
+  from :class:`~tokendp.models.training.coherent.CoherentFillers`: one locale per example (the
+  parts of an address agree), dates on a timeline that fits their public roles (births decades
+  before events, events in document order), names and titles agreeing with the pronouns around
+  them, distinct originals never sharing a filler;
 - ``tab_partial``: the same with a random half of the spans hidden, the others shown and copied
   (DP-Fusion's private rows show one group's spans);
 - ``tab_copy``: the paragraph with nothing hidden, copied (the rewrite keeps the text);
 - ``synth_fill``: a synthetic Faker document (letters, medical, court, HR) with its entities
-  hidden and fresh values of the same slot kind in the target;
+  hidden and coherent fresh values of the same slot kinds in the target;
 - ``wikifill`` / ``wiki_copy``: WikiText prose with pseudo-entities (capitalised word runs,
-  numbers) hidden and refilled / copied.
+  numbers) hidden, each labelled with the kind it is refilled with (PERSON, LOC or ORG;
+  DATETIME for a year, QUANTITY for another number) / copied.
 
 Fillers are chosen close to the placeholder run in length: of up to ``tries`` fresh values the
 first whose tokens are exactly as many as the run's placeholders is used, else the closest in
@@ -38,153 +43,41 @@ likeliest token after a held-out target (the shipped adapter puts 0.999 on ``<|i
 from __future__ import annotations
 
 import random
-import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from tokendp.models.training.coherent import CoherentFillers, is_date_shaped
 from tokendp.models.training.examples import _PSEUDO_ENTITY
 from tokendp.models.training.synthetic import SyntheticDocs
 from tokendp.models.training.wikitext import sentences
+from tokendp.text.contexts import Placeholders, PromptTemplate, build_contexts, placeholders, prompt_template
 from tokendp.text.spans import Span
 
 KINDS = ("tab_fill", "tab_partial", "tab_copy", "synth_fill", "wikifill", "wiki_copy")
 MIXTURE = (0.40, 0.12, 0.08, 0.20, 0.14, 0.06)
-_MONTHS = ["January", "February", "March", "April", "May", "June", "July", "August",
-           "September", "October", "November", "December"]
-_MONTH_RE = re.compile(r"\b(" + "|".join(_MONTHS) + r"|" + "|".join(m[:3] for m in _MONTHS) + r")\b")
-_TITLE_RE = re.compile(r"^((?:the )?(?:Mr|Mrs|Ms|Miss|Dr|Prof\.?|Judge|Mr\.|Mrs\.|Ms\.)\s+)")
-_DIGITS = re.compile(r"\d+")
-_COUNTRIES = ["Turkey", "Russia", "Poland", "Ukraine", "Romania", "Bulgaria", "Italy", "France",
-              "Germany", "Croatia", "Slovakia", "Hungary", "Greece", "Moldova", "Georgia",
-              "Armenia", "Azerbaijan", "Lithuania", "Latvia", "Estonia", "Finland", "Sweden",
-              "Norway", "Portugal", "Spain", "Austria", "Slovenia", "Serbia", "Albania",
-              "Cyprus", "Malta", "Belgium", "the Netherlands", "the United Kingdom", "Ireland",
-              "Czech Republic", "Switzerland", "Denmark", "Iceland", "Luxembourg"]
-_NATIONALITIES = ["Turkish", "Russian", "Polish", "Ukrainian", "Romanian", "Bulgarian",
-                  "Italian", "French", "German", "Croatian", "Slovak", "Hungarian", "Greek",
-                  "Moldovan", "Georgian", "Armenian", "Lithuanian", "Latvian", "Finnish",
-                  "Swedish", "Portuguese", "Spanish", "Austrian", "Serbian", "British", "Irish",
-                  "Kurdish", "Chechen", "Roma", "Dutch", "Belgian", "Czech"]
-_RELATIVES = ["wife", "husband", "son", "daughter", "mother", "father", "brother", "sister",
-              "uncle", "aunt", "cousin", "grandmother", "grandfather", "nephew", "niece"]
-_NUMBER_WORDS = ["two", "three", "four", "five", "six", "seven", "eight", "nine", "ten",
-                 "eleven", "twelve", "fifteen", "twenty", "thirty", "forty", "fifty"]
+_NO_TEMPLATE = PromptTemplate((), ())
 
 
-class TypedFillers:
-    """Fresh values for TAB-labelled spans, shaped like the original string.
-
-    One instance per example: :meth:`__call__` memoises by (label, original), so repeated
-    mentions get the same filler and distinct entities get distinct ones (a draw that repeats
-    an earlier filler of another entity is redrawn).
-    """
-
-    def __init__(self, synth: SyntheticDocs, rng: random.Random) -> None:
-        self.synth, self.rng = synth, rng
-        self.memo: dict[tuple[str, str], str] = {}
-
-    def __call__(self, label: str, original: str) -> str:
-        key = (label, original.strip().lower())
-        if key not in self.memo:
-            used = set(self.memo.values())
-            value = self._fresh(label, original)
-            for _ in range(8):
-                if value not in used and value.strip().lower() != key[1]:
-                    break
-                value = self._fresh(label, original)
-            self.memo[key] = value
-        return self.memo[key]
-
-    def _shape(self, text: str) -> str:
-        """Digits redrawn (years stay plausible years), letters of codes redrawn, months redrawn."""
-        r = self.rng
-
-        def digits(m: re.Match) -> str:
-            s = m.group()
-            if len(s) == 4 and s[:2] in ("19", "20"):
-                return str(r.randint(1950, 2015))
-            if len(s) <= 2 and int(s) <= 31:
-                return str(r.randint(1, 28)).zfill(len(s))
-            return str(r.randint(1, 9)) + "".join(str(r.randint(0, 9)) for _ in s[1:])
-
-        out = _DIGITS.sub(digits, text)
-        return _MONTH_RE.sub(lambda m: (lambda mo: mo if len(m.group()) > 3 else mo[:3])(
-            r.choice(_MONTHS)), out)
-
-    def _person(self, original: str) -> str:
-        f = self.synth._fake()
-        title = _TITLE_RE.match(original)
-        rest = original[title.end():] if title else original
-        words = rest.split()
-        if original.isupper() and len(original) <= 4:  # initials
-            return "".join(self.rng.choice("ABCDEFGHIJKLMNOPRSTVZ") + "." for _ in range(len(original.strip("."))))[:len(original) + 2]
-        if len(words) <= 1:
-            name = f.last_name()
-        else:
-            name = f"{f.first_name()} {f.last_name()}"
-        return (title.group() if title else "") + name
-
-    def _fresh(self, label: str, original: str) -> str:
-        r, s = self.rng, self.synth
-        lead = "the " if original.lower().startswith("the ") and label in ("ORG", "LOC") else ""
-        if label == "PERSON":
-            return self._person(original)
-        if label in ("DATETIME", "CODE", "QUANTITY") and any(c.isdigit() for c in original):
-            return self._shape(original)
-        if label == "DATETIME":
-            return _MONTH_RE.sub(lambda m: r.choice(_MONTHS), original) if _MONTH_RE.search(original) \
-                else s.value(r.choice(["date", "month_year", "year"]))
-        if label == "QUANTITY":
-            return r.choice(_NUMBER_WORDS) + (" " + original.split(None, 1)[1] if " " in original else "")
-        if label == "CODE":
-            return s.value(r.choice(["app_no", "case_no", "ref"]))
-        if label in ("LOC", "ORG") and original.replace("the ", "") in _COUNTRIES:
-            return lead + r.choice(_COUNTRIES).replace("the ", "")
-        if label == "LOC":
-            if original.replace("the ", "") in _COUNTRIES:
-                return r.choice(_COUNTRIES)
-            return s.value("city")
-        if label == "ORG":
-            low = original.lower()
-            if "court" in low:
-                return lead + s.value("court").replace("Court of ", "") if r.random() < 0.5 else lead + s.value("court")
-            if "ministry" in low:
-                return lead + s.value("ministry")
-            if "prosecutor" in low:
-                return lead + f"{s.value('city')} Public Prosecutor's Office"
-            if "police" in low:
-                return lead + f"{s.value('city')} Police Department"
-            if "hospital" in low or "clinic" in low:
-                return lead + s.value("hospital")
-            return lead + s.value(r.choice(["company", "company", "facility"]))
-        if label == "DEM":
-            low = original.lower()
-            if original[:1].isupper():
-                return r.choice(_NATIONALITIES)
-            if low in _RELATIVES:
-                return r.choice(_RELATIVES)
-            return s.value("occupation")
-        # MISC and anything else: a capitalised word or a short phrase of the same case
-        word = s.fakers[0].word()
-        return word.capitalize() if original[:1].isupper() else word
-
-
-def encode_masked(tokenizer, text: str, spans: Sequence[Span], mask_id: int
+def encode_masked(tokenizer, text: str, spans: Sequence[Span], placeholder: int | Placeholders
                   ) -> tuple[list[int], list[int], list[tuple[int, int]], list[bool]]:
-    """Ids of ``text``; the same with every token overlapping a span as ``mask_id``; offsets;
-    which tokens are hidden (exactly how :func:`build_contexts` hides them)."""
+    """Ids of ``text``; its public row (:func:`build_contexts`' row 0 without a template, so
+    exactly what the engine shows the model); offsets; which tokens are hidden."""
     enc = tokenizer(text, add_special_tokens=False, return_offsets_mapping=True)
     ids, offsets = list(enc["input_ids"]), [tuple(o) for o in enc["offset_mapping"]]
     hidden = [any(s.start < max(e, b + 1) and b < s.end for s in spans) for b, e in offsets]
-    return ids, [mask_id if h else t for t, h in zip(ids, hidden)], offsets, hidden
+    if not spans:
+        return ids, list(ids), offsets, hidden
+    public = list(build_contexts(text, spans, tokenizer, template=_NO_TEMPLATE, placeholder=placeholder,
+                                 groups="single").rows[0])
+    return ids, public, offsets, hidden
 
 
 def fill_pair(tokenizer, text: str, spans: Sequence[Span], fresh: Callable[[int], str],
-              mask_id: int, *, tries: int = 12) -> tuple[list[int], list[int]]:
+              placeholder: int | Placeholders, *, tries: int = 12) -> tuple[list[int], list[int]]:
     """(source, target): source hides every token overlapping ``spans``; target is the text with
     ``fresh(i)`` in place of span i, each placeholder run's filler about as many tokens as the run."""
-    ids, source, offsets, hidden = encode_masked(tokenizer, text, spans, mask_id)
+    ids, source, offsets, hidden = encode_masked(tokenizer, text, spans, placeholder)
     target, i = [], 0
     while i < len(ids):
         if not hidden[i]:
@@ -246,12 +139,12 @@ class RewriterStream:
     """Seeded stream of rewriter examples for a chat model's tokenizer."""
 
     def __init__(self, tokenizer, *, tab: list[tuple[str, list[Span]]], wiki: list[str],
-                 seed: int, max_tokens: int = 320, mixture: Sequence[float] = MIXTURE) -> None:
-        from tokendp.text.contexts import placeholder_id, prompt_template
-
+                 seed: int, max_tokens: int = 320, mixture: Sequence[float] = MIXTURE,
+                 options: dict | None = None) -> None:
+        """``options``: the model's ``tokendp.json`` as it will be shipped (its placeholder style)."""
         self.tok = tokenizer
         self.template = prompt_template(tokenizer)
-        self.mask_id = placeholder_id(tokenizer)
+        self.placeholders = placeholders(tokenizer, options=options)
         self.eos = tokenizer.eos_token_id
         self.tab, self.wiki = tab, wiki
         self.rng = random.Random(seed)
@@ -275,28 +168,27 @@ class RewriterStream:
                 ids = self._enc(text)
                 return self._wrap(kind, ids, ids)
             hidden = spans if kind == "tab_fill" else [s for s in spans if r.random() < 0.5] or [spans[0]]
-            fillers = TypedFillers(self.synth, r)
-            src, tgt = fill_pair(self.tok, text, hidden,
-                                 lambda i: fillers(hidden[i].label, text[hidden[i].start:hidden[i].end]),
-                                 self.mask_id)
-            return self._wrap(kind, src, tgt)
+            fillers = CoherentFillers(self.synth, r, text, hidden)
+            return self._wrap(kind, *fill_pair(self.tok, text, hidden, fillers, self.placeholders))
         if kind == "synth_fill":
             doc = self.synth.document(r.randint(2, 8))
-            src, tgt = fill_pair(self.tok, doc.text, doc.spans,
-                                 lambda i: self.synth.value(doc.kinds[i]), self.mask_id)
-            return self._wrap(kind, src, tgt)
+            fillers = CoherentFillers(self.synth, r, doc.text, doc.spans, doc.kinds)
+            return self._wrap(kind, *fill_pair(self.tok, doc.text, doc.spans, fillers, self.placeholders))
         text = self._wiki_text()
         if kind == "wiki_copy":
             ids = self._enc(text)
             return self._wrap(kind, ids, ids)
         found = [m for m in _PSEUDO_ENTITY.finditer(text) if r.random() < 0.6]
-        spans = [Span(m.start(), m.end(), "MISC") for m in found]
-        fillers = TypedFillers(self.synth, r)
-        labels = ["DATETIME" if m.group()[0].isdigit() else r.choice(["PERSON", "LOC", "ORG"])
-                  for m in found]
-        src, tgt = fill_pair(self.tok, text, spans,
-                             lambda i: fillers(labels[i], found[i].group()), self.mask_id)
-        return self._wrap(kind, src, tgt)
+        spans = [Span(m.start(), m.end(), self._wiki_label(m.group())) for m in found]
+        fillers = CoherentFillers(self.synth, r, text, spans)
+        return self._wrap(kind, *fill_pair(self.tok, text, spans, fillers, self.placeholders))
+
+    def _wiki_label(self, entity: str) -> str:
+        """The label a WikiText pseudo-entity is hidden (and refilled) as: what the slot shows is
+        what the target writes."""
+        if entity[0].isdigit():
+            return "DATETIME" if is_date_shaped(entity) else "QUANTITY"
+        return self.rng.choice(["PERSON", "LOC", "ORG"])
 
     def _wiki_text(self) -> str:
         para = self.wiki[self.rng.randrange(len(self.wiki))]
@@ -322,8 +214,11 @@ def tiny_model_and_tokenizer(seed: int = 0):
 
     synth = SyntheticDocs(seed)
     base = train_tokenizer([synth.document(6).text for _ in range(300)], vocab_size=400)
+    from tokendp.text.contexts import TYPED_MARKERS
+
+    markers = [f"<|{label}|>" for label in TYPED_MARKERS]  # the typed style's markers (typed_markers)
     tok = PreTrainedTokenizerFast(tokenizer_object=base._tokenizer, eos_token="<|end|>",
-                                  pad_token="<|pad|>", additional_special_tokens=["<|doc|>", "<|rewrite|>"])
+                                  pad_token="<|pad|>", additional_special_tokens=["<|doc|>", "<|rewrite|>", *markers])
     tok.chat_template = ("{% for m in messages %}<|doc|>{{ m['content'] }}{% endfor %}"
                          "{% if add_generation_prompt %}<|rewrite|>{% endif %}")
     torch.manual_seed(seed)
