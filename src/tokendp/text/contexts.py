@@ -63,6 +63,7 @@ TYPED_MARKERS: dict[str, tuple[str, ...]] = {
     "CODE": ("Code", "CODE", "<|CODE|>"),
     "QUANTITY": ("Number", "NUMBER", "<|QUANTITY|>"),
     "DEM": ("Role", "Group", "<|DEM|>"),
+    "OCCUPATION": ("Job", "Occupation", "Role", "<|OCCUPATION|>"),
     "MISC": ("Other", "OTHER", "<|MISC|>"),
 }
 SINGLE_GROUP = "ALL"
