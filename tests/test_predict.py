@@ -9,7 +9,7 @@ import torch
 
 import tinylm
 import tokendp
-from tokendp.accounting import pmixed_beta, pmixed_epsilon
+from tokendp.accounting import pmixed_alpha, pmixed_beta, pmixed_epsilon
 from tokendp.errors import InvalidInputError, InvalidParameterError
 from tokendp.jobs.predict import load_ensemble, predict, prompt_rows
 
@@ -36,9 +36,10 @@ def test_predict_reports_public_parameters_and_spends_the_budget(ens, backend):
     res = predict(PROMPTS, ensemble=ens, backend=backend, queries=12, epsilon=8, delta=1e-5, sample_rate=0.5,
                   max_new_tokens=4, seed=0)
     rep = res.report
-    beta = pmixed_beta(epsilon=8, alpha=3.0, ensemble_size=3, sample_rate=0.5, max_tokens=12, delta=1e-5)
-    assert rep.beta == beta and rep.ensemble_size == 3 and rep.queries == 12 and rep.sample_rate == 0.5
-    assert rep.epsilon == pmixed_epsilon(alpha=3.0, beta=beta, ensemble_size=3, sample_rate=0.5, max_tokens=12,
+    alpha = pmixed_alpha(epsilon=8, ensemble_size=3, sample_rate=0.5, max_tokens=12, delta=1e-5)  # chosen: public only
+    beta = pmixed_beta(epsilon=8, alpha=alpha, ensemble_size=3, sample_rate=0.5, max_tokens=12, delta=1e-5)
+    assert rep.alpha == alpha and rep.beta == beta and rep.ensemble_size == 3 and rep.queries == 12
+    assert rep.epsilon == pmixed_epsilon(alpha=alpha, beta=beta, ensemble_size=3, sample_rate=0.5, max_tokens=12,
                                          delta=1e-5) <= 8
     assert [a.index for a in res.answers] == [0, 1] and all(1 <= len(a.token_ids) <= 4 for a in res.answers)
     assert rep.tokens_released == sum(len(a.token_ids) + (a.stop_reason == "eos") for a in res.answers)

@@ -277,7 +277,7 @@ def test_the_source_ends_on_its_last_word(copier):
     """Trailing whitespace is trimmed before the rows are built (the rewriter never saw it in
     training, and it made rewrites end early); spans are cut to the end, whitespace-only ones
     dropped, and one past the end of the text is still refused."""
-    from tokendp.sanitize import trim_end
+    from tokendp.jobs.sanitize import trim_end
 
     text = LETTER + "\n\n"
     body, spans = trim_end(text, [*SPANS, Span(121, len(LETTER) + 1, "PERSON"), Span(len(LETTER), len(text), "X")])

@@ -6,7 +6,6 @@ A thin shell over :func:`tokendp.jobs.predict.predict`; every number comes from 
 from __future__ import annotations
 
 import json
-import math
 from pathlib import Path
 
 import click
@@ -29,22 +28,6 @@ def read_prompts(path: Path) -> list[str]:
     if not prompts:
         raise BadInputError(f"{path} holds no prompts; write one {{\"prompt\": ...}} per line")
     return prompts
-
-
-def choose_order(ensemble_dir: Path, *, epsilon: float | None, sample_rate: float, queries: int,
-                 delta: float) -> float:
-    """The Renyi order when --alpha is not given: with --epsilon, :func:`tokendp.accounting.pmixed_alpha`
-    over the public parameters (epsilon, delta, N from the manifest, q, T); with --beta, 3. Out-of-range
-    values also get 3, so that the library's check names the parameter that is wrong."""
-    valid = (epsilon is not None and math.isfinite(epsilon) and epsilon > 0 and 0 < delta < 1
-             and 0 < sample_rate <= 1 and queries >= 1)
-    if not valid:
-        return 3.0
-    from tokendp.accounting import pmixed_alpha
-    from tokendp.ensemble import read_manifest
-
-    size = read_manifest(ensemble_dir).ensemble_size
-    return pmixed_alpha(epsilon=epsilon, ensemble_size=size, sample_rate=sample_rate, max_tokens=queries, delta=delta)
 
 
 @click.command("predict", short_help="Answer prompts with PMixED, (epsilon, delta)-DP per shard.")
@@ -94,8 +77,6 @@ def predict(ensemble_dir, prompt, prompts_path, epsilon, beta, delta, queries, s
     if (epsilon is None) == (beta is None):
         raise CLIError("give exactly one of --epsilon (per shard) or --beta")
     prompts = [prompt] if prompt is not None else read_prompts(prompts_path)
-    if alpha is None:
-        alpha = choose_order(ensemble_dir, epsilon=epsilon, sample_rate=sample_rate, queries=queries, delta=delta)
     out = console()
     message = f"loading ensemble {ensemble_dir}, then predicting up to {queries} tokens"
     with out.tokens(message, queries, desc="predict", as_json=as_json) as on_token:

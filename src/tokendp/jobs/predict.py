@@ -33,7 +33,7 @@ from typing import Any
 
 import torch
 
-from tokendp.accounting import Ledger, pmixed_beta, pmixed_epsilon
+from tokendp.accounting import Ledger, pmixed_alpha, pmixed_beta, pmixed_epsilon
 from tokendp.backends import HFBackend, Row, RowSequence, is_model_object, load_model
 from tokendp.ensemble import Manifest, read_manifest
 from tokendp.errors import BudgetExceededError, InvalidInputError, InvalidParameterError
@@ -43,6 +43,9 @@ from tokendp.mechanisms import MechanismStep, PMixED
 DIAGNOSTICS_NOTE = ("data-dependent diagnostics, NOT part of the privacy guarantee; they are computed "
                     "from the ensemble's private training data, so do not publish them with the answers")
 
+
+DEFAULT_ALPHA = 3.0
+"""The order when alpha is not given and beta is (PMixED's paper uses 3)."""
 
 @dataclass(frozen=True)
 class Answer:
@@ -216,7 +219,7 @@ def load_ensemble(ensemble: str | Path, *, base: str | Path | Any | None = None,
 
 def predict(
     prompts: Sequence[str] | str, *, ensemble: str | Path, queries: int, delta: float, epsilon: float | None = None,
-    beta: float | None = None, alpha: float = 3.0, sample_rate: float = 1.0, temperature: float = 1.0,
+    beta: float | None = None, alpha: float | None = None, sample_rate: float = 1.0, temperature: float = 1.0,
     max_new_tokens: int | None = None, seed: int | None = None, base: str | Path | Any | None = None,
     tokenizer: Any = None, backend: HFBackend | None = None, concurrency: int = 1, device: str | None = None, dtype: str | None = None,
     on_token: Callable[[int, int], None] | None = None, diagnostics: bool = False,
@@ -230,7 +233,9 @@ def predict(
         delta: the delta of the guarantee.
         epsilon: the guarantee per shard for all T tokens (beta is calibrated); or give ``beta``.
         beta: the divergence cap per member (epsilon is then computed).
-        alpha: the Renyi order of the mollifier and the accounting.
+        alpha: the Renyi order of the mollifier and the accounting; None: with ``epsilon``, the
+            order that allows the largest beta (:func:`~tokendp.accounting.pmixed_alpha`, from
+            epsilon, delta, N, q and T: public parameters only), with ``beta``, 3.
         sample_rate: q, the probability that each member joins a token's sample.
         temperature: sampling temperature (>= 0.001).
         max_new_tokens: the most tokens per prompt (default: all that are left of T).
@@ -248,10 +253,14 @@ def predict(
             the mean lambda: data-dependent (the set S must stay secret, the lambdas depend on the
             shards' data), NOT covered by the guarantee, so kept apart from the answers.
     """
-    _check_params(epsilon, beta, delta, queries, alpha, sample_rate, temperature, max_new_tokens, concurrency)
+    _check_params(epsilon, beta, delta, queries, DEFAULT_ALPHA if alpha is None else alpha, sample_rate, temperature,
+                  max_new_tokens, concurrency)
     items = _check_prompts(prompts)
     manifest = read_manifest(ensemble)
     shards = manifest.shard_names
+    if alpha is None:
+        alpha = DEFAULT_ALPHA if epsilon is None else pmixed_alpha(
+            epsilon=epsilon, ensemble_size=len(shards), sample_rate=sample_rate, max_tokens=queries, delta=delta)
     beta, eps = calibrate(epsilon=epsilon, beta=beta, alpha=alpha, ensemble_size=len(shards),
                           sample_rate=sample_rate, queries=queries, delta=delta)
     if backend is None:
