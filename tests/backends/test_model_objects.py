@@ -150,3 +150,13 @@ def test_bad_models_and_tokenizers_are_named_by_type_never_by_repr(lm):
         tokendp.sanitize(LETTER, spans=SPANS, model=lm, tokenizer="gpt2", beta=0.1)
     with pytest.raises(InvalidParameterError, match="goes with a model object"):
         tokendp.sanitize(LETTER, spans=SPANS, model="tiny", tokenizer=tinylm.tokenizer(), beta=0.1)
+
+
+def test_a_directory_without_tokendp_json_is_reported_once(caplog):
+    bare, described = tinylm.model_dir(), tinylm.model_dir(options='{"placeholder": "<|mask|>"}')
+    with caplog.at_level(logging.WARNING, logger="tokendp"):
+        for _ in range(2):
+            load_backend(str(bare))  # loaded once (cached), reported once
+        load_backend(str(described))
+    lines = [r.getMessage() for r in caplog.records if r.name == "tokendp"]
+    assert len(lines) == 1 and "has no tokendp.json" in lines[0] and str(bare) in lines[0]

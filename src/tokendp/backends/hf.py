@@ -560,7 +560,12 @@ DEFAULT_MODEL_NAME = "tokendp-default"
 
 @functools.lru_cache(maxsize=2)
 def _load_cached(model: str, device: str | None, dtype: str | None, name: str | None) -> HFBackend:
-    return HFBackend.load(model, device=device, dtype=dtype, name=name)
+    """A model directory or hub id, loaded once; one warning on what the jobs use when it has no
+    tokendp.json (:func:`describe_defaults`: public settings only)."""
+    backend = HFBackend.load(model, device=device, dtype=dtype, name=name)
+    if name is None and not backend.options:
+        log.warning("%s", describe_defaults(backend))
+    return backend
 
 
 def load_named_model(name: str, *, device: Any = None, dtype: Any = None, adapter: str | Path | None = None) -> HFBackend:
