@@ -29,6 +29,19 @@ def corpus(path, n=9, users=None):
     return path
 
 
+def _interrupt_after_three_steps(data, out, cfg) -> None:
+    """Train one shard into ``out`` and stop it (KeyboardInterrupt) after three steps."""
+    calls = []
+
+    def interrupt(n):
+        calls.append(n)
+        if sum(calls) == 3:
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        train_ensemble(data, shards=1, out=out, base=tinylm.model_dir(), seed=0, config=cfg, on_step=interrupt)
+
+
 def test_split_is_disjoint_deterministic_and_stable():
     texts = [f"record {i}" for i in range(40)]
     parts = split_shards(texts, 3, seed=7)
@@ -110,15 +123,7 @@ def test_checkpoint_inside_a_shard_resumes_to_the_same_adapter(tmp_path):
     train_ensemble(data, shards=1, out=full, base=tinylm.model_dir(), seed=0, config=cfg)
 
     part = tmp_path / "part"
-    calls = []
-
-    def interrupt(n):
-        calls.append(n)
-        if sum(calls) == 3:
-            raise KeyboardInterrupt
-
-    with pytest.raises(KeyboardInterrupt):
-        train_ensemble(data, shards=1, out=part, base=tinylm.model_dir(), seed=0, config=cfg, on_step=interrupt)
+    _interrupt_after_three_steps(data, part, cfg)
     assert (part / ".shard-000.partial" / train_mod.CHECKPOINT).is_file()
     assert not (part / "shard-000").exists()
     resumed = []
@@ -144,15 +149,7 @@ def test_a_same_sized_corpus_with_other_text_is_refused(tmp_path):
     other.write_text("\n".join(x.replace(f'{SECRET} {i}"', f'{SECRET} {i + 5}"') for i, x in enumerate(lines)) + "\n")
     assert other.read_text() != data.read_text() and len(other.read_text()) == len(data.read_text())
     out = tmp_path / "ens"
-    calls = []
-
-    def interrupt(n):
-        calls.append(n)
-        if sum(calls) == 3:
-            raise KeyboardInterrupt
-
-    with pytest.raises(KeyboardInterrupt):
-        train_ensemble(data, shards=1, out=out, base=tinylm.model_dir(), seed=0, config=cfg, on_step=interrupt)
+    _interrupt_after_three_steps(data, out, cfg)
     assert (out / ".shard-000.partial" / train_mod.CHECKPOINT).is_file()
     with pytest.raises(InvalidInputError, match="holds a run with other data or settings") as err:
         train_ensemble(other, shards=1, out=out, base=tinylm.model_dir(), seed=0, config=cfg)
