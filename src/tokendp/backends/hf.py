@@ -568,9 +568,14 @@ def _load_cached(model: str, device: str | None, dtype: str | None, name: str | 
     return backend
 
 
-def load_named_model(name: str, *, device: Any = None, dtype: Any = None, adapter: str | Path | None = None) -> HFBackend:
+def load_named_model(name: str, *, device: Any = None, dtype: Any = None, adapter: str | Path | None = None,
+                     cache: bool = True, force: bool = False) -> HFBackend:
     """An HFBackend for a registered name (:mod:`tokendp.models.registry`): ``tiny``, ``smollm2``,
-    or ``rewriter`` (SmolLM2 with the rewriter's LoRA adapter, or ``adapter``, merged in)."""
+    or ``rewriter`` (SmolLM2 with the rewriter's LoRA adapter, or ``adapter``, merged in).
+
+    The rewriter is merged once and cached (:mod:`tokendp.models.merged`): later loads read the
+    merged directory and skip peft. ``cache=False`` merges in memory and writes nothing;
+    ``force`` rebuilds the merged cache."""
     from tokendp.models import DEFAULT_MODEL_DIR
     from tokendp.models.registry import adapter_dir, base_model_dir, unknown_name_error
 
@@ -580,14 +585,63 @@ def load_named_model(name: str, *, device: Any = None, dtype: Any = None, adapte
         raise unknown_name_error(name)
     path = adapter_dir(adapter) if name == "rewriter" else None
     label = name if adapter is None else f"rewriter:{path}"
-    backend = HFBackend.load(base_model_dir(), device=device, dtype=dtype, name=label)
-    if path is not None:
-        backend.merge_adapter(path)
-        options = path / "tokendp.json"
-        if options.is_file():
-            backend.options = json.loads(options.read_text(encoding="utf-8"))
+    base = base_model_dir()
+    if path is None:
+        backend = HFBackend.load(base, device=device, dtype=dtype, name=label)
+    else:
+        backend = _load_merged(base, path, label, device, dtype, cache=cache, force=force)
     # A sampled answer may skip <|im_end|> and open a new chat turn; that ends it too.
     backend.options.setdefault("stop", ["<|im_start|>"])
+    return backend
+
+
+def _merge_in_memory(base: Path, adapter: Path, label: str, device: torch.device, dtype: torch.dtype,
+                     on_step: Any = None) -> HFBackend:
+    """The base model with ``adapter`` merged in by peft, and the adapter's tokendp.json."""
+    from tokendp.models.merged import MERGE_STEPS
+
+    step = on_step or (lambda name: None)
+    step(MERGE_STEPS[0])
+    backend = HFBackend.load(base, device=device, dtype=dtype, name=label)
+    step(MERGE_STEPS[1])
+    backend.merge_adapter(adapter)
+    options = adapter / OPTIONS_FILE
+    if options.is_file():
+        backend.options = json.loads(options.read_text(encoding="utf-8"))
+    return backend
+
+
+def _load_merged(base: Path, adapter: Path, label: str, device: Any, dtype: Any, *, cache: bool,
+                 force: bool) -> HFBackend:
+    """The merged rewriter: read from its cache directory when a good one is there; else merged
+    in memory by peft and saved there (atomically) for the next process. A cache that cannot be
+    written (read-only or full disk) costs only the saving: the model merged in memory is used."""
+    from tokendp.models.cache import ModelCacheError, reported
+    from tokendp.models.merged import MERGE_STEPS, check_merged, merge_fields, merged_dir, write_merged
+
+    dev = resolve_device(device)
+    torch_dtype = resolve_dtype(dtype, dev)
+    if not cache:
+        return _merge_in_memory(base, adapter, label, dev, torch_dtype)
+    fields = merge_fields(adapter, base, str(torch_dtype).removeprefix("torch."), dev.type)
+    dest = merged_dir(fields, base.parent)
+    if dest.exists() and not force:
+        try:
+            check_merged(dest, fields)
+            return HFBackend.load(dest, device=dev, dtype=torch_dtype, name=label)
+        except ModelCacheError as err:
+            log.warning("%s", err)
+            force = True
+    with reported(f"caching the merged rewriter once into {dest} (about 2 s)", None, steps=MERGE_STEPS,
+                  kind="merge") as on_step:
+        backend = _merge_in_memory(base, adapter, label, dev, torch_dtype, on_step)
+        on_step(MERGE_STEPS[2])
+        try:
+            write_merged(dest, fields, functools.partial(backend.model.save_pretrained, safe_serialization=True),
+                         base=base, adapter=adapter, force=force)
+        except Exception as exc:  # noqa: BLE001 - the cache is an optimisation: any failure to write it
+            log.warning("could not cache the merged rewriter in %s (%s: %s); it is merged in memory, in every "
+                        "process, until the cache can be written", dest.parent, type(exc).__name__, exc)
     return backend
 
 

@@ -133,26 +133,29 @@ def console() -> Console:
 
 
 @contextlib.contextmanager
-def report_conversion(message: str) -> Iterator[Callable[[str], None]]:
-    """How the CLI shows SmolLM2's one-time conversion, whichever command's model load starts
-    it (installed with :func:`tokendp.models.cache.report_conversions`): ``message`` as a note,
-    a bar of the steps, and with -v how long it took."""
+def report_conversion(message: str, steps: tuple[str, ...] | None = None,
+                      kind: str = "convert") -> Iterator[Callable[[str], None]]:
+    """How the CLI shows a one-time job of a model load (SmolLM2's conversion, ``kind``
+    "convert"; the merged rewriter's cache, "merge"), whichever command's load starts it
+    (installed with :func:`tokendp.models.cache.report_conversions`): ``message`` as a note, a bar
+    of the ``steps`` (default: the conversion's), and with -v how long it took."""
     from tokendp.models.cache import CONVERSION_STEPS
 
+    steps = steps or CONVERSION_STEPS
     out = console()
     out.info(message)
     start = time.perf_counter()
-    with out.bar(desc=f"convert ({CONVERSION_STEPS[0]})", unit="step", total=len(CONVERSION_STEPS)) as bar:
+    with out.bar(desc=f"{kind} ({steps[0]})", unit="step", total=len(steps)) as bar:
         begun = False
 
         def on_step(name: str) -> None:
             nonlocal begun
             bar.n += begun  # the step before it is done
             begun = True
-            bar.set_description_str(f"convert ({name})")  # drawn at once, however soon after the last
+            bar.set_description_str(f"{kind} ({name})")  # drawn at once, however soon after the last
 
         yield on_step
-    out.detail(f"conversion: done in {time.perf_counter() - start:.1f} s")
+    out.detail(f"{'conversion' if kind == 'convert' else kind}: done in {time.perf_counter() - start:.1f} s")
 
 
 def quiet_libraries() -> None:

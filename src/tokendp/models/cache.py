@@ -193,12 +193,12 @@ def _gguf_bar_follows_transformers() -> Iterator[None]:
         reader.tqdm = original
 
 
-def _marker(spec: GGUFModel, files: list[str]) -> dict[str, Any]:
+def _marker(spec: GGUFModel) -> dict[str, Any]:
     import transformers
 
     return {"format": CACHE_FORMAT, "model": spec.name, "source": spec.filename,
             "source_distribution": spec.distribution, "sha256": spec.sha256,
-            "transformers": transformers.__version__, "files": sorted(files)}
+            "transformers": transformers.__version__}
 
 
 def check_cache(path: Path, spec: GGUFModel) -> dict[str, Any]:
@@ -227,8 +227,10 @@ Converter = Callable[[Path, Path], None]
 
 
 # Given the line to say before a conversion: a context manager around it that yields the
-# ``on_step(name)`` callback of :func:`convert_gguf`.
-Report = Callable[[str], contextlib.AbstractContextManager[Callable[[str], None]]]
+# ``on_step(name)`` callback of :func:`convert_gguf`. A report is called as ``report(message)``
+# for SmolLM2's conversion (steps :data:`CONVERSION_STEPS`) and as ``report(message,
+# steps=..., kind=...)`` for other one-time jobs (the merged rewriter: ``kind="merge"``).
+Report = Callable[..., contextlib.AbstractContextManager[Callable[[str], None]]]
 _reports: list[Report] = []
 
 
@@ -249,11 +251,13 @@ def report_conversions(report: Report) -> Iterator[None]:
 
 
 @contextlib.contextmanager
-def _reported(message: str, log: Callable[[str], None] | None) -> Iterator[Callable[[str], None]]:
-    """``message`` and the steps of one conversion, to ``log``, else the innermost
-    :func:`report_conversions`, else stderr (steps unreported)."""
+def reported(message: str, log: Callable[[str], None] | None, *, steps: tuple[str, ...] = CONVERSION_STEPS,
+             kind: str = "convert") -> Iterator[Callable[[str], None]]:
+    """``message`` and the ``steps`` of one conversion (or other one-time job, ``kind``), to
+    ``log``, else the innermost :func:`report_conversions`, else stderr (steps unreported)."""
     if log is None and _reports:
-        with _reports[-1](message) as on_step:
+        extra = {} if steps == CONVERSION_STEPS and kind == "convert" else {"steps": steps, "kind": kind}
+        with _reports[-1](message, **extra) as on_step:
             yield on_step
         return
     (log or _stderr)(message)
@@ -283,16 +287,34 @@ def build_cache(spec: GGUFModel, *, root: str | Path | None = None, force: bool 
                 f"{'is' if len(needed) == 1 else 'are'} not installed; install with: {spec.install_hint}")
     if verify:
         verify_gguf(source, spec)
+    with reported(f"converting {spec.filename} once into {dest} (about 30 s)", log) as on_step:
+        def fill(tmp: Path) -> dict[str, Any]:
+            (converter or functools.partial(convert_gguf, on_step=on_step))(source, tmp)
+            return _marker(spec)
+
+        write_atomically(dest, fill, lambda path: _is_good(path, spec), force=force)
+    check_cache(dest, spec)
+    return dest
+
+
+def write_atomically(dest: Path, fill: Callable[[Path], dict[str, Any]], is_good: Callable[[Path], bool], *,
+                     force: bool = False) -> None:
+    """Install a cache directory at ``dest`` atomically: ``fill(tmp)`` writes the files into a
+    fresh temporary directory next to ``dest`` and returns the marker; the marker (with the list
+    of files written) goes into :data:`MARKER` last, then the directory is renamed to ``dest``.
+    A crash or an exception leaves nothing under ``dest``. A good directory (``is_good``) that
+    another process finished first is kept unless ``force``; otherwise an existing ``dest``
+    (partial or stale) is replaced."""
     dest.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{dest.name}.", suffix=".tmp", dir=dest.parent))
     try:
-        with _reported(f"converting {spec.filename} once into {dest} (about 30 s)", log) as on_step:
-            (converter or functools.partial(convert_gguf, on_step=on_step))(source, tmp)
+        marker = fill(tmp)
         files = [str(p.relative_to(tmp)) for p in tmp.rglob("*") if p.is_file()]
-        (tmp / MARKER).write_text(json.dumps(_marker(spec, files), indent=2) + "\n", encoding="utf-8")
-        if dest.exists() and not force and _is_good(dest, spec):  # another process finished first
+        (tmp / MARKER).write_text(json.dumps({**marker, "files": sorted(files)}, indent=2) + "\n",
+                                  encoding="utf-8")
+        if dest.exists() and not force and is_good(dest):  # another process finished first
             shutil.rmtree(tmp, ignore_errors=True)
-            return dest
+            return
         if dest.exists():
             old = dest.with_name(f".{dest.name}.old-{os.getpid()}")
             os.rename(dest, old)
@@ -300,14 +322,12 @@ def build_cache(spec: GGUFModel, *, root: str | Path | None = None, force: bool 
         try:
             os.rename(tmp, dest)
         except OSError:
-            if not (dest / MARKER).is_file():  # not another process's finished conversion
+            if not (dest / MARKER).is_file():  # not another process's finished directory
                 raise
             shutil.rmtree(tmp, ignore_errors=True)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
-    check_cache(dest, spec)
-    return dest
 
 
 def _is_good(path: Path, spec: GGUFModel) -> bool:

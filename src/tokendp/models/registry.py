@@ -8,8 +8,9 @@
 
 A registered name wins over a local directory of the same name: pass ``./tiny`` for the
 directory. SmolLM2 is converted once from its GGUF file into the cache
-(:mod:`tokendp.models.cache`); the rewriter's adapter is added into the base weights at load
-time, so it runs at the base model's speed.
+(:mod:`tokendp.models.cache`); the rewriter's adapter is added into the base weights (so it runs
+at the base model's speed) once, and the merged model is cached beside the conversion
+(:mod:`tokendp.models.merged`): later loads read it without peft.
 """
 
 from __future__ import annotations
@@ -34,7 +35,7 @@ class NamedModel:
 
 
 MODELS: dict[str, NamedModel] = {m.name: m for m in (
-    NamedModel("rewriter", "SmolLM2-135M-Instruct + tokendp's LoRA rewriter adapter (merged at load)",
+    NamedModel("rewriter", "SmolLM2-135M-Instruct + tokendp's LoRA rewriter adapter (merged once, cached)",
                "default of sanitize and eval sanitize"),
     NamedModel("smollm2", "SmolLM2-135M-Instruct as it is (chat template, paraphrase instruction)",
                "default of synthesize and generate"),
@@ -73,6 +74,29 @@ def adapter_dir(adapter: str | Path | None = None) -> Path:
     return path
 
 
+
+
+def default_merge_target() -> tuple[str, str]:
+    """(dtype, device type) of a plain ``--model rewriter`` load here: bfloat16 on a CUDA GPU,
+    else float32 on the CPU (``tokendp.backends.hf.resolve_device`` / ``resolve_dtype``)."""
+    import torch
+
+    return ("bfloat16", "cuda") if torch.cuda.is_available() else ("float32", "cpu")
+
+
+def merged_rewriter_status(adapter: str | Path | None = None) -> dict[str, Any] | None:
+    """The merged rewriter cache for a plain load here (:func:`tokendp.models.merged.merged_status`),
+    or None while SmolLM2 is not converted or the adapter is not installed."""
+    from tokendp.models.merged import merged_status
+
+    base = cache_dir(SMOLLM2)
+    try:
+        check_cache(base, SMOLLM2)
+        path = adapter_dir(adapter)
+    except (ModelCacheError, InvalidInputError):
+        return None
+    dtype, device = default_merge_target()
+    return merged_status(path, base, dtype=dtype, device_type=device)
 
 
 def _read(path: Path) -> dict[str, Any]:
@@ -148,4 +172,5 @@ def named_info(name: str) -> dict[str, Any]:
             "training": {k: training.get(k) for k in ("step", "total_steps", "train_minutes",
                                                       "tokens_seen", "objective", "hardware")},
             "metrics": training.get("metrics", {})}
+        info["merged"] = merged_rewriter_status() if weights.is_file() else None
     return info
