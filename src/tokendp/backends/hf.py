@@ -632,7 +632,7 @@ def _load_merged(base: Path, adapter: Path, label: str, device: Any, dtype: Any,
         except ModelCacheError as err:
             log.warning("%s", err)
             force = True
-    with reported(f"caching the merged rewriter once into {dest} (about 2 s)", None, steps=MERGE_STEPS,
+    with reported(f"caching the merged rewriter once into {dest} (a few seconds)", None, steps=MERGE_STEPS,
                   kind="merge") as on_step:
         backend = _merge_in_memory(base, adapter, label, dev, torch_dtype, on_step)
         on_step(MERGE_STEPS[2])
