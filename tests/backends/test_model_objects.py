@@ -153,6 +153,9 @@ def test_bad_models_and_tokenizers_are_named_by_type_never_by_repr(lm):
 
 
 def test_a_directory_without_tokendp_json_is_reported_once(caplog):
+    from tokendp.backends import hf
+
+    hf._load_cached.cache_clear()  # the shared tiny directories may be loaded (and reported) already
     bare, described = tinylm.model_dir(), tinylm.model_dir(options='{"placeholder": "<|mask|>"}')
     with caplog.at_level(logging.WARNING, logger="tokendp"):
         for _ in range(2):
