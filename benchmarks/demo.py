@@ -16,6 +16,10 @@ in the same run, so that the ratios compare like with like:
 Goals (issue 26): process / floor <= 1.0; busy / process <= 2.2; process / alpha 2 <= 1.25;
 first line within 5 s; process <= 45 s on a 2-core machine.
 
+CPU times (user + system over all threads, from the same runs) are reported beside the wall
+times: on a shared machine they move less with the neighbours' load (waiting OpenMP threads
+sleep, so they count work, not waiting).
+
 Run: ``PYTHONPATH=src python benchmarks/demo.py`` (a few minutes on 2 cores).
 """
 
@@ -36,8 +40,8 @@ DEMO = ["sanitize", "examples/letter.txt", "--spans", "examples/letter.spans.jso
 ENV = {**os.environ, "PYTHONPATH": str(ROOT / "src"), "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
 
 
-def run_command(extra: list[str], busy: bool = False) -> tuple[float, float, dict]:
-    """(seconds to exit, seconds to the first stderr line, the --json answer)."""
+def run_command(extra: list[str], busy: bool = False) -> tuple[float, float, dict, float]:
+    """(seconds to exit, seconds to the first stderr line, the --json answer, CPU seconds)."""
     neighbour = subprocess.Popen([sys.executable, "-c", "while True: pass"]) if busy else None
     first: list[float] = []
     start = time.perf_counter()
@@ -51,7 +55,8 @@ def run_command(extra: list[str], busy: bool = False) -> tuple[float, float, dic
     watcher = threading.Thread(target=watch)
     watcher.start()
     out = proc.stdout.read()
-    proc.wait()
+    _, status, usage = os.wait4(proc.pid, 0)
+    proc.returncode = os.waitstatus_to_exitcode(status)
     elapsed = time.perf_counter() - start
     watcher.join()
     if neighbour is not None:
@@ -59,11 +64,12 @@ def run_command(extra: list[str], busy: bool = False) -> tuple[float, float, dic
         neighbour.wait()
     if proc.returncode != 0:
         raise RuntimeError(f"the command failed with exit code {proc.returncode}")
-    return elapsed, first[0] if first else elapsed, json.loads(out)
+    return elapsed, first[0] if first else elapsed, json.loads(out), usage.ru_utime + usage.ru_stime
 
 
-def floor(tokens: int, repeats: int) -> float:
-    """The bare forward passes of the demo's rows, ``tokens`` of them, one per pass (in this process)."""
+def floor(tokens: int, repeats: int) -> tuple[float, float]:
+    """The bare forward passes of the demo's rows, ``tokens`` of them, one per pass (in this
+    process): (seconds, CPU seconds), each the best of ``repeats`` after a warm-up."""
     import torch
 
     from tokendp.fusion import FusionJob
@@ -79,14 +85,15 @@ def floor(tokens: int, repeats: int) -> float:
     def step(logits, docs, temperature):
         return MechanismStep(torch.log_softmax(logits[:, 0] / temperature, -1), {})  # (N, V)
 
-    def run() -> float:
-        start = time.perf_counter()
+    def run() -> tuple[float, float]:
+        start, cpu = time.perf_counter(), time.process_time()
         generate(prepared.backend, sequences, step, max_new_tokens=tokens, temperature=0.7,
                  generator=make_generator(0), eos_ids=[])
-        return time.perf_counter() - start
+        return time.perf_counter() - start, time.process_time() - cpu
 
     run()  # warm-up
-    return min(run() for _ in range(repeats))
+    runs = [run() for _ in range(repeats)]
+    return min(r[0] for r in runs), min(r[1] for r in runs)
 
 
 def main() -> None:
@@ -95,7 +102,7 @@ def main() -> None:
     parser.add_argument("--floor", type=int, default=None, help=argparse.SUPPRESS)  # the child's token count
     args = parser.parse_args()
     if args.floor is not None:
-        print(floor(args.floor, args.repeats))
+        print(json.dumps(floor(args.floor, args.repeats)))
         return
     runs: dict[str, list] = {"process": [], "alpha2": [], "busy": []}
     for _ in range(args.repeats):  # interleaved, so that load changes hit every setting alike
@@ -106,14 +113,19 @@ def main() -> None:
     child = subprocess.run([sys.executable, __file__, "--floor", str(released), "--repeats", str(args.repeats)],
                            env={**ENV, "OMP_WAIT_POLICY": os.environ.get("OMP_WAIT_POLICY", "PASSIVE")},
                            check=True, capture_output=True, text=True)
-    t_floor = float(child.stdout.strip().splitlines()[-1])
+    t_floor, cpu_floor = json.loads(child.stdout.strip().splitlines()[-1])
     best = {k: min(r[0] for r in v) for k, v in runs.items()}
+    cpu = {k: min(r[3] for r in v) for k, v in runs.items()}
     result = {"tokens_released": released, "alpha_chosen": runs["process"][0][2]["report"]["alpha"],
               "seconds": {**{k: round(v, 2) for k, v in best.items()}, "floor": round(t_floor, 2),
                           "first_line": round(min(r[1] for r in runs["process"]), 2)},
               "process_over_floor": round(best["process"] / t_floor, 3),
               "busy_over_process": round(best["busy"] / best["process"], 3),
-              "process_over_alpha2": round(best["process"] / best["alpha2"], 3)}
+              "process_over_alpha2": round(best["process"] / best["alpha2"], 3),
+              # CPU time (user + system, all threads): steadier than wall time on a shared machine
+              "cpu_seconds": {**{k: round(v, 2) for k, v in cpu.items()}, "floor": round(cpu_floor, 2)},
+              "cpu_process_over_floor": round(cpu["process"] / cpu_floor, 3),
+              "cpu_process_over_alpha2": round(cpu["process"] / cpu["alpha2"], 3)}
     print(json.dumps(result, indent=2))
 
 
