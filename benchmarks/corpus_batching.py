@@ -115,8 +115,10 @@ def main() -> None:
             print(f"batch {b:>3} {batching:<10}: {r['docs_per_min_wall']:>7.1f} docs/min (wall), "
                   f"{r['docs_per_min_cpu']:>7.1f} (CPU), {r['steps']} steps, {r['mean_docs_per_step']} docs/step",
                   flush=True)
+    if 1 not in sizes:  # the reference: each document alone
+        runs.append(run(path, params, 1, "static", args.threads))
     alone = next(r for r in runs if r["batch_size"] == 1 and r["batching"] == "static")["records"]
-    print(f"\n{args.docs} documents, {runs[0]['tokens']} tokens (static, batch 1); model {args.model}, "
+    print(f"\n{args.docs} documents, {runs[0]['tokens']} tokens; model {args.model}, "
           f"{args.threads} thread(s)")
     print(f"{'batch':>5} {'static/min':>11} {'contin./min':>12} {'ratio wall':>11} {'ratio CPU':>10} "
           f"{'docs/step s':>12} {'docs/step c':>12} {'= alone':>8}")

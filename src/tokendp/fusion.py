@@ -487,10 +487,10 @@ class FusionJob:
         d = docs.cpu()
         betas = self.beta_t[d][:, :logits.shape[1] - 1].to(logits.device)  # (Na, m)
         mask = self.mask_t[d][:, :logits.shape[1] - 1].to(logits.device)  # (Na, m)
-        order = self.order_of[d]  # (Na,)
-        if len(self.mechanisms) == 1:
-            return self.mechanisms[0].step(logits, betas=betas, group_mask=mask if self.padded else None,
-                                           temperature=temperature)
+        order = self.order_of[d]  # (Na,), on the host
+        if len(self.mechanisms) == 1 or bool((order == order[0]).all()):  # one order among the active documents
+            return self.mechanisms[int(order[0])].step(logits, betas=betas, group_mask=mask if self.padded else None,
+                                                       temperature=temperature)
         parts = [(rows, self.mechanisms[k].step(logits[rows], betas=betas[rows], group_mask=mask[rows],
                                                 temperature=temperature))
                  for k in order.unique().tolist() for rows in [(order == k).nonzero().flatten().to(logits.device)]]

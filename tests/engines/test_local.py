@@ -16,7 +16,7 @@ from click.testing import CliRunner
 from tokendp.cli import main
 from tokendp.cli._exit import EXIT_BAD_INPUT
 from tokendp.engines import sanitize_corpus
-from tokendp.errors import InvalidParameterError
+from tokendp.errors import InvalidInputError, InvalidParameterError
 
 from .corpora import assert_same_records, documents, interrupt_after, model_dir, read_output, write_jsonl
 
@@ -144,3 +144,14 @@ def test_cli_batching_option(tmp_path):
     assert runs[0].stdout == runs[1].stdout and len(runs[0].stdout.splitlines()) == 5
     bad = CliRunner().invoke(main, [*args, "--batching", "dynamic"])
     assert bad.exit_code != 0 and "dynamic" in bad.output
+
+
+def test_continuous_error_names_the_chunk_not_its_text(tmp_path):
+    docs = documents(6)
+    docs[4] = {"id": "long", "text": "secret word " * 400, "spans": []}
+    corpus = write_jsonl(tmp_path / "c.jsonl", docs)
+    with pytest.raises(InvalidInputError) as err:
+        sanitize_corpus(corpus, _params(seed=1), out=tmp_path / "o.jsonl", batch_size=3, progress=False,
+                        batching="continuous")
+    message = str(err.value)
+    assert '"doc-003", "long", "doc-005"' in message and "doc-000" not in message and "secret" not in message

@@ -126,14 +126,16 @@ class SanitizeWorker(_Worker):
             return
         diagnostics = bool(self.params.get("diagnostics"))
         prepare = {k: v for k, v in self.params.items() if k not in ("diagnostics", "on_token")}
-        in_flight: dict[str | int, CorpusRecord] = {}
+        in_flight: dict[str | int, CorpusRecord] = {}  # prepared, not yet written
+        failed: list[CorpusRecord] = []  # the chunk whose preparation failed
 
         def chunks() -> Iterator[Chunk]:
             for batch in _batched(records, slots):
                 try:
                     prepared = self._prepare(batch, prepare)
-                except TokenDPError as err:
-                    raise _naming(err, self.noun, batch) from None
+                except TokenDPError:
+                    failed.extend(batch)
+                    raise
                 in_flight.update((r.id, r) for r in batch)
                 seeds = tuple(None if self.seed is None else document_seed(self.seed, r.id) for r in batch)
                 yield Chunk(prepared, tuple(r.id for r in batch), seeds)
@@ -145,8 +147,8 @@ class SanitizeWorker(_Worker):
                 now = time.perf_counter()
                 yield BatchResult([_output(record, res)], res.report.tokens_generated, now - start, self.name)
                 start = time.perf_counter()
-        except TokenDPError as err:
-            raise _naming(err, self.noun, list(in_flight.values())) from None
+        except TokenDPError as err:  # a chunk that cannot be prepared, or the documents decoding
+            raise _naming(err, self.noun, failed or list(in_flight.values())) from None
 
     def _prepare(self, records: Sequence[CorpusRecord], params: Mapping[str, Any]) -> Any:
         spans = [None if r.spans is None else spans_from_json(json.loads(r.spans), r.text) for r in records]
