@@ -25,8 +25,9 @@ sampled).
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import math
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any, Literal
 
@@ -37,7 +38,8 @@ from tokendp.accounting.mechanisms import DP_FUSION_ORDERS, dp_fusion_alpha
 from tokendp.backends import HFBackend, RowSequence
 from tokendp.drafts import PromptLookup
 from tokendp.errors import InvalidInputError, InvalidParameterError
-from tokendp.generation import Generated, check_temperature, generate, make_generators
+from tokendp.generation import (Generated, Pending, check_temperature, generate, generate_continuous, make_generator,
+                                make_generators)
 from tokendp.logits_processors import PublicLogitsProcessor
 from tokendp.mechanisms import DPFusion, MechanismStep
 from tokendp.text.contexts import DocumentContexts, Placeholders
@@ -309,6 +311,102 @@ def run_fusion(prepared: PreparedFusion, *, seed: int | Sequence[int] | None = N
     return job, outputs
 
 
+def document_rows(method: str, context: DocumentContexts) -> RowSequence:
+    """The rows a document decodes with: all of them (DP-Fusion), the original (every span
+    visible) or the public row alone."""
+    if method == "original":
+        return RowSequence.from_ids([context.original])
+    if method == "public":
+        return RowSequence.from_ids([context.rows[0]])
+    return RowSequence.from_ids(context.rows, public_prefix=context.public_prefix, public_length=context.public_length)
+
+
+@dataclass(frozen=True)
+class Chunk:
+    """Prepared documents for :func:`run_fusion_stream`: the job, a key per document (returned
+    with its output: a corpus id) and a seed per document (None: from the OS)."""
+
+    prepared: PreparedFusion
+    keys: tuple[Any, ...]
+    seeds: tuple[int | None, ...]
+
+
+@dataclass(frozen=True)
+class Finished:
+    """One document of :func:`run_fusion_stream` done: its key, the prepared job it came in and
+    its prepared document (certificate included), its output, and its diagnostics as
+    :meth:`FusionJob.diagnostics` gives them."""
+
+    key: Any
+    prepared: PreparedFusion
+    document: PreparedDocument
+    output: Generated
+    diagnostics: dict[str, Any]
+
+
+def length_order(method: str, documents: Sequence[PreparedDocument], bucket: int) -> list[int]:
+    """The order in which a chunk's documents join a continuous batch: by bucket of their layout
+    length (``RowSequence.layout_length // bucket``: public, the rows' token counts under
+    DP-Fusion's adjacency), in input order within a bucket, so that rows that decode together
+    need little padding. Never a function of the rows' tokens."""
+    if isinstance(bucket, bool) or not isinstance(bucket, int) or bucket < 1:
+        raise InvalidParameterError(f"bucket must be an integer >= 1, got {bucket!r}")
+    lengths = [document_rows(method, d.context).layout_length for d in documents]
+    return sorted(range(len(documents)), key=lambda i: (lengths[i] // bucket, i))
+
+
+def run_fusion_stream(chunks: Iterable[Chunk], *, slots: int, bucket: int = 64,
+                      on_token: Callable[[Any, int], None] | None = None) -> Iterator[Finished]:
+    """Decode the documents of ``chunks`` with continuous batching
+    (:func:`tokendp.generation.generate_continuous`): at most ``slots`` at once, a finished
+    document's slot refilled at once; each :class:`Finished` as it comes (completion order).
+
+    A chunk is prepared before any of its documents decodes (every certificate fixed, every
+    check passed) and read only when the documents before it have all joined; within a chunk,
+    documents join by :func:`length_order`. All chunks share one job's settings (the first's
+    backend, method, delta and decoding). Each document gets a fresh ledger holding its own
+    certificate when it takes a slot, charged once per released token before it is sampled,
+    exactly as in :func:`run_fusion`, and its own stream ``make_generator(seed)``, so with a seed
+    its output does not depend on its slot or its batchmates (up to float32 rounding,
+    docs/design.md "Determinism"). No speculative decoding (one position per pass).
+    """
+    chunks = iter(chunks)
+    first = next(chunks, None)
+    if first is None:
+        return
+    settings, p = first.prepared.settings(), first.prepared
+    job = FusionJob(p.method, p.delta, (), size=slots)
+    seated: dict[int, int] = {}  # pending index -> slot
+    documents: dict[int, tuple[Any, PreparedFusion, PreparedDocument]] = {}  # pending index -> ..., until done
+    counter = itertools.count()
+
+    def pending() -> Iterator[Pending]:
+        for chunk in itertools.chain([first], chunks):
+            if chunk.prepared.settings() != settings:
+                raise ValueError("every chunk of a continuous run must share the first chunk's settings")
+            if not (len(chunk.keys) == len(chunk.seeds) == len(chunk.prepared.documents)):
+                raise ValueError("a chunk needs one key and one seed per document")
+            docs = chunk.prepared.documents
+            for i in length_order(p.method, docs, bucket):
+                n = next(counter)
+                documents[n] = (chunk.keys[i], chunk.prepared, docs[i])
+                yield Pending(document_rows(p.method, docs[i].context), docs[i].max_new_tokens,
+                              make_generator(chunk.seeds[i]), n)
+
+    def admit(slot: int, doc: Pending) -> None:
+        seated[doc.key] = slot
+        job.admit(slot, documents[doc.key][2])
+
+    stream = None if on_token is None else (lambda n, tok: on_token(documents[n][0], tok))
+    d = p.decoding
+    for n, out in generate_continuous(p.backend, pending(), job.step, slots=slots, admit=admit,
+                                      temperature=d.temperature, eos_ids=p.backend.eos_token_ids,
+                                      stop_strings=[*p.backend.options.get("stop", []), *d.stop],
+                                      charge=job.charge, on_token=stream, logits_processor=d.processor()):
+        key, prepared, doc = documents.pop(n)
+        yield Finished(key, prepared, doc, out, job.diagnostics(seated.pop(n), out.diagnostics))
+
+
 def check_fits_untagged(backend: HFBackend, text: str, around: int = 0) -> None:
     """Refuse a document that cannot fit the model's context (with ``around`` tokens of prompt)
     before a tagger reads it: tagging is slow, and the context bounds what it may be asked to read."""
@@ -320,29 +418,55 @@ def check_fits_untagged(backend: HFBackend, text: str, around: int = 0) -> None:
 # ---------------------------------------------------------------------------- the job
 class FusionJob:
     """One batch of prepared documents under one method: rows, the bound mechanisms, ledgers.
+    Under continuous batching (``size``: that many places, :meth:`admit` seats a document in
+    one), place i holds the document decoding in slot i.
 
     Document i has its own Renyi order; the documents of one order share one
     :class:`~tokendp.mechanisms.DPFusion`, and a step runs each order's mechanism on its documents.
     """
 
-    def __init__(self, method: str, delta: float, documents: Sequence[PreparedDocument]) -> None:
-        self.method, self.delta, self.documents = method, float(delta), tuple(documents)
-        self.alphas = [d.alpha for d in self.documents]
-        self.contexts = [d.context for d in self.documents]
-        self.ledgers = [self._ledger(d) for d in self.documents]
-        orders = sorted(set(self.alphas))
+    def __init__(self, method: str, delta: float, documents: Sequence[PreparedDocument], *,
+                 size: int | None = None) -> None:
+        self.method, self.delta = method, float(delta)
+        n = len(documents) if size is None else max(size, len(documents))  # size: places (slots)
+        self.documents: list[PreparedDocument | None] = [None] * n
+        self.alphas: list[float] = [DEFAULT_ALPHA] * n
+        self.contexts: list[DocumentContexts | None] = [None] * n
+        self.ledgers: list[Ledger | None] = [None] * n
+        self.events: list[dict] = [{}] * n
+        # one mechanism per distinct order, in sorted order (admit adds the orders of later documents)
+        orders = sorted({d.alpha for d in documents})
         self.mechanisms = [DPFusion(alpha=a) for a in orders] if method == "dp-fusion" else []
-        self.order_of = torch.tensor([orders.index(a) for a in self.alphas])  # (N,): index into mechanisms
-        self.events = [self.mechanisms[int(k)].event(betas={g.name: x for g, x in zip(d.context.groups, d.betas)})
-                       if d.betas else {} for d, k in zip(self.documents, self.order_of)]
-        width = max(max(len(c.groups) for c in self.contexts), 1)
+        self.order_of = torch.zeros(n, dtype=torch.long)  # (N,): index into mechanisms
+        width = max([1, *(len(d.context.groups) for d in documents)])
         # float64, the accountant's beta exactly: a float32 beta can round up, above the charged cap
-        self.beta_t = torch.zeros((len(self.documents), width), dtype=torch.float64)  # (N, m_max)
-        self.mask_t = torch.zeros((len(self.documents), width), dtype=torch.bool)  # (N, m_max)
-        for i, d in enumerate(self.documents):
-            if d.betas:
-                self.beta_t[i, :len(d.betas)] = torch.tensor(d.betas, dtype=torch.float64)
-                self.mask_t[i, :len(d.betas)] = True
+        self.beta_t = torch.zeros((n, width), dtype=torch.float64)  # (N, m_max)
+        self.mask_t = torch.zeros((n, width), dtype=torch.bool)  # (N, m_max)
+        self.padded = True
+        for i, d in enumerate(documents):
+            self.admit(i, d)
+
+    def admit(self, i: int, doc: PreparedDocument) -> None:
+        """Seat ``doc`` in place i (its slot, under continuous batching): its order, a fresh ledger
+        holding its certificate, its event and betas. Nothing of the document it replaces stays."""
+        self.documents[i], self.alphas[i], self.contexts[i] = doc, doc.alpha, doc.context
+        self.ledgers[i] = self._ledger(doc)
+        if self.method == "dp-fusion":
+            known = [mech.alpha for mech in self.mechanisms]
+            if doc.alpha not in known:
+                self.mechanisms.append(DPFusion(alpha=doc.alpha))
+                known.append(doc.alpha)
+            self.order_of[i] = known.index(doc.alpha)
+        self.events[i] = (self.mechanisms[int(self.order_of[i])].event(
+            betas={g.name: x for g, x in zip(doc.context.groups, doc.betas)}) if doc.betas else {})
+        m = len(doc.betas or ())
+        if m > self.beta_t.shape[1]:
+            self.beta_t = torch.nn.functional.pad(self.beta_t, (0, m - self.beta_t.shape[1]))
+            self.mask_t = torch.nn.functional.pad(self.mask_t, (0, m - self.mask_t.shape[1]))
+        self.beta_t[i], self.mask_t[i] = 0.0, False
+        if doc.betas:
+            self.beta_t[i, :m] = torch.tensor(doc.betas, dtype=torch.float64)
+            self.mask_t[i, :m] = True
         self.padded = not bool(self.mask_t.all())  # else the mechanism needs no group mask
 
     def _ledger(self, doc: PreparedDocument) -> Ledger | None:
@@ -352,12 +476,7 @@ class FusionJob:
         return Ledger({g.label: g.epsilon for g in doc.groups}, delta=self.delta)
 
     def sequences(self) -> list[RowSequence]:
-        if self.method == "original":
-            return [RowSequence.from_ids([c.original]) for c in self.contexts]
-        if self.method == "public":
-            return [RowSequence.from_ids([c.rows[0]]) for c in self.contexts]
-        return [RowSequence.from_ids(c.rows, public_prefix=c.public_prefix, public_length=c.public_length)
-                for c in self.contexts]
+        return [document_rows(self.method, c) for c in self.contexts]
 
     def step(self, logits: torch.Tensor, docs: torch.Tensor, temperature: float) -> Any:
         """logits ``# (Na, R, V)`` -> the mechanism's step for the active documents ``docs``."""
@@ -368,10 +487,10 @@ class FusionJob:
         d = docs.cpu()
         betas = self.beta_t[d][:, :logits.shape[1] - 1].to(logits.device)  # (Na, m)
         mask = self.mask_t[d][:, :logits.shape[1] - 1].to(logits.device)  # (Na, m)
-        order = self.order_of[d]  # (Na,)
-        if len(self.mechanisms) == 1:
-            return self.mechanisms[0].step(logits, betas=betas, group_mask=mask if self.padded else None,
-                                           temperature=temperature)
+        order = self.order_of[d]  # (Na,), on the host
+        if len(self.mechanisms) == 1 or bool((order == order[0]).all()):  # one order among the active documents
+            return self.mechanisms[int(order[0])].step(logits, betas=betas, group_mask=mask if self.padded else None,
+                                                       temperature=temperature)
         parts = [(rows, self.mechanisms[k].step(logits[rows], betas=betas[rows], group_mask=mask[rows],
                                                 temperature=temperature))
                  for k in order.unique().tolist() for rows in [(order == k).nonzero().flatten().to(logits.device)]]

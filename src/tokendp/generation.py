@@ -39,7 +39,7 @@ import itertools
 import json
 import math
 import secrets
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
@@ -201,6 +201,92 @@ def generate(backend: HFBackend, sequences: Sequence[RowSequence], step: StepFn,
     return loop.results()
 
 
+@dataclass(frozen=True)
+class Pending:
+    """A document waiting for a slot of :func:`generate_continuous`: its rows, T, its own random
+    stream, and the caller's key for it (returned with its output)."""
+
+    sequence: RowSequence
+    max_new_tokens: int
+    generator: torch.Generator
+    key: Any = None
+
+
+def generate_continuous(backend: HFBackend, documents: Iterable[Pending], step: StepFn, *, slots: int,
+                        admit: Callable[[int, Pending], None] | None = None, temperature: float = 1.0,
+                        eos_ids: Sequence[int] | None = None, stop_strings: Sequence[str] = (),
+                        charge: Callable[[list[int]], None] | None = None,
+                        on_token: Callable[[Any, int], None] | None = None,
+                        logits_processor: PublicLogitsProcessor | None = None) -> Iterator[tuple[Any, Generated]]:
+    """Continuous batching: decode ``documents`` (an iterable, read as slots free up) with at most
+    ``slots`` of them in the batch at once; yield ``(key, output)`` for each as it finishes.
+
+    Whenever a document finishes (EOS, a stop string or its T tokens), its rows leave the batch
+    (:meth:`HFBackend.keep`) and the next documents of ``documents`` are prefilled together and
+    join it (:meth:`HFBackend.join`) before the next step, so every step decodes
+    ``min(slots, documents left)`` documents. Each step is :func:`generate`'s one-token step
+    (logits processor, layout, ``step``, ``charge``, one exact draw per document from its own
+    ``generator``), so a document's k-th token uses the k-th draw of its own stream whatever its
+    slot or batchmates (up to the float32 rounding of batched logits, docs/design.md
+    "Determinism"). ``step`` and ``charge`` receive slot indices (``# (Na,)``, in ``[0, slots)``);
+    ``admit(slot, document)`` is called when a document takes a slot, before its first step, so
+    the caller can seat its parameters and ledger there. ``on_token(key, token_id)`` streams.
+
+    The layout is public: which document joins when depends on the order of ``documents`` and on
+    when the others finished, that is on their released tokens; each row's padding on the public
+    lengths of the rows and those released tokens (docs/privacy.md, "Equal rows, equal logits").
+    No speculative decoding: one position per pass.
+    """
+    if isinstance(slots, bool) or not isinstance(slots, int) or slots < 1:
+        raise InvalidParameterError(f"slots must be an integer >= 1, got {slots!r}")
+    if not (temperature >= 0):
+        raise InvalidParameterError(f"temperature must be >= 0, got {temperature!r}")
+    eos = set(eos_ids if eos_ids is not None else [backend.tokenizer.eos_token_id]) - {None}
+    checker = _StopChecker(backend.tokenizer, eos, stop_strings, [1] * slots)
+    keys: list[Any] = [None] * slots
+    stream = None if on_token is None else (lambda slot, tok: on_token(keys[slot], tok))
+    loop = _Loop([], step, [], temperature, checker, charge, stream, logits_processor)
+    loop.rows, loop.twins, loop.generator = [0] * slots, [()] * slots, [None] * slots
+    loop.outputs, loop.reasons, loop.running = [[] for _ in range(slots)], [None] * slots, []
+    source = iter(documents)
+    state: DecodeState | None = None
+    flat: torch.Tensor | None = None  # (Rtot, V): next-token logits of the running rows
+    while True:
+        free = [s for s in range(slots) if s not in loop.running]
+        joining = list(itertools.islice(source, len(free)))
+        for slot, doc in zip(free, joining):
+            if not (isinstance(doc.max_new_tokens, int) and doc.max_new_tokens >= 1):
+                raise InvalidParameterError(f"max_new_tokens must be an integer >= 1, got {doc.max_new_tokens!r}")
+            keys[slot] = doc.key
+            loop.admit(slot, doc.sequence, doc.generator, doc.max_new_tokens)
+            if admit is not None:
+                admit(slot, doc)
+        if joining:
+            new_state, new_flat = backend.prefill([doc.sequence for doc in joining])
+            if state is None:
+                state, flat = new_state, new_flat
+            else:
+                state, flat = backend.join(state, new_state), torch.cat([flat, new_flat])
+            loop.running = loop.running + free[:len(joining)]
+        if state is None:
+            return
+        tokens = loop._token(flat, state.row_sequence, loop.running)
+        loop._append(loop.running, tokens)
+        going = [s in loop.active for s in loop.running]
+        for s, g in zip(loop.running, going):
+            if not g:
+                yield keys[s], loop.result(s)
+        if not any(going):
+            state, flat, loop.running = None, None, []
+            continue
+        if not all(going):
+            state = backend.keep(state, torch.tensor(going))
+            backend.compact(state)
+            tokens = [t for t, g in zip(tokens, going) if g]
+            loop.running = [s for s, g in zip(loop.running, going) if g]
+        flat = backend.decode(state, torch.tensor(tokens))
+
+
 class _Loop:
     """The state of one :func:`generate` call: the released tokens, the documents still running,
     the per-document diagnostics sums, and one verification round."""
@@ -278,13 +364,25 @@ class _Loop:
                 self.active.discard(doc)
 
     def results(self) -> list[Generated]:
-        steps = torch.tensor([len(o) for o in self.outputs], dtype=torch.float32)
-        results = []
-        for i, reason in enumerate(self.reasons):
-            text, ids = self.checker.text(self.outputs[i], reason)
-            diag = {k: (v[i] / steps[i].to(v.device)).cpu() for k, v in self.sums.items()}
-            results.append(Generated(text, tuple(ids), reason or "max_new_tokens", diag))
-        return results
+        return [self.result(i) for i in range(len(self.outputs))]
+
+    def result(self, i: int) -> Generated:
+        """Document (or slot) i's output, with its per-step mean diagnostics."""
+        reason, steps = self.reasons[i], float(max(len(self.outputs[i]), 1))
+        text, ids = self.checker.text(self.outputs[i], reason)
+        diag = {k: (v[i] / steps).cpu() for k, v in self.sums.items()}
+        return Generated(text, tuple(ids), reason or "max_new_tokens", diag)
+
+    def admit(self, slot: int, sequence: RowSequence, generator: torch.Generator, limit: int) -> None:
+        """Seat a new document in ``slot`` (continuous batching): its rows, stream and T; no
+        tokens, no diagnostics yet."""
+        assert isinstance(self.generator, list) and isinstance(self.checker.limits, list)
+        self.rows[slot], self.twins[slot], self.generator[slot] = len(sequence), public_twins(sequence), generator
+        self.checker.limits[slot] = limit
+        self.outputs[slot], self.reasons[slot] = [], None
+        self.active.add(slot)
+        for value in self.sums.values():
+            value[slot] = 0
 
 
 def public_twins(sequence: RowSequence) -> tuple[int, ...]:
@@ -326,6 +424,8 @@ def _accumulate(sums: dict[str, torch.Tensor], diagnostics: dict[str, torch.Tens
         value = value.detach().float()
         if key not in sums:
             sums[key] = torch.zeros((n, *value.shape[1:]), dtype=torch.float32, device=value.device)
+        if value.dim() == 2 and value.shape[1] > sums[key].shape[1]:  # a document with more groups joined
+            sums[key] = torch.nn.functional.pad(sums[key], (0, value.shape[1] - sums[key].shape[1]))
         if value.dim() == 2 and value.shape[1] < sums[key].shape[1]:
             # Per-row diagnostics narrow when the documents with the most rows have finished:
             # the rows the remaining documents lack are padding, which contributes 0.

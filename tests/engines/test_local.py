@@ -16,6 +16,7 @@ from click.testing import CliRunner
 from tokendp.cli import main
 from tokendp.cli._exit import EXIT_BAD_INPUT
 from tokendp.engines import sanitize_corpus
+from tokendp.errors import InvalidInputError, InvalidParameterError
 
 from .corpora import assert_same_records, documents, interrupt_after, model_dir, read_output, write_jsonl
 
@@ -104,3 +105,53 @@ def test_cli_corpus_to_stdout_and_bad_input(tmp_path):
     assert res.exit_code == EXIT_BAD_INPUT and "line 2: duplicate id \"a\" (first at line 1)" in res.output and "Helen" not in res.output
     res = CliRunner().invoke(main, ["sanitize", str(corpus), "--model", model_dir(), "--beta", "0.05", "--workers", "2"])
     assert res.exit_code == 2 and "--workers applies to --engine ray" in res.output
+
+
+def test_continuous_batching_writes_each_document_as_it_finishes_and_resumes(corpus_path, tmp_path, monkeypatch):
+    """Continuous batching (issue 27): the same records as static batches, one write per document,
+    and an interrupted run resumes (static or continuous) to the same output."""
+    static = sanitize_corpus(corpus_path, _params(seed=3), out=tmp_path / "static.jsonl", batch_size=4, progress=False)
+    writes = interrupt_after(monkeypatch, 5)
+    with pytest.raises(KeyboardInterrupt):
+        sanitize_corpus(corpus_path, _params(seed=3), out=tmp_path / "cont.jsonl", batch_size=4, progress=False,
+                        batching="continuous")
+    monkeypatch.undo()
+    assert writes == [1] * 5  # each document written as it finishes, not with its batch
+    run = sanitize_corpus(corpus_path, _params(seed=3), out=tmp_path / "cont.jsonl", batch_size=3, progress=False,
+                          batching="continuous")
+    assert (run.summary.documents, run.summary.skipped) == (7, 5)
+    assert_same_records(read_output(tmp_path / "cont.jsonl"), read_output(static.output))
+
+
+def test_auto_batching_is_static_on_a_cpu_and_ray_runs_static_batches(corpus_path, tmp_path, monkeypatch):
+    writes = interrupt_after(monkeypatch, 2)
+    with pytest.raises(KeyboardInterrupt):
+        sanitize_corpus(corpus_path, _params(), out=tmp_path / "auto.jsonl", batch_size=3, progress=False,
+                        batching="auto")
+    assert writes == [3, 3]
+    with pytest.raises(InvalidParameterError, match="local engine"):
+        sanitize_corpus(corpus_path, _params(), engine="ray", batching="continuous", progress=False)
+    with pytest.raises(InvalidParameterError, match="batching"):
+        sanitize_corpus(corpus_path, _params(), batching="dynamic", progress=False)
+
+
+def test_cli_batching_option(tmp_path):
+    corpus = write_jsonl(tmp_path / "c.jsonl", documents(5))
+    args = ["sanitize", str(corpus), "--model", model_dir(), "--beta", "0.05", "--max-new-tokens", "5", "--seed", "1",
+            "--concurrency", "2"]
+    runs = [CliRunner().invoke(main, [*args, "--batching", b]) for b in ("continuous", "static")]
+    assert all(r.exit_code == 0 for r in runs), runs[0].output
+    assert runs[0].stdout == runs[1].stdout and len(runs[0].stdout.splitlines()) == 5
+    bad = CliRunner().invoke(main, [*args, "--batching", "dynamic"])
+    assert bad.exit_code != 0 and "dynamic" in bad.output
+
+
+def test_continuous_error_names_the_chunk_not_its_text(tmp_path):
+    docs = documents(6)
+    docs[4] = {"id": "long", "text": "secret word " * 400, "spans": []}
+    corpus = write_jsonl(tmp_path / "c.jsonl", docs)
+    with pytest.raises(InvalidInputError) as err:
+        sanitize_corpus(corpus, _params(seed=1), out=tmp_path / "o.jsonl", batch_size=3, progress=False,
+                        batching="continuous")
+    message = str(err.value)
+    assert '"doc-003", "long", "doc-005"' in message and "doc-000" not in message and "secret" not in message

@@ -534,11 +534,60 @@ class HFBackend:
         return DecodeState(state.cache, state.attention_mask[index], state.next_position[index],
                            new_seq[state.row_sequence[index]], counts, adapters)
 
+    @property
+    def can_join(self) -> bool:
+        """Whether :meth:`join` can merge two states of this model: every layer keeps full
+        attention in a plain key/value cache (as for :meth:`can_roll_back`)."""
+        return self.can_roll_back
+
+    @torch.inference_mode()
+    def join(self, state: DecodeState, other: DecodeState) -> DecodeState:
+        """One state holding the rows of ``state`` then those of ``other`` (continuous batching:
+        documents prefilled apart join a running batch between two steps).
+
+        The shorter cache is left padded to the longer one's length with zeros under mask 0, so
+        every row attends to exactly the keys and values it had; its positions are its own. How
+        much a row is padded depends on the two caches' lengths only (public layout lengths and
+        the number of tokens released so far), never on the rows' tokens.
+        """
+        length = max(state.attention_mask.shape[1], other.attention_mask.shape[1])
+        for mine, theirs in zip(state.cache.layers, other.cache.layers):
+            mine.keys = torch.cat([_pad_left(mine.keys, length), _pad_left(theirs.keys, length)], dim=0)
+            mine.values = torch.cat([_pad_left(mine.values, length), _pad_left(theirs.values, length)], dim=0)
+        mask = torch.cat([_pad_left(state.attention_mask, length, dim=1),
+                          _pad_left(other.attention_mask, length, dim=1)], dim=0)  # (Rtot, L)
+        offset = len(state.rows_per_sequence)
+        adapters = None if state.adapters is None or other.adapters is None else state.adapters + other.adapters
+        return DecodeState(state.cache, mask, torch.cat([state.next_position, other.next_position]),
+                           torch.cat([state.row_sequence, other.row_sequence + offset]),
+                           state.rows_per_sequence + other.rows_per_sequence, adapters)
+
+    @torch.inference_mode()
+    def compact(self, state: DecodeState) -> None:
+        """Drop the leading cache positions that no row attends to (mask 0 in every row), as
+        left after the longest rows leave a continuous batch; nothing a row reads changes."""
+        seen = state.attention_mask.any(dim=0)  # (L,)
+        if not bool(seen[0]) and bool(seen.any()):
+            first = int(seen.int().argmax())
+            for layer in state.cache.layers:
+                layer.keys, layer.values = layer.keys[..., first:, :], layer.values[..., first:, :]
+            state.attention_mask = state.attention_mask[:, first:]
+
     def _pad_id(self) -> int:
         pad = self.tokenizer.pad_token_id
         if pad is None:
             pad = self.tokenizer.eos_token_id
         return int(pad) if pad is not None else 0
+
+
+def _pad_left(x: torch.Tensor, length: int, dim: int = -2) -> torch.Tensor:
+    """``x`` with zeros before its first position along ``dim`` up to ``length`` positions."""
+    missing = length - x.shape[dim]
+    if missing == 0:
+        return x
+    shape = list(x.shape)
+    shape[dim] = missing
+    return torch.cat([x.new_zeros(shape), x], dim=dim)
 
 
 def _left_pad(rows: Sequence[Sequence[int]], pad_id: int, width: int | None = None

@@ -98,6 +98,10 @@ def format_report(report: dict[str, Any]) -> str:
 @click.option("--concurrency", type=click.IntRange(min=1), default=8, show_default=True,
               help="Documents of a corpus decoded together (throughput only: with --seed the output does not "
                    "depend on it).")
+@click.option("--batching", type=click.Choice(["auto", "static", "continuous"]), default="auto", show_default=True,
+              help="How a corpus fills its --concurrency slots (local engine): static batches, each decoded until "
+                   "its last document ends; continuous, a finished document's slot refilled at once; auto, "
+                   "continuous on a GPU and static on a CPU, where it was measured no faster (docs/engines.md).")
 @placement_options
 @engine_options(default="local",
                 engine_help="Where a corpus runs: this process, or a Ray actor pool (the ray extra; docs/engines.md).")
@@ -112,7 +116,7 @@ def sanitize(input_path: str, spans_path: str | None, tagger: str, labels: str |
              beta: float | None, epsilon: float | None, delta: float, groups: str,
              max_new_tokens: int | None, temperature: float, seed: int | None,
              no_repeat_ngram_size: int, repetition_penalty: float, speculative: bool | None, draft_tokens: int, method: str,
-             concurrency: int, device: str | None, dtype: str | None, engine: str, address: str | None, workers: int | None,
+             concurrency: int, batching: str, device: str | None, dtype: str | None, engine: str, address: str | None, workers: int | None,
              gpus_per_worker: float | None, threads: int | None, as_json: bool,
              out_path: str | None, diagnostics: bool) -> None:
     """Rewrite INPUT (.txt, - for stdin, or a corpus: .jsonl or .parquet) with a per-group
@@ -135,7 +139,7 @@ def sanitize(input_path: str, spans_path: str | None, tagger: str, labels: str |
         if spans_path:
             raise CLIError("--spans applies to a single document; put \"spans\" in each record instead")
         _sanitize_corpus(input_path, params, out_path, engine, concurrency, threads,
-                         ray_options(engine, address, workers, gpus_per_worker))
+                         ray_options(engine, address, workers, gpus_per_worker), batching)
         return
     if engine != "local" or any(v is not None for v in (address, workers, gpus_per_worker)):
         raise CLIError("--engine and the ray options apply to a corpus (.jsonl or .parquet)")
@@ -173,13 +177,13 @@ def _sanitize_one(text: str, spans: list | None, params: dict[str, Any], *, thre
 
 
 def _sanitize_corpus(input_path: str, params: dict[str, Any], out_path: str | None, engine: str, batch_size: int,
-                     threads: int | None, ray: dict[str, Any]) -> None:
+                     threads: int | None, ray: dict[str, Any], batching: str = "auto") -> None:
     """A corpus on an engine, its bar counting documents where the console draws bars."""
     from tokendp.engines.runner import sanitize_corpus
 
     quiet_libraries()
     run = sanitize_corpus(input_path, params, out=out_path, engine=engine, batch_size=batch_size, threads=threads,
-                          progress=console().bars(), **ray)
+                          progress=console().bars(), batching=batching if engine == "local" else "static", **ray)
     report_corpus_run(run, out_path)
 
 

@@ -16,7 +16,7 @@ from typing import Any, Literal
 from tokendp._optional import require
 from tokendp.engines.corpus import scan_corpus
 from tokendp.engines.job import Job
-from tokendp.engines.local import run_local
+from tokendp.engines.local import Batching, check_batching, run_local
 from tokendp.engines.ray import corpus_dataset, run_ray
 from tokendp.engines.store import MemorySink, RunStore
 from tokendp.engines.summary import Summary
@@ -55,7 +55,7 @@ def check_engine(engine: str, ray_options: Mapping[str, Any]) -> None:
 
 def sanitize_corpus(corpus_path: str | Path, params: Mapping[str, Any], *, out: str | Path | None = None,
                     engine: Engine = "local", batch_size: int = 8, threads: int | None = None,
-                    progress: bool = True, **ray_options: Any) -> CorpusRun:
+                    progress: bool = True, batching: Batching = "static", **ray_options: Any) -> CorpusRun:
     """Rewrite every document of a JSONL or Parquet corpus with ``sanitize_batch(**params)``.
 
     ``out``: ``FILE.jsonl``, ``FILE.parquet`` or a directory (see :mod:`tokendp.engines.store`);
@@ -64,7 +64,15 @@ def sanitize_corpus(corpus_path: str | Path, params: Mapping[str, Any], *, out: 
     documents' diagnostics are kept apart from the records (:class:`CorpusRun`). ``threads``:
     torch threads per worker (local default: torch's; Ray default: 1). ``ray_options`` go to
     :func:`tokendp.engines.ray.run_ray` (``workers``, ``gpus_per_worker``, ``address``, ...).
+    ``batching`` (local engine): ``"static"``, batches of ``batch_size`` documents; ``"continuous"``,
+    ``batch_size`` documents decoding at once, a finished one's slot refilled at once; ``"auto"``,
+    continuous on an accelerator and static on a CPU (:func:`tokendp.engines.local.run_local`).
+    Like the batch size it changes no output's distribution and is not part of the run's
+    parameters: a resume may use another. The Ray engine runs static batches (``"auto"`` too).
     """
+    check_batching(batching)
+    if engine != "local" and batching == "continuous":
+        raise InvalidParameterError("continuous batching applies to the local engine only")
     check_engine(engine, ray_options)
     corpus = scan_corpus(corpus_path, require_ids=engine == "ray")
     if corpus.needs_tagger and isinstance(params.get("tagger", "auto"), str):
@@ -74,16 +82,17 @@ def sanitize_corpus(corpus_path: str | Path, params: Mapping[str, Any], *, out: 
               dataset=lambda ray, done, size: corpus_dataset(ray, corpus, done, size),
               run=run_fingerprint("sanitize", params))
     return run_job(job, params, out=out, engine=engine, batch_size=batch_size, threads=threads, progress=progress,
-                   **ray_options)
+                   batching=batching, **ray_options)
 
 
 def run_job(job: Job, params: Mapping[str, Any], *, out: str | Path | None, engine: Engine, batch_size: int,
-            threads: int | None, progress: bool, **ray_options: Any) -> CorpusRun:
+            threads: int | None, progress: bool, batching: Batching = "static", **ray_options: Any) -> CorpusRun:
     """Run ``job`` on ``engine`` with its workers' ``params``, into the resumable ``out`` (None: in memory)."""
 
     def run(sink: Any) -> Summary:
         if engine == "local":
-            return run_local(job, sink, params, batch_size=batch_size, threads=threads, progress=progress)
+            return run_local(job, sink, params, batch_size=batch_size, threads=threads, progress=progress,
+                             batching=batching)
         return run_ray(job, sink, params, batch_size=batch_size, threads=threads, progress=progress, **ray_options)
 
     if out is None:

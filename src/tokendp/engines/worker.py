@@ -2,7 +2,10 @@
 lines ``{id, text, report}``.
 
 - :class:`SanitizeWorker`: corpus records rewritten with :func:`tokendp.jobs.sanitize.sanitize_batch`,
-  one line per document (and, with ``diagnostics``, one diagnostics line apart from it).
+  one line per document (and, with ``diagnostics``, one diagnostics line apart from it); or,
+  with continuous batching (:meth:`SanitizeWorker.stream`, the local engine's ``batching=
+  "continuous"``), with :func:`tokendp.jobs.sanitize.sanitize_stream`, each document written as
+  it finishes while the next takes its slot.
 - :class:`SynthesizeWorker`: whole batches of B references (planned on the driver,
   :mod:`tokendp.engines.synthesis`) turned into one synthetic text each with a
   :class:`tokendp.jobs.synthesize.Synthesizer`.
@@ -18,12 +21,13 @@ seeded from the OS.
 from __future__ import annotations
 
 import functools
+import itertools
 import json
 import os
 import socket
 import time
 from abc import ABC, abstractmethod
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -34,8 +38,9 @@ from tokendp.engines.arrow import to_records
 from tokendp.engines.corpus import CorpusRecord
 from tokendp.engines.store import OutputRecord
 from tokendp.errors import TokenDPError
+from tokendp.fusion import Chunk
 from tokendp.generation import document_seed
-from tokendp.jobs.sanitize import sanitize_batch
+from tokendp.jobs.sanitize import prepare_sanitize, sanitize_batch, sanitize_stream
 from tokendp.jobs.synthesize import ReferenceBatch, Synthesizer
 from tokendp.text.taggers import get_tagger, spans_from_json
 
@@ -66,8 +71,7 @@ class _Worker(ABC):
         try:
             records, tokens = self.run(items)
         except TokenDPError as err:
-            ids = ", ".join(json.dumps(item.id) for item in items)
-            raise type(err)(f"{self.noun} {ids}: {err}") from None
+            raise _naming(err, self.noun, items) from None
         return BatchResult(records, tokens, time.perf_counter() - start, self.name)
 
     @abstractmethod
@@ -104,11 +108,71 @@ class SanitizeWorker(_Worker):
         tagger = self.tagger if any(s is None for s in spans) else None
         results = sanitize_batch([r.text for r in records], spans=spans, tagger=tagger, model=self.backend,
                                  seed=seeds, **self.params)
-        out = [OutputRecord(r.id, json.dumps({"id": r.id, **res.to_dict()}, ensure_ascii=False),
-                            None if res.diagnostics is None else
-                            json.dumps({"id": r.id, "diagnostics": res.diagnostics}, ensure_ascii=False))
-               for r, res in zip(records, results)]
-        return out, sum(res.report.tokens_generated for res in results)
+        return [_output(r, res) for r, res in zip(records, results)], sum(res.report.tokens_generated for res in results)
+
+
+    def stream(self, records: Iterable[CorpusRecord], slots: int, *, accelerator_only: bool = False
+               ) -> Iterator[BatchResult]:
+        """Continuous batching (:func:`tokendp.jobs.sanitize.sanitize_stream`): ``slots`` documents
+        decode at once, the next ``slots`` records are prepared (tagged, certificates fixed) when
+        the ones before have all joined, and each document is one result as it finishes. Falls
+        back to batches of ``slots`` (:meth:`__call__`) where continuous batching does not apply:
+        speculative decoding asked for, a model whose cache cannot be joined (sliding window), or,
+        with ``accelerator_only``, a model on the CPU."""
+        on_cpu = self.backend.device.type == "cpu"
+        if self.params.get("speculative") or not self.backend.can_join or (accelerator_only and on_cpu):
+            for batch in _batched(records, slots):
+                yield self(batch)
+            return
+        diagnostics = bool(self.params.get("diagnostics"))
+        prepare = {k: v for k, v in self.params.items() if k not in ("diagnostics", "on_token")}
+        in_flight: dict[str | int, CorpusRecord] = {}  # prepared, not yet written
+        failed: list[CorpusRecord] = []  # the chunk whose preparation failed
+
+        def chunks() -> Iterator[Chunk]:
+            for batch in _batched(records, slots):
+                try:
+                    prepared = self._prepare(batch, prepare)
+                except TokenDPError:
+                    failed.extend(batch)
+                    raise
+                in_flight.update((r.id, r) for r in batch)
+                seeds = tuple(None if self.seed is None else document_seed(self.seed, r.id) for r in batch)
+                yield Chunk(prepared, tuple(r.id for r in batch), seeds)
+
+        start = time.perf_counter()
+        try:
+            for key, res in sanitize_stream(chunks(), slots=slots, diagnostics=diagnostics):
+                record = in_flight.pop(key)
+                now = time.perf_counter()
+                yield BatchResult([_output(record, res)], res.report.tokens_generated, now - start, self.name)
+                start = time.perf_counter()
+        except TokenDPError as err:  # a chunk that cannot be prepared, or the documents decoding
+            raise _naming(err, self.noun, failed or list(in_flight.values())) from None
+
+    def _prepare(self, records: Sequence[CorpusRecord], params: Mapping[str, Any]) -> Any:
+        spans = [None if r.spans is None else spans_from_json(json.loads(r.spans), r.text) for r in records]
+        tagger = self.tagger if any(s is None for s in spans) else None
+        return prepare_sanitize([r.text for r in records], spans=spans, tagger=tagger, model=self.backend, **params)
+
+
+def _batched(items: Iterable[Any], size: int) -> Iterator[list[Any]]:
+    it = iter(items)
+    while batch := list(itertools.islice(it, size)):
+        yield batch
+
+
+def _naming(err: TokenDPError, noun: str, items: Sequence[Any]) -> TokenDPError:
+    """``err`` with the ids of the items it concerns (never their text)."""
+    ids = ", ".join(json.dumps(item.id) for item in items)
+    return type(err)(f"{noun} {ids}: {err}")
+
+
+def _output(record: CorpusRecord, res: Any) -> OutputRecord:
+    """A document's output line (and its diagnostics line apart, when asked for)."""
+    return OutputRecord(record.id, json.dumps({"id": record.id, **res.to_dict()}, ensure_ascii=False),
+                        None if res.diagnostics is None else
+                        json.dumps({"id": record.id, "diagnostics": res.diagnostics}, ensure_ascii=False))
 
 
 class SynthesizeWorker(_Worker):

@@ -20,16 +20,18 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
 from tokendp.backends import HFBackend, load_backend
 from tokendp.errors import InvalidInputError, InvalidParameterError
-from tokendp.fusion import (Budget, Decoding, FusionReport, Method, PreparedFusion, TextResult, check_fits_untagged,
-                            check_params, prepare_documents, run_fusion, spans_of)
+from tokendp.fusion import (Budget, Chunk, Decoding, FusionReport, Method, PreparedDocument, PreparedFusion, TextResult,
+                            check_fits_untagged, check_params, prepare_documents, run_fusion, run_fusion_stream,
+                            spans_of)
 from tokendp.fusion import choose_alpha  # noqa: F401 (re-exported: tokendp.jobs.sanitize.choose_alpha)
+from tokendp.generation import Generated
 from tokendp.text.contexts import DocumentContexts, GroupSpec, build_contexts, placeholders, prompt_template
 from tokendp.text.spans import Span
 from tokendp.text.taggers.labels import choose_labels, is_private
@@ -246,12 +248,29 @@ def run_sanitize(prepared: PreparedFusion, *, seed: int | Sequence[int] | None =
     """Rewrite the documents of a :func:`prepare_sanitize` job; each report certifies exactly
     the prepared document's groups (``diagnostics``: as for :func:`sanitize_batch`)."""
     job, outputs = run_fusion(prepared, seed=seed, on_token=on_token)
-    return [SanitizeResult(out.text, SanitizeReport(
-                prepared.method, prepared.backend.name, doc.alpha, prepared.delta, doc.max_new_tokens,
-                len(out.token_ids), out.stop_reason, _guarantee(prepared.method, doc.max_new_tokens), doc.groups,
-                prepared.decoding.constraints(), doc.private_labels),
-                job.diagnostics(i, out.diagnostics) if diagnostics else None)
+    return [_result(prepared, doc, out, job.diagnostics(i, out.diagnostics) if diagnostics else None)
             for i, (doc, out) in enumerate(zip(prepared.documents, outputs))]
+
+
+def sanitize_stream(chunks: Iterable[Chunk], *, slots: int, bucket: int = 64, diagnostics: bool = False,
+                    on_token: Callable[[Any, int], None] | None = None) -> Iterator[tuple[Any, SanitizeResult]]:
+    """Rewrite the documents of ``chunks`` (each a :func:`prepare_sanitize` job with a key and a
+    seed per document, :class:`tokendp.fusion.Chunk`) with continuous batching: at most
+    ``slots`` decode at once and a finished document's slot is refilled at once
+    (:func:`tokendp.fusion.run_fusion_stream`). Yields ``(key, result)`` in completion order;
+    each result (text, report, certificate) is what :func:`run_sanitize` gives the document with
+    the same seed, up to the float32 rounding of batched logits (docs/design.md, "Determinism").
+    ``on_token(key, token_id)`` streams."""
+    for done in run_fusion_stream(chunks, slots=slots, bucket=bucket, on_token=on_token):
+        yield done.key, _result(done.prepared, done.document, done.output, done.diagnostics if diagnostics else None)
+
+
+def _result(prepared: PreparedFusion, doc: PreparedDocument, out: Generated, diagnostics: dict | None) -> SanitizeResult:
+    """A document's rewrite and report under the job settings of ``prepared``."""
+    return SanitizeResult(out.text, SanitizeReport(
+        prepared.method, prepared.backend.name, doc.alpha, prepared.delta, doc.max_new_tokens,
+        len(out.token_ids), out.stop_reason, _guarantee(prepared.method, doc.max_new_tokens), doc.groups,
+        prepared.decoding.constraints(), doc.private_labels), diagnostics)
 
 
 def _guarantee(method: str, limit: int) -> str:
