@@ -344,6 +344,7 @@ class FusionJob:
                 self.beta_t[i, :len(d.betas)] = torch.tensor(d.betas, dtype=torch.float64)
                 self.mask_t[i, :len(d.betas)] = True
         self.padded = not bool(self.mask_t.all())  # else the mechanism needs no group mask
+        self._tables: dict[torch.device, tuple[torch.Tensor, torch.Tensor]] = {}  # beta_t, mask_t per device
 
     def _ledger(self, doc: PreparedDocument) -> Ledger | None:
         """A document's ledger, holding its certified epsilon per group."""
@@ -365,17 +366,19 @@ class FusionJob:
             return MechanismStep(torch.log_softmax(logits[:, 0].float() / temperature, -1), {})  # (Na, V)
         if logits.shape[1] == 1:  # only documents without groups: one masked stand-in row, so p_pub
             logits = logits.expand(-1, 2, -1)  # comes out of the mechanism exactly as in a wider batch
-        d = docs.cpu()
-        betas = self.beta_t[d][:, :logits.shape[1] - 1].to(logits.device)  # (Na, m)
-        mask = self.mask_t[d][:, :logits.shape[1] - 1].to(logits.device)  # (Na, m)
-        order = self.order_of[d]  # (Na,)
+        if docs.device not in self._tables:  # copied once per device, not per step (no host read)
+            self._tables[docs.device] = (self.beta_t.to(docs.device), self.mask_t.to(docs.device))
+        beta_t, mask_t = self._tables[docs.device]
+        betas = beta_t[docs][:, :logits.shape[1] - 1].to(logits.device)  # (Na, m)
+        mask = mask_t[docs][:, :logits.shape[1] - 1].to(logits.device)  # (Na, m)
         if len(self.mechanisms) == 1:
             return self.mechanisms[0].step(logits, betas=betas, group_mask=mask if self.padded else None,
                                            temperature=temperature)
+        order = self.order_of[docs.cpu()]  # (Na,): several orders, which documents each takes (a host read)
         parts = [(rows, self.mechanisms[k].step(logits[rows], betas=betas[rows], group_mask=mask[rows],
                                                 temperature=temperature))
                  for k in order.unique().tolist() for rows in [(order == k).nonzero().flatten().to(logits.device)]]
-        return _gather_steps(parts, len(d))
+        return _gather_steps(parts, len(order))
 
     def charge(self, docs: list[int]) -> None:
         """Charge each active document's ledger for one token, before it is sampled."""

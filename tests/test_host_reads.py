@@ -1,0 +1,177 @@
+"""The DP-Fusion step without host reads (docs/performance.md, "The step without host reads").
+
+On the CPU, :func:`host_reads.force_accelerator_path` makes the step take the branch an
+accelerator takes, and :class:`host_reads.HostReads` counts what it reads back: one read per
+step (the sampled ids), and the released distributions equal those of the CPU path.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import tinylm
+from host_reads import HostReads, force_accelerator_path
+from tokendp.divergence import mollify_detailed
+from tokendp.generation import generate, make_generator, make_generators
+from tokendp.mechanisms import DPFusion, PMixED
+from tokendp.sampling import sample_ids
+from tokendp.errors import InvalidParameterError
+
+V, M = 512, 5
+
+
+def lm_logits(seed: int, n: int = 3, m: int = M, vocab: int = V) -> torch.Tensor:
+    """(n, 1+m, V) float32 LM-like logits: private rows near the public one, some equal to it."""
+    g = torch.Generator().manual_seed(seed)
+    pub = torch.randn(n, 1, vocab, generator=g) * 3.0
+    priv = pub + torch.randn(n, m, vocab, generator=g) * torch.rand(n, m, 1, generator=g) * 4.0
+    priv[:, -1] = pub[:, 0]  # a neighbour's row: exactly the public one
+    return torch.cat((pub, priv), 1)
+
+
+def one_step(alpha: float, logits: torch.Tensor, betas: torch.Tensor, mask: torch.Tensor | None):
+    out = DPFusion(alpha).step(logits, betas=betas, group_mask=mask)
+    return out, sample_ids(out.logprobs, make_generators(0, logits.shape[0]))
+
+
+CASES = [
+    (2.0, None), (2.0, "ragged"), (3.5, None), (3.5, "ragged"), (5.0, None),
+]
+
+
+def _inputs(mask_kind, seed=0):
+    logits = lm_logits(seed)
+    betas = torch.tensor([[0.01, 0.03, 0.05, 0.0, 0.02]] * logits.shape[0], dtype=torch.float64)
+    mask = None
+    if mask_kind == "ragged":
+        mask = torch.tensor([[True] * 5, [True, True, False, False, False], [False] * 5])
+    return logits, betas, mask
+
+
+@pytest.mark.parametrize("alpha,mask_kind", CASES)
+def test_one_step_reads_the_sampled_ids_only(alpha, mask_kind, monkeypatch):
+    """The accelerator path of mechanism + exact sampler reads the device once (the ids)."""
+    logits, betas, mask = _inputs(mask_kind)
+    force_accelerator_path(monkeypatch)
+    reads = HostReads().install(monkeypatch)
+    with reads:
+        one_step(alpha, logits, betas, mask)
+    assert dict(reads.sites) == {"sampling.py:sample_ids:tolist": 1}
+
+
+@pytest.mark.parametrize("alpha,mask_kind", CASES)
+def test_the_cpu_path_reads_to_stop_early(alpha, mask_kind, monkeypatch):
+    """The detector sees the CPU's free reads (so the test above can fail)."""
+    logits, betas, mask = _inputs(mask_kind)
+    reads = HostReads().install(monkeypatch)
+    with reads:
+        one_step(alpha, logits, betas, mask)
+    assert reads.count > 1
+
+
+@pytest.mark.parametrize("alpha,mask_kind", CASES)
+def test_both_paths_release_the_same_distribution(alpha, mask_kind, monkeypatch):
+    """Same inputs, same lam, divergence bounds, log-probabilities and tokens, bit for bit."""
+    logits, betas, mask = _inputs(mask_kind)
+    cpu, cpu_ids = one_step(alpha, logits, betas, mask)
+    force_accelerator_path(monkeypatch)
+    acc, acc_ids = one_step(alpha, logits, betas, mask)
+    assert torch.equal(cpu.logprobs, acc.logprobs)
+    for key in ("lam", "divergence"):
+        assert torch.equal(cpu.diagnostics[key], acc.diagnostics[key])
+    assert cpu_ids == acc_ids
+
+
+def test_pmixed_step_reads_nothing_but_its_draws(monkeypatch):
+    """PMixED's step (its Poisson draws stay on the generator's device) reads nothing back."""
+    logits = lm_logits(3, n=2, m=6)
+    force_accelerator_path(monkeypatch)
+    reads = HostReads().install(monkeypatch)
+    with reads:
+        PMixED(alpha=3.0, sample_rate=0.5, beta=0.1).step(logits, generator=make_generator(1))
+    assert reads.count == 0, dict(reads.sites)
+
+
+def test_a_bad_beta_raises_on_the_cpu_and_releases_public_on_accelerators(monkeypatch):
+    """Where reads are free a bad cap raises; on accelerators it is masked to lam = 0 (sound),
+    and DPFusion.event refuses it on the host before anything is charged."""
+    logits, betas, _ = _inputs(None)
+    betas[0, 1] = float("nan")
+    with pytest.raises(InvalidParameterError):
+        DPFusion(2.0).step(logits, betas=betas)
+    force_accelerator_path(monkeypatch)
+    out = DPFusion(2.0).step(logits, betas=betas)
+    assert out.diagnostics["lam"][0, 1] == 0.0
+    with pytest.raises(InvalidParameterError):
+        DPFusion(2.0).event(betas={"A": 0.05, "B": float("nan")})
+
+
+def test_tiny_caps_stay_certified_on_the_accelerator_path(monkeypatch):
+    """Where the CPU searches in float64 (caps below the float32 margins, or (alpha-1) cap > 1),
+    the accelerator path searches in float32: its lam may differ but still meets every cap."""
+    logits = lm_logits(5)
+    logp = torch.log_softmax(logits, -1)
+    cap = torch.tensor([1e-6, 1e-4, 0.3, 0.9, 2.0], dtype=torch.float64)
+    force_accelerator_path(monkeypatch)
+    found = mollify_detailed(logp[:, 1:], logp[:, 0], alpha=3.5, cap=cap)
+    assert bool((found.divergence <= cap).all())
+    assert bool((found.lam[:, :4] > 0).all())  # the last row equals the public one: lam = 1
+    from tokendp.divergence import symmetric_renyi_divergence
+    mixed = torch.logsumexp(torch.stack((found.lam.double().unsqueeze(-1).log() + logp[:, 1:].double(),
+                                         (1 - found.lam.double()).unsqueeze(-1).log() + logp[:, :1].double())), 0)
+    assert bool((symmetric_renyi_divergence(mixed, logp[:, :1].double(), 3.5) <= cap * (1 + 1e-9)).all())
+
+
+OPTIONS = {"placeholder": "_", "prompt": "{text}"}
+
+
+@pytest.mark.parametrize("alpha", [2.0, 3.5])
+def test_a_decode_step_reads_the_device_once(alpha, monkeypatch):
+    """generate() over the tiny model on the accelerator path: every step (layout, mechanism,
+    exact sampler, both documents at once) reads once, the append (the backend's extend) never, and the tokens equal
+    the CPU path's."""
+    from tokendp import fusion  # noqa: F401
+    from tokendp.backends import RowSequence
+    from tokendp.generation import _Loop
+
+    backend = tinylm.backend(OPTIONS)
+    rows = [[5, 6, 7, 8, 9], [5, 6, 11, 12, 9], [5, 13, 7, 8, 9], [5, 6, 7, 8, 9]]
+    sequences = [RowSequence.from_ids(rows), RowSequence.from_ids(rows[:2])]
+    mech = DPFusion(alpha)
+    betas = torch.tensor([[0.05, 0.1, 0.05], [0.05, 0.0, 0.0]], dtype=torch.float64)
+    mask = torch.tensor([[True, True, True], [True, False, False]])
+
+    def step(logits, docs, temperature):
+        return mech.step(logits, betas=betas[docs][:, :logits.shape[1] - 1],
+                         group_mask=mask[docs][:, :logits.shape[1] - 1], temperature=temperature)
+
+    def run():
+        return [g.token_ids for g in generate(backend, sequences, step, max_new_tokens=6,
+                                        generator=make_generators(0, 2), eos_ids=[])]
+
+    expected = run()
+    force_accelerator_path(monkeypatch)
+    reads = HostReads().install(monkeypatch)
+    steps, extends = [], []
+    token, extend = _Loop._token, type(backend).extend
+
+    def counted_token(loop, *args):
+        reads.reset()
+        with reads:
+            out = token(loop, *args)
+        steps.append(dict(reads.sites))
+        return out
+
+    def counted_extend(self, *args):
+        reads.reset()
+        with reads:
+            out = extend(self, *args)
+        extends.append(dict(reads.sites))
+        return out
+
+    monkeypatch.setattr(_Loop, "_token", counted_token)
+    monkeypatch.setattr(type(backend), "extend", counted_extend)
+    assert run() == expected
+    assert len(steps) == 6 and all(s == {"sampling.py:sample_ids:tolist": 1} for s in steps), steps
+    assert extends and all(e == {} for e in extends), extends
