@@ -221,16 +221,15 @@ def _float32_search(logp_priv: Tensor, logp_pub: Tensor, alpha: float, cap: Tens
     (the public distribution, the caps, alpha): so every group's result is the same whatever
     the other groups' private rows hold.
 
-    Where reads are not free (accelerators), from the dtypes and alpha alone: float32 inputs
-    always search in float32 there, with no host read. Where the CPU would have searched in
-    float64 (a public log-probability below the float32 normal range, or caps outside the
-    margins tested here), the float32 answer may be further from the optimum, and the float64
-    certificate of :func:`_certify` steps it down if it must: every lam still meets its cap.
+    Where reads are not free (accelerators) the answer is always False: the test reads the
+    device, and a float32 search run where it fails (a public log-probability below the float32
+    normal range, large or tiny caps) is certified but can land far below the optimum. The
+    float64 search has no such case, and needs no certificate pass.
     """
     if alpha == 2.0 or logp_priv.dtype != torch.float32 or logp_pub.dtype != torch.float32:
         return False
     if not _device.reads_are_free(cap):
-        return True
+        return False
     active = cap[cap > 0]
     safe = (logp_pub.amin() >= _FLOAT32_LOG_MIN) & (_float32_margin(alpha, active) <= 1e-3).all()
     return bool(safe & ((alpha - 1.0) * active <= 1.0).all())
@@ -279,9 +278,7 @@ def _with_search_data(prob: _Problem, logp_priv: Tensor, logp_pub: Tensor) -> _P
     if _float32_search(logp_priv, logp_pub, prob.alpha, prob.cap):
         r32 = r.to(torch.float32)
         float32 = _Float32Copies(r32 + 1.0, r32, prob.q.to(torch.float32))
-        # Clamped for the accelerators' unconditional float32 search (tiny caps); where the test
-        # of _float32_search passes, the margin is at most 1e-3 and the clamp never binds.
-        level = level * (1.0 - _AIM32 - _float32_margin(prob.alpha, prob.cap)).clamp_min(0.5)
+        level = level * (1.0 - _AIM32 - _float32_margin(prob.alpha, prob.cap))
     return replace(prob, level=level, moments=moments, skew=skew, float32=float32)
 
 
