@@ -41,3 +41,28 @@ def test_small_scale_runs_and_reports_every_ratio(capsys):
     for key in ("ratio_tokendp_over_passes", "ratio_tokendp_over_forward", "step_share_of_pass", "tokens_per_second"):
         assert result[key] > 0
     assert '"tokens_per_second"' in capsys.readouterr().out
+
+
+def _reference_bench():
+    path = BENCH.parent / "reference_dpfusion.py"
+    spec = importlib.util.spec_from_file_location("bench_reference_dpfusion", path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["bench_reference_dpfusion"] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_reference_benchmark_skips_cleanly_without_dp_fusion_lib(monkeypatch, capsys):
+    bench = _reference_bench()
+    monkeypatch.setattr(bench, "reference_module", lambda: None)
+    assert set(bench.main(["--model", "small"])) == {"skipped"}
+    assert '"skipped"' in capsys.readouterr().out
+
+
+def test_the_reference_benchmark_runs_where_dp_fusion_lib_is_installed():
+    import pytest
+
+    pytest.importorskip("dp_fusion_lib")
+    result = _reference_bench().main(["--model", "small", "--layers", "1", "--threads", "1", "--docs", "2",
+                                      "--groups", "2", "--prompt-tokens", "16", "--new-tokens", "3", "--repeats", "1"])
+    assert result["ratio_tokendp_one_over_reference"] > 0
