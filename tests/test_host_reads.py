@@ -183,3 +183,46 @@ def test_a_decode_step_reads_the_device_once(alpha, monkeypatch):
     assert run() == expected
     assert len(steps) == 6 and all(s == {"sampling.py:sample_ids:tolist": 1} for s in steps), steps
     assert extends and all(e == {} for e in extends), extends
+
+
+SANITIZE_OPTIONS = {"prompt_template": "<|doc|>{document}<|rewrite|>", "placeholder": "<|mask|>"}
+
+
+@pytest.mark.parametrize("extras", [{}, {"epsilon": 8.0}, {"no_repeat_ngram_size": 3, "repetition_penalty": 1.2}])
+def test_the_sanitize_job_reads_the_device_once_per_step(extras, monkeypatch):
+    """sanitize_batch end to end on the accelerator's path (two documents with different group
+    counts, the job's own step: its beta tables, its masks; with --epsilon the chosen order; with
+    the public logits processors): one read per decode step, the same rewrites as on the CPU path."""
+    from tokendp.generation import _Loop
+    from tokendp.jobs.sanitize import sanitize_batch
+    from tokendp.text.spans import Span
+
+    backend = tinylm.backend(SANITIZE_OPTIONS)
+    texts = ["Ann Lee met Bob in Paris on 3 May.", "Carl Dunn wrote to the court."]
+    spans = [[Span(0, 7, "PERSON"), Span(12, 15, "PERSON"), Span(19, 24, "LOC"), Span(28, 33, "DATETIME")],
+             [Span(0, 9, "PERSON")]]
+    settings = {"beta": 0.05, "alpha": 2.0} if "epsilon" not in extras else {}
+    kwargs = dict(spans=spans, model=backend, max_new_tokens=5, seed=0, speculative=False, **settings, **extras)
+    expected = [r.text for r in sanitize_batch(texts, **kwargs)]
+    force_accelerator_path(monkeypatch)
+    reads = HostReads().install(monkeypatch)
+    steps = []
+    token = _Loop._token
+
+    def counted_token(loop, flat, docs):
+        reads.reset()
+        with reads:
+            out = token(loop, flat, docs)
+        steps.append((tuple(docs), dict(reads.sites)))
+        return out
+
+    monkeypatch.setattr(_Loop, "_token", counted_token)
+    assert [r.text for r in sanitize_batch(texts, **kwargs)] == expected
+    assert len(steps) >= 5
+    several_orders = "epsilon" in extras  # the two documents' own orders differ (3 groups and 1)
+    for i, (docs, sites) in enumerate(steps):
+        assert sites.pop("sampling.py:sample_ids:tolist") == 1, steps
+        if several_orders and (i == 0 or docs != steps[i - 1][0]):  # which documents each order takes:
+            assert sites and all(s.startswith("fusion.py:") for s in sites), steps  # once per set of documents
+        else:
+            assert sites == {}, steps

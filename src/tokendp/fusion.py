@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import weakref
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any, Literal
@@ -345,6 +346,7 @@ class FusionJob:
                 self.mask_t[i, :len(d.betas)] = True
         self.padded = not bool(self.mask_t.all())  # else the mechanism needs no group mask
         self._tables: dict[torch.device, tuple[torch.Tensor, torch.Tensor]] = {}  # beta_t, mask_t per device
+        self._parts: tuple[weakref.ref, list[tuple[int, torch.Tensor]]] | None = None  # see _partition
 
     def _ledger(self, doc: PreparedDocument) -> Ledger | None:
         """A document's ledger, holding its certified epsilon per group."""
@@ -374,11 +376,21 @@ class FusionJob:
         if len(self.mechanisms) == 1:
             return self.mechanisms[0].step(logits, betas=betas, group_mask=mask if self.padded else None,
                                            temperature=temperature)
-        order = self.order_of[docs.cpu()]  # (Na,): several orders, which documents each takes (a host read)
         parts = [(rows, self.mechanisms[k].step(logits[rows], betas=betas[rows], group_mask=mask[rows],
                                                 temperature=temperature))
-                 for k in order.unique().tolist() for rows in [(order == k).nonzero().flatten().to(logits.device)]]
-        return _gather_steps(parts, len(order))
+                 for k, rows in self._partition(docs, logits.device)]
+        return _gather_steps(parts, len(docs))
+
+    def _partition(self, docs: torch.Tensor, device: torch.device) -> list[tuple[int, torch.Tensor]]:
+        """(mechanism index, positions in ``docs`` # (n_k,) on ``device``) for each order among
+        the active documents. Read from the device once per ``docs`` tensor: the decoding loop
+        passes the same tensor while the set of active documents stays (held by a weak
+        reference, so a new tensor is never mistaken for it)."""
+        if self._parts is None or self._parts[0]() is not docs:
+            order = self.order_of[docs.cpu()]  # (Na,): a host read, once per set of documents
+            self._parts = (weakref.ref(docs), [(k, (order == k).nonzero().flatten().to(device))
+                                               for k in order.unique().tolist()])
+        return self._parts[1]
 
     def charge(self, docs: list[int]) -> None:
         """Charge each active document's ledger for one token, before it is sampled."""

@@ -242,13 +242,11 @@ class _Loop:
         for j in range(pending.shape[1]):
             docs = [self.running[k] for k in verifying]
             if len(verifying) == len(self.running):
-                flat, row_sequence = pending[:, j], state.row_sequence  # (Rtot, V): a view
+                flat = pending[:, j]  # (Rtot, V): a view
             else:
                 index = torch.tensor([r for k in verifying for r in range(starts[k], starts[k + 1])])
                 flat = pending[index.to(pending.device), j]  # (Rv, V)
-                counts = torch.tensor([self.rows[i] for i in docs])  # (Nv,)
-                row_sequence = torch.repeat_interleave(torch.arange(len(docs)), counts)  # (Rv,)
-            tokens = self._token(flat, row_sequence, docs)
+            tokens = self._token(flat, docs)
             for k, tok in zip(verifying, tokens):
                 released[k], last[k] = released[k] + 1, tok
             self._append(docs, tokens)
@@ -258,11 +256,12 @@ class _Loop:
                 break
         return released, last
 
-    def _token(self, flat: torch.Tensor, row_sequence: torch.Tensor, docs: list[int]) -> list[int]:
-        """One step of the one-token loop for ``docs``: logits ``# (Rv, V)`` of their rows ->
-        processor, layout, mechanism, charge, one exact draw per document (on the host)."""
+    def _token(self, flat: torch.Tensor, docs: list[int]) -> list[int]:
+        """One step of the one-token loop for ``docs``: logits ``# (Rv, V)`` of their rows (each
+        document's together, in order) -> processor, layout, mechanism, charge, one exact draw
+        per document (on the host)."""
         if self.processor is not None:  # public: the released ids only, every row alike
-            flat = apply_to_rows(self.processor, flat, row_sequence, [self.outputs[d] for d in docs])
+            flat = apply_to_rows(self.processor, flat, [self.rows[d] for d in docs], [self.outputs[d] for d in docs])
         logits = _layout(flat, [self.rows[d] for d in docs], [self.twins[d] for d in docs])
         index = self._docs_index(docs, flat.device)
         out = self.step(logits, index, self.temperature if self.temperature > 0 else 1.0)
