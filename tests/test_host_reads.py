@@ -12,7 +12,6 @@ import torch
 
 import tinylm
 from host_reads import HostReads, force_accelerator_path
-from tokendp.divergence import mollify_detailed
 from tokendp.generation import generate, make_generator, make_generators
 from tokendp.mechanisms import DPFusion, PMixED
 from tokendp.sampling import sample_ids
@@ -139,7 +138,6 @@ def test_a_decode_step_reads_the_device_once(alpha, monkeypatch):
     """generate() over the tiny model on the accelerator path: every step (layout, mechanism,
     exact sampler, both documents at once) reads once, the append (the backend's extend) never, and the tokens equal
     the CPU path's."""
-    from tokendp import fusion  # noqa: F401
     from tokendp.backends import RowSequence
     from tokendp.generation import _Loop
 
