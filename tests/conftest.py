@@ -17,3 +17,14 @@ def tiny(request):
 def copier(request):
     """:class:`tinylm.CopyLM`, the "perfect copier", with the module's ``OPTIONS``."""
     return tinylm.backend(request.module.OPTIONS, copier=True)
+
+
+@pytest.fixture(params=["cpu", "accelerator"])
+def step_path(request, monkeypatch):
+    """Run the test on the CPU's path of the step, then on the accelerator's (forced on the CPU
+    by :func:`host_reads.force_accelerator_path`: no early exits, no host reads)."""
+    if request.param == "accelerator":
+        from host_reads import force_accelerator_path
+
+        force_accelerator_path(monkeypatch)
+    return request.param

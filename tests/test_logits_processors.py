@@ -63,8 +63,7 @@ def test_the_adjustment_is_the_same_function_for_every_row(seed):
 def test_apply_to_rows_uses_each_sequences_own_released_ids():
     proc = PublicLogitsProcessor(repetition_penalty=2.0)
     logits = torch.ones(5, 4)  # (Rtot, V)
-    row_sequence = torch.tensor([0, 0, 0, 1, 1])
-    out = apply_to_rows(proc, logits, row_sequence, [[1], [2, 3]])
+    out = apply_to_rows(proc, logits, [3, 2], [[1], [2, 3]])
     assert torch.equal(out[:3], torch.tensor([[1.0, 0.5, 1.0, 1.0]] * 3))
     assert torch.equal(out[3:], torch.tensor([[1.0, 1.0, 0.5, 0.5]] * 2))
-    assert apply_to_rows(PublicLogitsProcessor(), logits, row_sequence, [[1], [2]]) is logits
+    assert apply_to_rows(PublicLogitsProcessor(), logits, [3, 2], [[1], [2]]) is logits

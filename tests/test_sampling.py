@@ -15,6 +15,8 @@ from tokendp.generation import make_generator
 from tokendp.generation import sample as generation_sample
 from tokendp.sampling import decide, dyadic_weights, fast_inversion, invert_exactly, sample, sample_to_host
 
+pytestmark = pytest.mark.usefixtures("step_path")  # every test on the CPU path and the accelerator path (tests/host_reads.py)
+
 mpmath = pytest.importorskip("mpmath")
 
 ETA = 2.0**-43  # the documented bound on |W_y / exp(l_y - M) - 1|

@@ -76,10 +76,10 @@ def engine_joint(backend, monkeypatch, drafter) -> dict[tuple[int, ...], float]:
             y = paths[doc][len(released[doc])]
             prob[doc] *= math.exp(float(logprobs[row, y]))
             out.append(y)
-        return torch.tensor(out)
+        return out
 
     released = [[] for _ in paths]
-    monkeypatch.setattr(generation, "sample_to_host", forced)
+    monkeypatch.setattr(generation, "sample_ids", forced)
     generate(backend, [SEQ] * len(paths), step, max_new_tokens=T, generator=make_generator(0), eos_ids=[],
              drafter=drafter, on_token=lambda doc, tok: released[doc].append(tok))
     assert [tuple(r) for r in released] == paths

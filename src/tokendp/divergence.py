@@ -25,17 +25,19 @@ from dataclasses import dataclass, replace
 import torch
 from torch import Tensor
 
+import tokendp._device as _device
 from tokendp.accounting._checks import check_order
 from tokendp.errors import InvalidInputError, InvalidParameterError
 
 __all__ = [
-    "Mollification", "mollify", "mollify_detailed", "mollify_with_divergence", "normalisation_bound", "renyi_divergence",
+    "Mollification", "mollify", "mollify_checked", "mollify_detailed", "mollify_with_divergence", "normalisation_bound", "renyi_divergence",
     "symmetric_renyi_divergence",
 ]
 
 _SEARCH_PASSES = 6
 """Batched passes over the vocabulary after the first one: a fixed number, with no host sync
-(on the CPU the loop stops early once every bracket is closed, which changes no result)."""
+(where reads are free, :func:`tokendp._device.reads_are_free`, the loop stops early once every
+bracket is closed, which changes no result)."""
 
 
 _CLOSED = 1e-6
@@ -194,7 +196,7 @@ def _ratios(logp_priv: Tensor, logp_pub: Tensor) -> Tensor:
     """
     e = torch.empty(logp_priv.shape, dtype=torch.float64, device=logp_priv.device).copy_(logp_priv)  # never the input
     e.sub_(logp_pub.to(torch.float64).unsqueeze(-2)).exp_()  # (..., m, V)
-    if e.device.type != "cpu" or bool((logp_pub == -math.inf).any()):  # NaN needs Q = 0 somewhere
+    if not _device.reads_are_free(e) or bool((logp_pub == -math.inf).any()):  # NaN needs Q = 0 somewhere
         e.nan_to_num_(nan=1.0, posinf=math.inf)
     return e
 
@@ -217,8 +219,16 @@ _FLOAT32_LOG_MIN = math.log(torch.finfo(torch.float32).tiny)
 def _float32_search(logp_priv: Tensor, logp_pub: Tensor, alpha: float, cap: Tensor) -> bool:
     """Whether a search at an order other than 2 may run in float32, from public inputs only
     (the public distribution, the caps, alpha): so every group's result is the same whatever
-    the other groups' private rows hold."""
+    the other groups' private rows hold.
+
+    Where reads are not free (accelerators) the answer is always False: the test reads the
+    device, and a float32 search run where it fails (a public log-probability below the float32
+    normal range, large or tiny caps) is certified but can land far below the optimum. The
+    float64 search has no such case, and needs no certificate pass.
+    """
     if alpha == 2.0 or logp_priv.dtype != torch.float32 or logp_pub.dtype != torch.float32:
+        return False
+    if not _device.reads_are_free(cap):
         return False
     active = cap[cap > 0]
     safe = (logp_pub.amin() >= _FLOAT32_LOG_MIN) & (_float32_margin(alpha, active) <= 1e-3).all()
@@ -238,7 +248,7 @@ def _prepare(logp_priv: Tensor, logp_pub: Tensor, alpha: float, cap: Tensor) -> 
     e = _ratios(logp_priv, logp_pub)  # (..., m, V)
     total = _q_sum(e, q)  # (..., m): sum_y q e = 1 + eps
     forced_zero = ~torch.isfinite(total) | (total <= 0) | (cap <= 0)  # (..., m)
-    if e.device.type != "cpu" or bool(forced_zero.any()):
+    if not _device.reads_are_free(e) or bool(forced_zero.any()):
         e = torch.where(forced_zero.unsqueeze(-1), 1.0, e)  # such a group keeps lam = 0
         total = _q_sum(e, q)
     norm = 1.0 / total  # (..., m): c
@@ -638,7 +648,7 @@ def _search(prob: _Problem, out_dtype: torch.dtype) -> tuple[Tensor, Tensor]:
     """The batched search of :func:`mollify_with_divergence`: (lam, divergence) (..., m) float64."""
     a = prob.alpha
     zero = torch.zeros_like(prob.level)  # (..., m)
-    on_cpu = zero.device.type == "cpu"
+    on_cpu = _device.reads_are_free(zero)  # may read flags to stop early
     hi = torch.where(prob.forced_zero, 0.0, 1.0) + zero
     if a == 2.0:
         evaluate = _evaluate_order2
@@ -689,7 +699,7 @@ def _certify(prob: _Problem, lam: Tensor, out_dtype: torch.dtype) -> tuple[Tenso
     rigorous bounds confirms it, else the largest certified of :data:`_STEP_DOWN` times it, else 0."""
     bound = _symmetric_bound(prob, lam.unsqueeze(-1)).squeeze(-1)  # (..., m)
     ok = bound <= prob.cap
-    if lam.device.type == "cpu" and bool(ok.all()):
+    if _device.reads_are_free(lam) and bool(ok.all()):
         return lam, bound
     steps = torch.tensor(_STEP_DOWN, dtype=torch.float64, device=lam.device)
     tries = _round_down(lam.unsqueeze(-1) * steps, out_dtype)  # (..., m, K)
@@ -801,18 +811,35 @@ def mollify_detailed(
         )
     lead = torch.broadcast_shapes(logp_priv.shape[:-2], logp_pub.shape[:-1])
     group_shape = torch.Size((*lead, logp_priv.shape[-2]))
+    return mollify_checked(logp_priv, logp_pub, alpha=a, cap=_as_cap(cap, group_shape).to(logp_priv.device))
+
+
+def mollify_checked(
+    logp_priv: Tensor,  # (..., m, V)
+    logp_pub: Tensor,  # (..., V)
+    *,
+    alpha: float,
+    cap: Tensor,  # (..., m) float64, finite and >= 0: the caller has checked
+) -> Mollification:
+    """:func:`mollify_detailed` for caps the caller has validated where it built them (finite
+    and >= 0; ``alpha`` a valid order), so that the decoding step reads nothing back from the
+    device (:mod:`tokendp._device`). The results are those of :func:`mollify_detailed`.
+    """
+    lead = torch.broadcast_shapes(logp_priv.shape[:-2], logp_pub.shape[:-1])
+    group_shape = torch.Size((*lead, logp_priv.shape[-2]))
     logp_priv = logp_priv.expand(*group_shape, logp_priv.shape[-1])
     logp_pub = logp_pub.expand(*lead, logp_pub.shape[-1])
     out_dtype = logp_priv.dtype
-    prob = _prepare(logp_priv, logp_pub, a, _as_cap(cap, group_shape).to(logp_priv.device))
+    a = alpha
+    prob = _prepare(logp_priv, logp_pub, a, torch.broadcast_to(cap.to(torch.float64), group_shape))
     whole = _whole(prob)
-    if whole is not None and (whole.device.type != "cpu" or not bool(whole.isfinite().all())):
+    if whole is not None and (not _device.reads_are_free(whole) or not bool(whole.isfinite().all())):
         prob = _with_search_data(prob, logp_priv, logp_pub)
         lam, divergence = _search(prob, out_dtype)
         if prob.float32 is not None:
             lam, divergence = _certify(prob, lam, out_dtype)
         lam, divergence = torch.where(whole.isfinite(), 1.0, lam), torch.where(whole.isfinite(), whole, divergence)
-    elif whole is not None:  # on the CPU, every group meets its cap at lam = 1: nothing to search
+    elif whole is not None:  # where reads are free, every group meets its cap at lam = 1: nothing to search
         lam, divergence = torch.ones_like(whole), whole
     else:
         lam, divergence = _search(prob, out_dtype)

@@ -27,6 +27,7 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import math
+import weakref
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any, Literal
@@ -468,6 +469,8 @@ class FusionJob:
             self.beta_t[i, :m] = torch.tensor(doc.betas, dtype=torch.float64)
             self.mask_t[i, :m] = True
         self.padded = not bool(self.mask_t.all())  # else the mechanism needs no group mask
+        self._tables: dict[torch.device, tuple[torch.Tensor, torch.Tensor]] = {}  # beta_t, mask_t per device
+        self._parts: tuple[weakref.ref, list[tuple[int, torch.Tensor]]] | None = None  # see _partition
 
     def _ledger(self, doc: PreparedDocument) -> Ledger | None:
         """A document's ledger, holding its certified epsilon per group."""
@@ -484,17 +487,30 @@ class FusionJob:
             return MechanismStep(torch.log_softmax(logits[:, 0].float() / temperature, -1), {})  # (Na, V)
         if logits.shape[1] == 1:  # only documents without groups: one masked stand-in row, so p_pub
             logits = logits.expand(-1, 2, -1)  # comes out of the mechanism exactly as in a wider batch
-        d = docs.cpu()
-        betas = self.beta_t[d][:, :logits.shape[1] - 1].to(logits.device)  # (Na, m)
-        mask = self.mask_t[d][:, :logits.shape[1] - 1].to(logits.device)  # (Na, m)
-        order = self.order_of[d]  # (Na,), on the host
-        if len(self.mechanisms) == 1 or bool((order == order[0]).all()):  # one order among the active documents
-            return self.mechanisms[int(order[0])].step(logits, betas=betas, group_mask=mask if self.padded else None,
-                                                       temperature=temperature)
+        if docs.device not in self._tables:  # copied once per device, not per step (no host read)
+            self._tables[docs.device] = (self.beta_t.to(docs.device), self.mask_t.to(docs.device))
+        beta_t, mask_t = self._tables[docs.device]
+        betas = beta_t[docs][:, :logits.shape[1] - 1].to(logits.device)  # (Na, m)
+        mask = mask_t[docs][:, :logits.shape[1] - 1].to(logits.device)  # (Na, m)
+        orders = [(0, docs)] if len(self.mechanisms) == 1 else self._partition(docs, logits.device)
+        if len(orders) == 1:  # one order among the active documents: one call, nothing to gather
+            return self.mechanisms[orders[0][0]].step(logits, betas=betas, group_mask=mask if self.padded else None,
+                                                      temperature=temperature)
         parts = [(rows, self.mechanisms[k].step(logits[rows], betas=betas[rows], group_mask=mask[rows],
                                                 temperature=temperature))
-                 for k in order.unique().tolist() for rows in [(order == k).nonzero().flatten().to(logits.device)]]
-        return _gather_steps(parts, len(d))
+                 for k, rows in orders]
+        return _gather_steps(parts, len(docs))
+
+    def _partition(self, docs: torch.Tensor, device: torch.device) -> list[tuple[int, torch.Tensor]]:
+        """(mechanism index, positions in ``docs`` # (n_k,) on ``device``) for each order among
+        the active documents. Read from the device once per ``docs`` tensor: the decoding loop
+        passes the same tensor while the set of active documents stays (held by a weak
+        reference, so a new tensor is never mistaken for it)."""
+        if self._parts is None or self._parts[0]() is not docs:
+            order = self.order_of[docs.cpu()]  # (Na,): a host read, once per set of documents
+            self._parts = (weakref.ref(docs), [(k, (order == k).nonzero().flatten().to(device))
+                                               for k in order.unique().tolist()])
+        return self._parts[1]
 
     def charge(self, docs: list[int]) -> None:
         """Charge each active document's ledger for one token, before it is sampled."""

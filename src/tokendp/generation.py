@@ -16,9 +16,12 @@ The number of steps T = ``max_new_tokens`` is fixed before generation; a privacy
 certificate must count all T tokens even when a document stops early (on EOS or a stop
 string), because the stopping time itself depends on the private text.
 
-The only host-device synchronisation per step is the transfer of the N sampled token ids,
-which the host needs for stop checks and streaming (:func:`tokendp.sampling.sample_to_host`,
-an exact draw from the step's distribution however small its probabilities).
+The only host read per step is the transfer of the N sampled token ids, which the host needs
+for stop checks and streaming (:func:`tokendp.sampling.sample_ids`, an exact draw from the
+step's distribution however small its probabilities); the step itself reads nothing back from
+an accelerator (docs/performance.md, "The step without host reads"). The index of the active
+documents and the row layout are copied to the device once per set of active documents, not
+per step.
 
 Speculative decoding (``drafter=``, docs/privacy.md "Speculative decoding"). A forward pass
 may run, after each document's last released token, K tokens guessed from public data
@@ -34,6 +37,7 @@ sampler are called once per released token, as without drafts; only the passes a
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import itertools
 import json
@@ -49,7 +53,7 @@ from tokendp.backends import DecodeState, HFBackend, RowSequence
 from tokendp.drafts import Drafter
 from tokendp.errors import InvalidParameterError
 from tokendp.logits_processors import PublicLogitsProcessor, apply_to_rows
-from tokendp.sampling import Generators, sample, sample_to_host  # noqa: F401 (sample: re-exported)
+from tokendp.sampling import Generators, sample, sample_ids  # noqa: F401 (sample: re-exported)
 
 StopReason = Literal["eos", "stop_string", "max_new_tokens"]
 MIN_TEMPERATURE = 1e-3  # below this, float32 logits / temperature overflow to inf and nothing can be sampled
@@ -303,6 +307,7 @@ class _Loop:
         self.running = list(range(len(sequences)))  # the documents in the backend's state, in its order
         self.active = set(self.running)  # the documents not finished (a subset of running during a round)
         self.sums: dict[str, torch.Tensor] = {}
+        self._index: tuple[tuple[int, ...], torch.Tensor] | None = None  # the last docs, on the device
 
     def verify(self, state: DecodeState, pending: torch.Tensor, guesses: Sequence[Sequence[int]]
                ) -> tuple[list[int], list[int]]:
@@ -323,13 +328,11 @@ class _Loop:
         for j in range(pending.shape[1]):
             docs = [self.running[k] for k in verifying]
             if len(verifying) == len(self.running):
-                flat, row_sequence = pending[:, j], state.row_sequence  # (Rtot, V): a view
+                flat = pending[:, j]  # (Rtot, V): a view
             else:
                 index = torch.tensor([r for k in verifying for r in range(starts[k], starts[k + 1])])
                 flat = pending[index.to(pending.device), j]  # (Rv, V)
-                counts = torch.tensor([self.rows[i] for i in docs])  # (Nv,)
-                row_sequence = torch.repeat_interleave(torch.arange(len(docs)), counts)  # (Rv,)
-            tokens = self._token(flat, row_sequence, docs)
+            tokens = self._token(flat, docs)
             for k, tok in zip(verifying, tokens):
                 released[k], last[k] = released[k] + 1, tok
             self._append(docs, tokens)
@@ -339,19 +342,27 @@ class _Loop:
                 break
         return released, last
 
-    def _token(self, flat: torch.Tensor, row_sequence: torch.Tensor, docs: list[int]) -> list[int]:
-        """One step of the one-token loop for ``docs``: logits ``# (Rv, V)`` of their rows ->
-        processor, layout, mechanism, charge, one exact draw per document (on the host)."""
+    def _token(self, flat: torch.Tensor, docs: list[int]) -> list[int]:
+        """One step of the one-token loop for ``docs``: logits ``# (Rv, V)`` of their rows (each
+        document's together, in order) -> processor, layout, mechanism, charge, one exact draw
+        per document (on the host)."""
         if self.processor is not None:  # public: the released ids only, every row alike
-            flat = apply_to_rows(self.processor, flat, row_sequence, [self.outputs[d] for d in docs])
+            flat = apply_to_rows(self.processor, flat, [self.rows[d] for d in docs], [self.outputs[d] for d in docs])
         logits = _layout(flat, [self.rows[d] for d in docs], [self.twins[d] for d in docs])
-        index = torch.tensor(docs, device=flat.device)
+        index = self._docs_index(docs, flat.device)
         out = self.step(logits, index, self.temperature if self.temperature > 0 else 1.0)
         _accumulate(self.sums, out.diagnostics, index, len(self.outputs))
         if self.charge is not None:
             self.charge(list(docs))
         streams = self.generator if isinstance(self.generator, torch.Generator) else [self.generator[d] for d in docs]
-        return sample_to_host(out.logprobs, streams, greedy=self.temperature == 0).tolist()  # (Nv,)
+        return sample_ids(out.logprobs, streams, greedy=self.temperature == 0)  # (Nv,): the step's one host read
+
+    def _docs_index(self, docs: list[int], device: torch.device) -> torch.Tensor:
+        """``docs`` as an int64 tensor on ``device``, copied once while the set of documents stays."""
+        key = tuple(docs)
+        if self._index is None or self._index[0] != key or self._index[1].device != device:
+            self._index = (key, torch.tensor(docs, device=device))
+        return self._index[1]
 
     def _append(self, docs: list[int], tokens: list[int]) -> None:
         """Append each document's token, stream it, and retire the documents that stopped."""
@@ -402,11 +413,14 @@ def _layout(flat: torch.Tensor, rows_per_sequence: Sequence[int], twins: Sequenc
     """Flat logits ``# (Rtot, V)`` -> ``# (N, R, V)``; a view when all sequences have R rows and no twins."""
     if len(set(rows_per_sequence)) == 1 and not any(twins):
         return flat.view(len(rows_per_sequence), rows_per_sequence[0], flat.shape[-1])
-    return flat[_gather_index(rows_per_sequence, twins, flat.device)]
+    return flat[_gather_index(tuple(rows_per_sequence), tuple(twins), flat.device)]
 
 
-def _gather_index(rows_per_sequence: Sequence[int], twins: Sequence[tuple[int, ...]], device: torch.device) -> torch.Tensor:
-    """Flat row index of (sequence, row) ``# (N, R)``; padding rows and twins of the public row point at it."""
+@functools.lru_cache(maxsize=16)
+def _gather_index(rows_per_sequence: tuple[int, ...], twins: tuple[tuple[int, ...], ...], device: torch.device) -> torch.Tensor:
+    """Flat row index of (sequence, row) ``# (N, R)``; padding rows and twins of the public row
+    point at it. Cached: the same layout is copied to the device once, not at every step (the
+    result is only read)."""
     width = max(rows_per_sequence)
     starts = torch.cumsum(torch.tensor([0, *rows_per_sequence[:-1]]), 0)  # (N,)
     counts = torch.tensor(rows_per_sequence)  # (N,)

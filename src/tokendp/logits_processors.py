@@ -20,7 +20,7 @@ ids such as the public row's), computes ONE adjustment from them, and broadcasts
 - :func:`min_new_tokens` : end-of-sequence tokens get -inf until ``min_tokens`` are released.
 
 :class:`PublicLogitsProcessor` bundles them; :func:`apply_to_rows` applies one to flat rows of
-several sequences (the engine's ``(Rtot, V)`` layout with ``row_sequence``).
+several sequences (the engine's ``(Rtot, V)`` layout, each sequence's rows together).
 
 The engine applies one (``tokendp.generation.generate(logits_processor=...)``) to the flat
 logits ``# (Rtot, V)`` right after each forward pass and BEFORE the mechanism mixes the rows,
@@ -129,16 +129,17 @@ class PublicLogitsProcessor:
         return logits
 
 
-def apply_to_rows(processor: PublicLogitsProcessor, logits: torch.Tensor, row_sequence: torch.Tensor,
+def apply_to_rows(processor: PublicLogitsProcessor, logits: torch.Tensor, rows_per_sequence: Sequence[int],
                   generated: Sequence[Sequence[int]]) -> torch.Tensor:
-    """Apply ``processor`` to flat rows ``# (Rtot, V)``; row r belongs to sequence
-    ``row_sequence[r]`` and gets that sequence's adjustment (the same for all its rows)."""
+    """Apply ``processor`` to flat rows ``# (Rtot, V)``: sequence n owns the next
+    ``rows_per_sequence[n]`` rows (the engine's layout, in order) and all of them get its
+    adjustment. Slices from host integers: nothing is read back from the device."""
     if not processor.active:
         return logits
     out = logits.clone()
-    seq = row_sequence.to(logits.device)
-    for n, released in enumerate(generated):
-        rows = (seq == n).nonzero().squeeze(-1)
-        if rows.numel():
-            out[rows] = processor(logits[rows], released)
+    start = 0
+    for count, released in zip(rows_per_sequence, generated):
+        if count:
+            out[start:start + count] = processor(logits[start:start + count], released)
+        start += count
     return out

@@ -37,7 +37,7 @@ from torch import Tensor
 
 from tokendp.errors import InvalidInputError
 
-__all__ = ["sample", "sample_to_host"]
+__all__ = ["sample", "sample_ids", "sample_to_host"]
 
 Generators = torch.Generator | Sequence[torch.Generator]  # one stream for all rows, or one per row
 
@@ -73,34 +73,43 @@ def sample(logprobs: Tensor, generator: Generators, *, greedy: bool = False) -> 
 
 def sample_to_host(logprobs: Tensor, generator: Generators, *, greedy: bool = False,
                    _force_exact: bool = False) -> Tensor:
-    """As :func:`sample`, returning the tokens ``# (N,)`` int64 on the CPU after one host
-    transfer (tokens and row status together). A row with no finite entry, a NaN or +inf raises
-    InvalidInputError (it reaches the exact path, which checks). ``_force_exact`` (tests) sends
-    every row to the exact path."""
+    """As :func:`sample`, returning the tokens ``# (N,)`` int64 on the CPU (:func:`sample_ids`).
+    ``_force_exact`` (tests) sends every row to the exact path."""
+    return torch.tensor(sample_ids(logprobs, generator, greedy=greedy, _force_exact=_force_exact), dtype=torch.int64)
+
+
+def sample_ids(logprobs: Tensor, generator: Generators, *, greedy: bool = False,
+               _force_exact: bool = False) -> list[int]:
+    """As :func:`sample`, returning the N token ids as a Python list after one host read of
+    the device (tokens, row status and uniforms together; the decoding loop's one read per
+    step, docs/performance.md). A row with no finite entry, a NaN or +inf raises
+    InvalidInputError (it reaches the exact path, which checks)."""
     if logprobs.dim() != 2 or logprobs.shape[-1] < 1 or not logprobs.is_floating_point():
         raise InvalidInputError(f"logprobs must be a floating (N, V) tensor, got {tuple(logprobs.shape)}")
     if greedy:
-        return logprobs.argmax(-1).cpu()  # (N,)
-    u = _uniforms(generator, logprobs.shape[0]).to(logprobs.device)  # (N,): exactly uniform (a power of two)
+        return logprobs.argmax(-1).tolist()  # (N,)
+    u = _uniforms(generator, logprobs.shape[0], logprobs.device)  # (N,): exactly uniform (a power of two)
     tokens, status = fast_inversion(logprobs, u)  # (N,), (N,)
-    packed = torch.stack((tokens, status, u)).cpu()  # (3, N): the one host transfer
-    tokens, status, u = packed[0].clone(), packed[1], packed[2]
-    undecided = (status == 1) | _force_exact  # (N,)
-    for row in undecided.nonzero().flatten().tolist():  # rare: at most about 3e-12 per cell boundary near U
-        weights = dyadic_weights(logprobs[row].detach().to("cpu", torch.float64), row_index=row)
-        stream = generator if isinstance(generator, torch.Generator) else generator[row]
-        tokens[row] = invert_exactly(weights, int(u[row]), _GRID, lambda: _more_bits(stream))
+    tokens, status, uniforms = torch.stack((tokens, status, u)).tolist()  # (3, N): the one host read
+    for row, undecided in enumerate(status):  # rare: at most about 3e-12 per cell boundary near U
+        if undecided or _force_exact:
+            weights = dyadic_weights(logprobs[row].detach().to("cpu", torch.float64), row_index=row)
+            stream = generator if isinstance(generator, torch.Generator) else generator[row]
+            tokens[row] = invert_exactly(weights, uniforms[row], _GRID, lambda: _more_bits(stream))
     return tokens
 
 
-def _uniforms(generator: Generators, n: int) -> Tensor:
-    """``n`` integers uniform on [0, 2^53): from one stream, or one from each row's stream."""
+def _uniforms(generator: Generators, n: int, device: torch.device) -> Tensor:
+    """``n`` integers uniform on [0, 2^53) on ``device``: from one stream, or one from each
+    row's stream (drawn where the streams live, then one copy to ``device``)."""
     if isinstance(generator, torch.Generator):
-        return torch.randint(0, 2**_GRID, (n,), generator=generator, device=generator.device, dtype=torch.int64)
+        return torch.randint(0, 2**_GRID, (n,), generator=generator, device=generator.device,
+                             dtype=torch.int64).to(device)
     if len(generator) != n:
         raise InvalidInputError(f"got {len(generator)} generators for {n} rows; give one per row")
-    return torch.cat([torch.randint(0, 2**_GRID, (1,), generator=g, device=g.device, dtype=torch.int64).cpu()
-                      for g in generator])  # (N,)
+    home = generator[0].device if n else device
+    return torch.cat([torch.randint(0, 2**_GRID, (1,), generator=g, device=g.device, dtype=torch.int64).to(home)
+                      for g in generator]).to(device)  # (N,)
 
 
 def fast_inversion(logprobs: Tensor, u: Tensor) -> tuple[Tensor, Tensor]:

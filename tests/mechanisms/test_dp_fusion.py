@@ -13,6 +13,8 @@ from tokendp.accounting.events import RdpEvent
 from tokendp.errors import InvalidInputError, InvalidParameterError
 from tokendp.mechanisms import DPFusion
 
+pytestmark = pytest.mark.usefixtures("step_path")  # every test on the CPU path and the accelerator path (tests/host_reads.py)
+
 
 def _bound(alpha: float, beta: torch.Tensor, groups: torch.Tensor) -> torch.Tensor:
     """r_i = log(1 + (exp((alpha-1) alpha beta_i) - 1) / m) / (alpha - 1), float64 (docs/privacy.md, DP-Fusion)."""

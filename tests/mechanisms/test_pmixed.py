@@ -19,6 +19,8 @@ from tokendp.accounting import (
 from tokendp.errors import InvalidParameterError
 from tokendp.mechanisms import PMixED
 
+pytestmark = pytest.mark.usefixtures("step_path")  # every test on the CPU path and the accelerator path (tests/host_reads.py)
+
 
 def _output(mech: PMixED, logits: torch.Tensor, q: float) -> torch.Tensor:
     """The exact distribution (n, V) of one step, averaged over every subset S: sum_S Pr(S) out_S."""

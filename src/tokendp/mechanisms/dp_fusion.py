@@ -65,6 +65,13 @@ class DPFusion:
         Diagnostics: "lam" (..., m) and, unless ``realised_divergence`` is False, "divergence"
         (..., m), a certified upper bound on each mixture's symmetric divergence to p_pub (0
         for padding).
+
+        The real groups' betas must be finite and >= 0: on the CPU a bad one raises
+        InvalidParameterError; on accelerators the step reads nothing back from the device (so
+        that it can run without host synchronisation), so a bad beta there gives its group
+        lam = 0. :meth:`event` checks the same betas on the host before anything is charged,
+        as the sanitize job does when it builds its ledgers (docs/performance.md, "The step
+        without host reads").
         """
         check_logits(logits, min_rows=2)
         temperature = check_positive("temperature", temperature)

@@ -17,7 +17,9 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from tokendp.divergence import mollify_detailed, normalisation_bound
+import tokendp._device as _device
+from tokendp.divergence import mollify_checked, normalisation_bound
+from tokendp.errors import InvalidParameterError
 from tokendp.mechanisms._float import SAMPLER_RELATIVE, UNIT
 from tokendp.mechanisms.base import log_softmax_at
 
@@ -56,7 +58,7 @@ def mollified_average(
     logits: Tensor,  # (..., 1+m, V), row 0 public
     *,
     alpha: float,
-    caps: Tensor,  # (..., m) float64: each averaged row's symmetric divergence cap
+    caps: Tensor,  # (..., m) float64: each averaged row's symmetric divergence cap, finite and >= 0
     mask: Tensor,  # (..., m) bool: the rows averaged (k of them); no row: the public distribution
     temperature: float,
 ) -> MixedRelease:
@@ -66,11 +68,18 @@ def mollified_average(
     Formed as p_pub (sum_i (1 - lam_i)/k + sum_i (lam_i c_i / k) e_i) from mollify's own q and
     e (a sum of non-negative terms, so no support is lost) and renormalised in log space.
 
-    Only masked rows are searched: the rows are compacted to the largest k over the batch
-    (masked rows first, in order), so the search costs k, not m, rows per sequence (PMixED
-    samples q N of N members on average). Each row's lam depends on its own row, the public row
-    and its cap only (:func:`~tokendp.divergence.mollify_detailed`), so compacting changes
-    nothing but the work; the allowance still counts m rows.
+    Where reads are free (the CPU, :mod:`tokendp._device`), only masked rows are searched: the
+    rows are compacted to the largest k over the batch (masked rows first, in order), so the
+    search costs k, not m, rows per sequence (PMixED samples q N of N members on average). On
+    accelerators all m rows are searched in the same order (reading k back would be a host
+    synchronisation). Each row's lam depends on its own row, the public row and its cap only
+    (:func:`~tokendp.divergence.mollify_detailed`), so compacting changes nothing but the work;
+    the allowance still counts m rows.
+
+    ``caps`` are the caller's to validate where it builds them (DPFusion and PMixED do, from
+    their parameters): where reads are free a cap that is negative or not finite raises
+    InvalidParameterError; on accelerators it is not read back but masked to 0 (lam = 0, the
+    public distribution for that row, which meets any cap). Caps of rows not averaged are ignored.
     """
     m = logits.shape[-2] - 1
     logp = log_softmax_at(logits, temperature)  # (..., 1+m, V)
@@ -81,13 +90,18 @@ def mollified_average(
     priv = torch.where(same, pub.unsqueeze(-2), priv)
     count = mask.sum(-1, keepdim=True)  # (..., 1): k
     allowance = count * release_allowance(alpha, groups=m, vocab=logits.shape[-1])  # (..., 1)
-    cap = torch.where(mask, caps - allowance, 0.0).clamp_min(0.0)  # (..., m)
-    # One host read per step, before the search (the decoding loop reads the sampled token anyway).
-    width = max(int(count.max()), 1) if count.numel() else 1
+    valid = (torch.isfinite(caps) & (caps >= 0)) | ~mask  # (..., m): rows not averaged are never read
+    if _device.reads_are_free(valid) and not bool(valid.all()):
+        raise InvalidParameterError("caps must be finite and >= 0 (alpha * beta); pass a non-negative beta")
+    cap = torch.where(mask & valid, caps - allowance, 0.0).clamp_min(0.0)  # (..., m)
+    if _device.reads_are_free(count):  # the largest k: a free read on the CPU
+        width = max(int(count.max()), 1) if count.numel() else 1
+    else:
+        width = m
     rows = torch.argsort((~mask).to(torch.int8), dim=-1, stable=True)[..., :width]  # (..., k): masked first
     sub_mask = mask.gather(-1, rows)  # (..., k)
     sub_priv = priv.gather(-2, rows.unsqueeze(-1).expand(*rows.shape, priv.shape[-1]))  # (..., k, V)
-    found = mollify_detailed(sub_priv, pub, alpha=alpha, cap=cap.gather(-1, rows))
+    found = mollify_checked(sub_priv, pub, alpha=alpha, cap=cap.gather(-1, rows))
     sub_lam = torch.where(sub_mask, found.lam, 0.0).to(torch.float64)  # (..., k)
     weight = sub_lam * found.norm / count.clamp_min(1)  # (..., k): lam_i c_i / k
     public_weight = (torch.where(sub_mask, 1.0 - sub_lam, 0.0) / count.clamp_min(1)).sum(-1, keepdim=True)  # (..., 1)
