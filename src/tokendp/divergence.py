@@ -830,8 +830,7 @@ def mollify_checked(
     logp_priv = logp_priv.expand(*group_shape, logp_priv.shape[-1])
     logp_pub = logp_pub.expand(*lead, logp_pub.shape[-1])
     out_dtype = logp_priv.dtype
-    a = alpha
-    prob = _prepare(logp_priv, logp_pub, a, torch.broadcast_to(cap.to(torch.float64), group_shape))
+    prob = _prepare(logp_priv, logp_pub, alpha, torch.broadcast_to(cap.to(torch.float64), group_shape))
     whole = _whole(prob)
     if whole is not None and (not _device.reads_are_free(whole) or not bool(whole.isfinite().all())):
         prob = _with_search_data(prob, logp_priv, logp_pub)
