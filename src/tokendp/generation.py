@@ -274,7 +274,7 @@ def generate_continuous(backend: HFBackend, documents: Iterable[Pending], step: 
             loop.running = loop.running + free[:len(joining)]
         if state is None:
             return
-        tokens = loop._token(flat, state.row_sequence, loop.running)
+        tokens = loop._token(flat, loop.running)
         loop._append(loop.running, tokens)
         going = [s in loop.active for s in loop.running]
         for s, g in zip(loop.running, going):
