@@ -205,21 +205,33 @@ def check_cache(path: Path, spec: GGUFModel) -> dict[str, Any]:
     """The marker of a finished conversion at ``path``; raise on a partial or stale one."""
     rebuild = (f"rebuild it with `tokendp model build {spec.name} --force`, or delete {path} "
                "(it is rebuilt on the next use)")
+
+    def stale(marker: dict[str, Any]) -> str | None:
+        if marker.get("sha256") == spec.sha256 and marker.get("format") == CACHE_FORMAT:
+            return None
+        return (f"another file or cache format (sha256 {str(marker.get('sha256'))[:12]}..., "
+                f"format {marker.get('format')})")
+
+    return read_marker(path, "the model cache", rebuild, stale)
+
+
+def read_marker(path: Path, what: str, rebuild: str, stale: Callable[[dict[str, Any]], str | None]) -> dict[str, Any]:
+    """The marker of the finished cache directory ``path`` (``what`` names it in errors): a
+    :class:`ModelCacheError` saying ``rebuild`` when it has no readable marker, a file is
+    missing, or ``stale(marker)`` names what else it was built from."""
     marker_path = path / MARKER
     if not marker_path.is_file():
-        raise ModelCacheError(f"the model cache {path} is partial (no {MARKER}); {rebuild}")
+        raise ModelCacheError(f"{what} {path} is partial (no {MARKER}); {rebuild}")
     try:
         marker = json.loads(marker_path.read_text(encoding="utf-8"))
     except (OSError, ValueError):
-        raise ModelCacheError(f"the model cache marker {marker_path} is unreadable; {rebuild}") from None
-    if marker.get("sha256") != spec.sha256 or marker.get("format") != CACHE_FORMAT:
-        raise ModelCacheError(
-            f"the model cache {path} was built from another file or cache format "
-            f"(sha256 {str(marker.get('sha256'))[:12]}..., format {marker.get('format')}); {rebuild}")
+        raise ModelCacheError(f"{what} marker {marker_path} is unreadable; {rebuild}") from None
+    reason = stale(marker)
+    if reason is not None:
+        raise ModelCacheError(f"{what} {path} was built from {reason}; {rebuild}")
     absent = [f for f in marker.get("files", []) if not (path / f).is_file()]
     if absent or not (path / "config.json").is_file():
-        raise ModelCacheError(f"the model cache {path} is partial (missing {absent or ['config.json']}); "
-                              f"{rebuild}")
+        raise ModelCacheError(f"{what} {path} is partial (missing {absent or ['config.json']}); {rebuild}")
     return marker
 
 

@@ -39,7 +39,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from tokendp.models.cache import MARKER, ModelCacheError, sha256_of, write_atomically
+from tokendp.models.cache import MARKER, ModelCacheError, read_marker, sha256_of, write_atomically
 
 MERGED_FORMAT = 1
 KIND = "merged-rewriter"
@@ -104,21 +104,13 @@ def check_merged(path: Path, fields: dict[str, Any]) -> dict[str, Any]:
     rebuilds it)."""
     rebuild = (f"it is rebuilt on the next load of the rewriter, or with `tokendp model build rewriter --force`; "
                f"or delete {path}")
-    marker_path = path / MARKER
-    if not marker_path.is_file():
-        raise ModelCacheError(f"the merged rewriter cache {path} is partial (no {MARKER}); {rebuild}")
-    try:
-        marker = json.loads(marker_path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        raise ModelCacheError(f"the merged rewriter cache marker {marker_path} is unreadable; {rebuild}") from None
-    if marker.get("kind") != KIND or marker.get("key") != merge_key(fields):
-        raise ModelCacheError(f"the merged rewriter cache {path} was built from other inputs "
-                              f"(key {str(marker.get('key'))[:12]}...); {rebuild}")
-    absent = [f for f in marker.get("files", []) if not (path / f).is_file()]
-    if absent or not (path / "config.json").is_file():
-        raise ModelCacheError(f"the merged rewriter cache {path} is partial (missing {absent or ['config.json']}); "
-                              f"{rebuild}")
-    return marker
+
+    def stale(marker: dict[str, Any]) -> str | None:
+        if marker.get("kind") == KIND and marker.get("key") == merge_key(fields):
+            return None
+        return f"other inputs (key {str(marker.get('key'))[:12]}...)"
+
+    return read_marker(path, "the merged rewriter cache", rebuild, stale)
 
 
 def is_merged(path: Path, fields: dict[str, Any]) -> bool:
