@@ -367,7 +367,8 @@ def score(texts: list[str], spans: list[list[Span]], rewrites: list[str], tags: 
     }
 
 
-def run(args) -> dict:
+def run(args, on_method=None) -> dict:
+    """The benchmark; ``on_method(result so far)`` after each method (for partial results)."""
     import tokendp
     from tokendp.text.taggers import get_tagger
 
@@ -420,6 +421,8 @@ def run(args) -> dict:
         print(f"[{time.strftime('%H:%M:%S')}] {key}: kept {m['kept']}, types {m['types']}, "
               f"slot labels {m['slot_label_share']}, fluency {m['fluency']}, {seconds:.0f} s",
               file=sys.stderr, flush=True)
+        if on_method is not None:
+            on_method(result)
     result["judge_build_s"] = round(judge_s, 1)
     result["targets"] = TARGETS
     return result
@@ -476,14 +479,21 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--judge", default="ngram", help="ngram | tiny | a model directory")
     parser.add_argument("--examples", type=int, default=2)
     parser.add_argument("--threads", type=int, default=1)
-    parser.add_argument("--out", default=None, help="also write the JSON here")
+    parser.add_argument("--out", default=None, help="also write the JSON here (after each method, with "
+                                                    "\"partial\": true until the last)")
     parser.add_argument("--record", action="store_true",
                         help="with --model rewriter: store the summary in the adapter's training.json "
                              "(shown by `tokendp model info rewriter`)")
     args = parser.parse_args(argv)
     if args.record and args.split != "report":
         raise SystemExit("--record stores reporting-half figures only; drop --split tune")
-    result = run(args)
+    def write_partial(partial: dict) -> None:  # so that an interrupted sweep keeps what it measured
+        if args.out:
+            Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+            Path(args.out).write_text(json.dumps({**partial, "partial": True}, indent=2, ensure_ascii=False) + "\n",
+                                      encoding="utf-8")
+
+    result = run(args, on_method=write_partial)
     if args.record:
         from tokendp.models.registry import adapter_dir
 
