@@ -30,6 +30,9 @@ DATETIME, OCCUPATION as DEM, through ``tokendp.text.taggers.labels.to_tab``):
   separator the rewrite changed share one filler). The tagger runs on the whole rewrite; the
   filler's label is the TAB label whose tagger spans cover most of the filler's characters
   (a tie counts for each tied label), none when no tagger span overlaps it;
+- distinct_fillers: over the pairs of gold spans of one document with the same label and
+  different text, the share whose fillers differ (stripped of spaces and end punctuation):
+  issue 28's "one name fills every PERSON slot", which greedy and low-temperature decoding risk;
 - fluency: median over documents of perplexity(rewrite) / perplexity(original) under an
   independent judge (``--judge``, see below);
 - leaks: gold span strings longer than 3 characters that appear in a rewrite but not in the
@@ -181,6 +184,24 @@ def slot_fillers(original: str, spans: list[Span], rewrite: str) -> list[tuple[i
         assert i1 <= slot_at[k] < i2
         out.append((j1, j2))
     return out
+
+
+def distinct_filler_pairs(original: str, spans: list[Span], rewrite: str) -> tuple[int, int]:
+    """(pairs with different fillers, pairs) over the pairs of spans with the same label and
+    different text in ``original``: a rewrite that fills two different dates with one date, or
+    every PERSON slot with one name, scores low. Fillers compare stripped of spaces and
+    punctuation at their ends; overlapping spans (one slot) never form a pair."""
+    fill = [rewrite[a:b].strip(" ,.;:()'\"") for a, b in slot_fillers(original, spans, rewrite)]
+    same, pairs = 0, 0
+    for i in range(len(spans)):
+        for j in range(i + 1, len(spans)):
+            a, b = spans[i], spans[j]
+            if a.label != b.label or original[a.start:a.end] == original[b.start:b.end] \
+                    or (a.start < b.end and b.start < a.end):
+                continue
+            pairs += 1
+            same += fill[i] == fill[j]
+    return pairs - same, pairs
 
 
 def filler_labels(tags: list[Span], start: int, end: int) -> set[str]:
@@ -356,11 +377,14 @@ def score(texts: list[str], spans: list[list[Span]], rewrites: list[str], tags: 
         for sp, hit in zip(doc_spans, doc_hits):
             by_label.setdefault(sp.label, []).append(hit)
     n_slots = sum(map(len, hits))
+    distinct = [distinct_filler_pairs(t, s, r) for t, s, r in zip(texts, spans, rewrites)]
     return {
         "kept": round(statistics.mean(k), 4), "kept_per_doc": [round(x, 3) for x in k],
         "types": round(types_score(found, gold), 4), "types_found": dict(found),
         "slot_label_share": round(sum(map(sum, hits)) / max(1, n_slots), 4),
         "slot_label_share_per_label": {lab: f"{sum(h)}/{len(h)}" for lab, h in sorted(by_label.items())},
+        "distinct_fillers": round(sum(d for d, _ in distinct) / max(1, sum(n for _, n in distinct)), 4),
+        "distinct_filler_pairs": sum(n for _, n in distinct),
         "fluency": round(statistics.median(ratios), 3), "fluency_per_doc": [round(x, 3) for x in ratios],
         "leaks": sum(map(len, leak)), "leaked": leak,
         "repeated_trigrams": round(statistics.mean(repeated_trigrams(r) for r in rewrites), 3),
@@ -444,18 +468,18 @@ def summary(result: dict) -> dict:
 
 def table(result: dict) -> str:
     """The figures as a markdown table, one row per method (and temperature)."""
-    rows = ["| method | temperature | kept | types | slot labels | fluency | repeated trigrams | leaks | seconds |",
-            "|---|---|---|---|---|---|---|---|---|"]
+    rows = ["| method | temperature | kept | types | slot labels | distinct fillers | fluency | repeated trigrams "
+            "| leaks | seconds |", "|---|---|---|---|---|---|---|---|---|---|"]
     o = result.get("original")
     if o:
         rows.append(f"| the original (reference) | - | {o['kept']:.2f} | {o['types']:.2f} | {o['slot_label_share']:.2f} | "
-                    f"{o['fluency']:.2f} | {o['repeated_trigrams']:.2f} | - | - |")
+                    f"{o['distinct_fillers']:.2f} | {o['fluency']:.2f} | {o['repeated_trigrams']:.2f} | - | - |")
     for key, m in result["methods"].items():
         method = m.get("method", key)
         name = f"DP-Fusion, epsilon {m['epsilon']:g}" if method == "dp-fusion" else "public"
         temp = f"{m['temperature']:g}" if method == "dp-fusion" else "0 (greedy)"
         rows.append(f"| {name} | {temp} | {m['kept']:.2f} | {m['types']:.2f} | {m['slot_label_share']:.2f} | "
-                    f"{m['fluency']:.2f} | {m['repeated_trigrams']:.2f} | {m['leaks']} | {m['seconds']:.0f} |")
+                    f"{m['distinct_fillers']:.2f} | {m['fluency']:.2f} | {m['repeated_trigrams']:.2f} | {m['leaks']} | {m['seconds']:.0f} |")
     return "\n".join(rows)
 
 

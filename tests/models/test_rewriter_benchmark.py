@@ -118,3 +118,13 @@ def test_temperatures_default_to_the_library_default_and_refuse_bad_values():
     for bad in ("", "0", "-1", "x", "nan"):
         with pytest.raises(SystemExit):
             b.parse_temperatures(bad)
+
+
+def test_distinct_fillers_count_pairs_of_different_entities_filled_alike():
+    b = _bench()
+    text = "Mr Durdu met Mr Kaya and Mr Durdu again in Ankara."
+    spans = [Span(0, 8, "PERSON"), Span(13, 20, "PERSON"), Span(25, 33, "PERSON"), Span(43, 49, "LOC")]
+    # pairs: (Durdu, Kaya) twice; the two "Mr Durdu" are the same text, LOC has no partner
+    assert b.distinct_filler_pairs(text, spans, "Mr Lee met Mr Roy and Mr Lee again in Lyon.") == (2, 2)
+    assert b.distinct_filler_pairs(text, spans, "Mr Lee met Mr Lee and Mr Lee again in Lyon.") == (0, 2)
+    assert b.distinct_filler_pairs(text, spans, "Mr Lee met Mr Roy and Mr Roy again in Lyon.") == (1, 2)
