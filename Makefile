@@ -20,7 +20,7 @@ install: $(BIN)/tokendp
 
 demo: install
 	HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 $(BIN)/tokendp sanitize examples/letter.txt \
-		--spans examples/letter.spans.json --epsilon 8 --temperature 0.7 --seed 1
+		--spans examples/letter.spans.json --epsilon 8 --seed 1
 
 test: install
 	HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 $(BIN)/python -m pytest -q

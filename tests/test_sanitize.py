@@ -239,7 +239,7 @@ def test_public_decoding_constraints_are_reported_and_cost_nothing(tiny):
     ids: list[int] = []
     res = sanitize_batch([LETTER], spans=[SPANS], model=tiny, beta=0.05, alpha=2.0, delta=1e-6, seed=0,
                          no_repeat_ngram_size=2, repetition_penalty=1.3, on_token=lambda doc, tok: ids.append(tok))[0]
-    assert res.report.decoding == {"temperature": 1.0, "no_repeat_ngram_size": 2, "repetition_penalty": 1.3}
+    assert res.report.decoding == {"temperature": 0.7, "no_repeat_ngram_size": 2, "repetition_penalty": 1.3}
     assert [g.epsilon for g in res.report.groups] == [g.epsilon for g in plain.report.groups]
     pairs = list(zip(ids, ids[1:]))
     assert len(ids) > 10 and len(pairs) == len(set(pairs))  # no bigram released twice

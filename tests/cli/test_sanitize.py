@@ -182,3 +182,27 @@ def test_labels_choose_what_is_private(files, tmp_path):
     rows = [json.loads(line) for line in out.read_text().splitlines()]
     assert rows[0]["report"]["groups"] == [] and rows[1]["report"]["groups"][0]["label"] == "LOC"
     assert all(r["report"]["private_labels"] == ["LOC"] for r in rows)
+
+
+def test_one_default_temperature_for_python_cli_service_page_and_demo():
+    """The temperature chosen in docs/sanitize.md ("Choosing the temperature") is the default
+    everywhere a document is sanitized, and `make demo` runs at it."""
+    import inspect
+    import re
+    from pathlib import Path
+
+    import tokendp
+
+    default = inspect.signature(tokendp.sanitize).parameters["temperature"].default
+    assert inspect.signature(tokendp.sanitize_batch).parameters["temperature"].default == default
+    option = next(p for p in main.commands["sanitize"].params if p.name == "temperature")
+    assert option.default == default
+    schemas = pytest.importorskip("tokendp.service.schemas")
+    assert schemas.SanitizeRequest.model_fields["temperature"].default == default
+    root = Path(__file__).resolve().parents[2]
+    page = (root / "src" / "tokendp" / "service" / "static" / "index.html").read_text(encoding="utf-8")
+    assert float(re.search(r'id="temperature"[^>]*value="([0-9.]+)"', page).group(1)) == default
+    makefile = (root / "Makefile").read_text(encoding="utf-8")
+    demo = makefile[makefile.index("\ndemo:"):].split("\n\n")[0]
+    assert "tokendp sanitize" in demo
+    assert all(float(t) == default for t in re.findall(r"--temperature\s+([0-9.]+)", demo))

@@ -57,3 +57,74 @@ def test_char_ngram_judge_prefers_fluent_text():
     scrambled = "prosecutor the decision court of upheld The the."
     assert judge.perplexity(fluent) < judge.perplexity(scrambled)
     assert judge.perplexity(fluent) > 1.0
+
+
+def test_slot_fillers_are_what_the_rewrite_puts_between_the_kept_text():
+    b = _bench()
+    rewrite = "Mr Smith was arrested in Lyon on 1 June 2001. The Regional Court upheld it."
+    fillers = [rewrite[a:e] for a, e in b.slot_fillers(TEXT, SPANS, rewrite)]
+    assert fillers == ["Mr Smith", "Lyon", "1 June 2001", "Regional Court"]
+    # spans given out of order get their own fillers, in the order given
+    assert [rewrite[a:e] for a, e in b.slot_fillers(TEXT, SPANS[::-1], rewrite)] == fillers[::-1]
+    # a dropped slot has an empty filler; a slot character in the rewrite never aligns
+    dropped = "Mr Durdu was arrested in on 3 May 1999. The \x00 upheld it."
+    a, e = b.slot_fillers(TEXT, SPANS[1:2], dropped)[0]
+    assert dropped[a:e].strip() == ""
+
+
+def test_slot_fillers_share_one_slot_for_overlapping_spans():
+    b = _bench()
+    text = "He met John Smith in Paris."
+    spans = [Span(7, 17, "PERSON"), Span(12, 17, "PERSON"), Span(21, 26, "LOC")]
+    rewrite = "He met Ann Lee in Rome."
+    assert [rewrite[a:e] for a, e in b.slot_fillers(text, spans, rewrite)] == ["Ann Lee", "Ann Lee", "Rome"]
+
+
+def test_filler_label_is_the_tab_label_covering_most_of_the_filler():
+    b = _bench()
+    tags = [Span(0, 8, "PERSON"), Span(33, 44, "DATE"), Span(46, 50, "OCCUPATION")]
+    assert b.filler_labels(tags, 0, 8) == {"PERSON"}
+    assert b.filler_labels(tags, 33, 44) == {"DATETIME"}  # the tagger's DATE is TAB's DATETIME
+    assert b.filler_labels(tags, 46, 60) == {"DEM"}
+    assert b.filler_labels(tags, 10, 20) == set()  # nothing tagged: no label
+    assert b.filler_labels([Span(0, 3, "PERSON"), Span(4, 12, "LOC")], 0, 12) == {"LOC"}  # most characters
+
+
+def test_slot_label_hits_catch_a_filler_of_the_wrong_kind():
+    b = _bench()
+    rewrite = "Mr Smith was arrested in Dr Kovacs on 1 June 2001. The Regional Court upheld it."
+    tags = [Span(0, 8, "PERSON"), Span(25, 34, "PERSON"), Span(38, 49, "DATE"), Span(55, 69, "ORG")]
+    assert b.slot_label_hits(TEXT, SPANS, rewrite, tags) == [True, False, True, True]
+    assert b.slot_label_hits(TEXT, SPANS, "", []) == [False] * 4
+
+
+def test_types_compare_at_tab_level():
+    b = _bench()
+    found = b.type_counts([[Span(0, 3, "DATE"), Span(5, 9, "DURATION")], [Span(0, 4, "OCCUPATION")]])
+    assert found == Counter({"DATETIME": 2, "DEM": 1})
+    assert b.types_score(found, Counter({"DATETIME": 2, "DEM": 1})) == 1.0
+
+
+def test_temperatures_default_to_the_library_default_and_refuse_bad_values():
+    import inspect
+
+    import pytest
+
+    import tokendp
+
+    b = _bench()
+    assert b.parse_temperatures(None) == [inspect.signature(tokendp.sanitize).parameters["temperature"].default]
+    assert b.parse_temperatures("0.5,0.7, 1.0") == [0.5, 0.7, 1.0]
+    for bad in ("", "0", "-1", "x", "nan"):
+        with pytest.raises(SystemExit):
+            b.parse_temperatures(bad)
+
+
+def test_distinct_fillers_count_pairs_of_different_entities_filled_alike():
+    b = _bench()
+    text = "Mr Durdu met Mr Kaya and Mr Durdu again in Ankara."
+    spans = [Span(0, 8, "PERSON"), Span(13, 20, "PERSON"), Span(25, 33, "PERSON"), Span(43, 49, "LOC")]
+    # pairs: (Durdu, Kaya) twice; the two "Mr Durdu" are the same text, LOC has no partner
+    assert b.distinct_filler_pairs(text, spans, "Mr Lee met Mr Roy and Mr Lee again in Lyon.") == (2, 2)
+    assert b.distinct_filler_pairs(text, spans, "Mr Lee met Mr Lee and Mr Lee again in Lyon.") == (0, 2)
+    assert b.distinct_filler_pairs(text, spans, "Mr Lee met Mr Roy and Mr Roy again in Lyon.") == (1, 2)

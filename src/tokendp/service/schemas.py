@@ -40,7 +40,7 @@ class SanitizeRequest(Strict):
     alpha: float | None = Field(None, gt=1)
     delta: float = Field(1e-5, gt=0, lt=1)
     max_new_tokens: int | None = Field(None, ge=1)
-    temperature: float = Field(1.0, gt=0)
+    temperature: float = Field(0.7, gt=0)  # tokendp.sanitize's default (docs/sanitize.md, "Choosing the temperature")
     seed: int | None = None
     stream: bool = False
 
