@@ -2,20 +2,11 @@
 so that a GPU session can run it at full scale (docs/performance.md, issue 27)."""
 
 from __future__ import annotations
-
-import importlib.util
-import sys
-from pathlib import Path
-
-BENCH = Path(__file__).resolve().parents[1] / "benchmarks" / "step_7b.py"
+from repo_scripts import load_script
 
 
 def _bench():
-    spec = importlib.util.spec_from_file_location("bench_step_7b", BENCH)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["bench_step_7b"] = module
-    spec.loader.exec_module(module)
-    return module
+    return load_script("benchmarks/step_7b.py")
 
 
 def test_the_full_config_is_qwen25_7b_instruct():
@@ -44,12 +35,7 @@ def test_small_scale_runs_and_reports_every_ratio(capsys):
 
 
 def _reference_bench():
-    path = BENCH.parent / "reference_dpfusion.py"
-    spec = importlib.util.spec_from_file_location("bench_reference_dpfusion", path)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["bench_reference_dpfusion"] = module
-    spec.loader.exec_module(module)
-    return module
+    return load_script("benchmarks/reference_dpfusion.py")
 
 
 def test_the_reference_benchmark_skips_cleanly_without_dp_fusion_lib(monkeypatch, capsys):

@@ -2,22 +2,14 @@
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 from collections import Counter
-from pathlib import Path
 
+from repo_scripts import load_script
 from tokendp.text.spans import Span
-
-BENCH = Path(__file__).resolve().parents[2] / "benchmarks" / "rewriter.py"
 
 
 def _bench():
-    spec = importlib.util.spec_from_file_location("bench_rewriter", BENCH)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["bench_rewriter"] = module
-    spec.loader.exec_module(module)
-    return module
+    return load_script("benchmarks/rewriter.py")
 
 
 TEXT = "Mr Durdu was arrested in Ankara on 3 May 1999. The Court of Cassation upheld it."

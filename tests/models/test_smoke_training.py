@@ -2,22 +2,16 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
-from pathlib import Path
 
 import pytest
+from repo_scripts import load_script
 
 pytest.importorskip("faker")
 
-SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "train_default_model.py"
-
 
 def _script():
-    spec = importlib.util.spec_from_file_location("train_default_model", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script("scripts/train_default_model.py")
 
 
 def test_smoke_training_exports_a_loadable_model(tmp_path, monkeypatch):

@@ -2,28 +2,20 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import random
 import re
-import sys
-from pathlib import Path
 
 import pytest
 import torch
+from repo_scripts import load_script
 
 pytest.importorskip("faker")
 torch.set_num_threads(1)
 
-SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "train_rewriter.py"
-
 
 def _script():
-    spec = importlib.util.spec_from_file_location("train_rewriter", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["train_rewriter"] = module  # dataclasses resolve annotations through sys.modules
-    spec.loader.exec_module(module)
-    return module
+    return load_script("scripts/train_rewriter.py")
 
 
 def test_coherent_fillers_are_consistent_distinct_and_shaped():
