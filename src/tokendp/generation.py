@@ -249,9 +249,7 @@ def generate_continuous(backend: HFBackend, documents: Iterable[Pending], step: 
     checker = _StopChecker(backend.tokenizer, eos, stop_strings, [1] * slots)
     keys: list[Any] = [None] * slots
     stream = None if on_token is None else (lambda slot, tok: on_token(keys[slot], tok))
-    loop = _Loop([], step, [], temperature, checker, charge, stream, logits_processor)
-    loop.rows, loop.twins, loop.generator = [0] * slots, [()] * slots, [None] * slots
-    loop.outputs, loop.reasons, loop.running = [[] for _ in range(slots)], [None] * slots, []
+    loop = _Loop.with_slots(slots, step, temperature, checker, charge, stream, logits_processor)
     source = iter(documents)
     state: DecodeState | None = None
     flat: torch.Tensor | None = None  # (Rtot, V): next-token logits of the running rows
@@ -308,6 +306,17 @@ class _Loop:
         self.active = set(self.running)  # the documents not finished (a subset of running during a round)
         self.sums: dict[str, torch.Tensor] = {}
         self._index: tuple[tuple[int, ...], torch.Tensor] | None = None  # the last docs, on the device
+
+    @classmethod
+    def with_slots(cls, slots: int, step: StepFn, temperature: float, checker: _StopChecker,
+                   charge: Callable[[list[int]], None] | None, on_token: Callable[[int, int], None] | None,
+                   processor: PublicLogitsProcessor | None) -> _Loop:
+        """An empty loop of ``slots`` places, which :meth:`admit` seats documents in (continuous
+        batching); nothing runs until then."""
+        loop = cls([], step, [None] * slots, temperature, checker, charge, on_token, processor)
+        loop.rows, loop.twins = [0] * slots, [()] * slots
+        loop.outputs, loop.reasons = [[] for _ in range(slots)], [None] * slots
+        return loop
 
     def verify(self, state: DecodeState, pending: torch.Tensor, guesses: Sequence[Sequence[int]]
                ) -> tuple[list[int], list[int]]:
