@@ -12,10 +12,11 @@ contents here are tokendp's, the paper names them only):
 
 Entities come from a tokendp tagger (default ``auto``: patterns + the shipped CRF). The
 contextual tiers need a part-of-speech reading of each word *in its sentence*; the default
-source is the averaged perceptron of ``denckring-en-pos`` (UD English-EWT, universal tags, its
-weights ship inside its wheel; the ``train`` extra installs it). There is no dependency parse,
-so "around" is a window of words inside one sentence. :func:`tier_spans` is a pure function of
-hand-made inputs (tests build them); :class:`TieredDetector` wires the taggers to it.
+source is TextBlob's port of Pattern's lexicon tagger (Brill's lexicon and suffix rules, shipped
+inside the ``textblob`` wheel; the ``train`` extra installs it), whose Penn Treebank tags
+:func:`universal_tags` maps to universal ones. There is no dependency parse, so "around" is a
+window of words inside one sentence. :func:`tier_spans` is a pure function of hand-made inputs
+(tests build them); :class:`TieredDetector` wires the taggers to it.
 
 What the detector marks changes only the loss weights, never the guarantee: the DP-SGD bound
 holds per record whatever the weights (docs/privacy.md, "DP-SGD and ATDP").
@@ -103,14 +104,69 @@ def sentence_words(text: str) -> list[tuple[int, int, int]]:
     return out
 
 
-def perceptron_pos() -> Callable[[Sequence[str]], list[str]]:
-    """Universal POS tags of one sentence's words, from ``denckring-en-pos``'s averaged
-    perceptron (its labels are ``UPOS|VerbForm``; the verb form is dropped)."""
+# Penn Treebank tag -> universal tag. The table of Petrov, Das and McDonald, "A Universal
+# Part-of-Speech Tagset" (LREC 2012; en-ptb.map), in UD v2's names (CONJ -> CCONJ, PRT -> PART,
+# "." -> PUNCT) and with UD English's splits of its classes: NNP/NNPS -> PROPN (not NOUN),
+# MD -> AUX, EX -> PRON (not DET). Tags not listed are punctuation (PUNCT) or, for a word, X.
+_PTB_UPOS = {
+    "NN": "NOUN", "NNS": "NOUN", "NNP": "PROPN", "NNPS": "PROPN",
+    "VB": "VERB", "VBD": "VERB", "VBG": "VERB", "VBN": "VERB", "VBP": "VERB", "VBZ": "VERB", "MD": "AUX",
+    "JJ": "ADJ", "JJR": "ADJ", "JJS": "ADJ", "RB": "ADV", "RBR": "ADV", "RBS": "ADV", "WRB": "ADV",
+    "PRP": "PRON", "PRP$": "PRON", "WP": "PRON", "WP$": "PRON", "EX": "PRON",
+    "DT": "DET", "PDT": "DET", "WDT": "DET", "IN": "ADP", "CD": "NUM", "CC": "CCONJ",
+    "POS": "PART", "RP": "PART", "TO": "PART", "UH": "INTJ", "SYM": "SYM", "FW": "X", "LS": "X",
+}
+_BE = frozenset("be am is are was were been being".split())
+_HAVE_DO = frozenset("have has had having do does did".split())
+
+
+def universal_tags(words: Sequence[str], ptb: Sequence[str]) -> list[str]:
+    """Universal POS tags of one sentence's ``words`` from their Penn Treebank tags ``ptb``.
+
+    PTB gives "be", "have" and "do" verb tags; UD English tags them AUX when they are copulas or
+    auxiliaries. Here "be" is AUX except after existential "there" (EX), and "have"/"do" are AUX
+    when the next word that is not an adverb is a verb ("has signed", "did not go"), else VERB.
+    A combined tag (Pattern's lexicon has a few, "NN|JJ") counts as its first part.
+    """
+    base = [tag.partition("|")[0] for tag in ptb]
+    out = [_PTB_UPOS.get(tag, "X" if word[:1].isalnum() else "PUNCT") for word, tag in zip(words, base)]
+    for i, word in enumerate(words):
+        lower = word.lower()
+        if out[i] != "VERB" or lower not in _BE | _HAVE_DO:
+            continue
+        if lower in _BE:
+            out[i] = "VERB" if i and base[i - 1] == "EX" else "AUX"
+        else:
+            after = next((tag for tag in base[i + 1:] if not tag.startswith("RB")), "")
+            out[i] = "AUX" if after.startswith("VB") else "VERB"
+    return out
+
+
+def pattern_pos() -> Callable[[Sequence[str]], list[str]]:
+    """Universal POS tags of one sentence's words, from the tagger of TextBlob's
+    ``PatternTagger`` (a port of Pattern's, De Smedt and Daelemans, "Pattern for Python", JMLR
+    13, 2012): each known word takes its tag in the lexicon (Brill's, "A simple rule-based part
+    of speech tagger", ANLP 1992, from the Brown corpus and the Penn Treebank, with additions
+    from CMU's Twitter POS data); an unknown word is NNP if capitalised, CD if a number, else
+    tagged by its suffix. :func:`universal_tags` maps the tags.
+
+    Offline: the lexicon ships in the ``textblob`` wheel and the words come from tokendp's
+    tokenizer, not NLTK's (no ``nltk_data``). Two repairs for tokendp's words: a lone "s" (the
+    detector drops the apostrophe of "applicant's") is looked up as "'s", and a run of digits is
+    CD (the Twitter additions read "2" and "4" as "to" and "for"). The Brill contextual rules in
+    the same wheel (``textblob.en.lexicon.context``) are not applied, as TextBlob does not: on
+    TAB's reporting half they lowered agreement with a UD-trained tagger from 0.874 to 0.859
+    ("an application" became a verb; ``benchmarks/pos_tiers.py --context-rules``).
+    """
     from tokendp._optional import require
 
-    tagger = require("denckring_en_pos", "train", "the contextual tiers of the ATDP detector",
-                     package="denckring-en-pos").tagger()
-    return lambda words: [label.partition("|")[0] for label in tagger.tag(list(words))]
+    en = require("textblob.en", "train", "the contextual tiers of the ATDP detector", package="textblob")
+
+    def tag(words: Sequence[str]) -> list[str]:
+        tagged = en.parser.find_tags(["'s" if w == "s" else w for w in words])
+        return universal_tags(words, ["CD" if w.isdigit() else t for w, (_, t) in zip(words, tagged)])
+
+    return tag
 
 
 class TieredDetector:
@@ -125,7 +181,7 @@ class TieredDetector:
             tagger = get_tagger("auto")
         self.tagger = tagger
         self.contextual = tier.endswith("contextual")
-        self.pos = (pos or perceptron_pos()) if self.contextual else None
+        self.pos = (pos or pattern_pos()) if self.contextual else None
         self.window = window
 
     def _words(self, text: str) -> list[Word]:
