@@ -92,6 +92,37 @@ def test_bad_input_and_usage_errors_have_their_own_codes(tmp_path):
     assert unknown.exit_code == EXIT_USAGE and "No such option" in unknown.output
 
 
+MISSING = "nope.jsonl"  # under tmp_path, never created
+PMIXED = ["--prompt", "x", "--epsilon", 8, "--delta", 1e-5, "--queries", 3]
+SYNTHESIZE = ["--epsilon", 1, "--delta", 1e-5, "--references-per-text", 2, "--max-new-tokens", 3]
+
+
+@pytest.mark.parametrize("args", [
+    ["predict", "--ensemble", MISSING, *PMIXED],
+    ["predict", "--ensemble", ".", "--prompts", MISSING, *PMIXED[2:]],
+    ["synthesize", MISSING, *SYNTHESIZE],
+    ["synthesize", "--references", MISSING, *SYNTHESIZE],
+    ["finetune", "--data", MISSING, "--out", "ft"],
+    ["ensemble", "train", "--data", MISSING, "--shards", 2, "--out", "ens"],
+    ["eval", "predict", "--ensemble", ".", "--data", MISSING, "--out", "res"],
+    ["eval", "exposure", "--model", "tiny", "--canaries", MISSING],
+    ["generate", "--prompt", "x", "--context", MISSING, "--spans", MISSING, "--epsilon", 8],
+])
+def test_a_missing_input_file_is_bad_input_not_usage(args, tmp_path, monkeypatch):
+    """Every input path click checks (tokendp.cli._common.InputPath) fails with exit code 3, as
+    sanitize and tag do for theirs, and under --json as one JSON error naming the option."""
+    monkeypatch.chdir(tmp_path)
+    plain = run(*args)
+    assert plain.exit_code == EXIT_BAD_INPUT, plain.output
+    assert f"'{MISSING}' does not exist" in plain.stderr
+    if args[:2] == ["ensemble", "train"]:  # the one command here without --json
+        return
+    res = run(*args, "--json")
+    assert res.exit_code == EXIT_BAD_INPUT and res.stdout == ""
+    error = json.loads(res.stderr.strip().splitlines()[-1])["error"]
+    assert error["kind"] == "bad_input" and MISSING in error["message"]
+
+
 def test_under_json_an_error_is_one_json_line_on_stderr_and_nothing_on_stdout(tmp_path):
     for args, code, kind in [
         ((*FUSION, "--max-new-tokens", "0"), EXIT_USAGE, "usage"),

@@ -169,7 +169,8 @@ def test_cli_errors_exit_2(refs_path, args, message):
 
 
 def test_bad_references_fail_with_their_place_and_never_their_text(tmp_path):
-    both = CliRunner().invoke(main, ["synthesize", str(tmp_path / "x.jsonl"), "--references", str(tmp_path / "x.jsonl"),
+    refs = write_jsonl(tmp_path / "x.jsonl", [{"id": "a", "text": "a reference"}])
+    both = CliRunner().invoke(main, ["synthesize", str(refs), "--references", str(refs),
                                      "--epsilon", "1", "--delta", "1e-5", "--references-per-text", "1", "--max-new-tokens", "2"])
     assert both.exit_code == 2
     empty = write_jsonl(tmp_path / "e.jsonl", [{"id": "a", "text": "Helen Marsh"}, {"id": "b", "text": "  "}])

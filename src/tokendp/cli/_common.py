@@ -1,5 +1,5 @@
-"""Helpers shared by the sub-commands: the decoding, model placement and corpus engine options,
-diagnostics and JSON output. Errors and exit codes: :mod:`tokendp.cli._exit`; old option names:
+"""Helpers shared by the sub-commands: input paths, the decoding, model placement and corpus
+engine options, diagnostics and JSON output. Errors and exit codes: :mod:`tokendp.cli._exit`; old option names:
 :mod:`tokendp.cli._aliases`."""
 
 from __future__ import annotations
@@ -16,6 +16,25 @@ import click
 from tokendp.cli._aliases import renamed  # noqa: F401 (re-exported for the commands)
 from tokendp.cli._console import console
 from tokendp.cli._exit import BadInputError, CLIError, library_errors  # noqa: F401 (re-exported)
+
+
+class InputPath(click.Path):
+    """``click.Path(exists=True)`` for an input the command reads (a corpus, prompts, an ensemble):
+    a path that is missing, unreadable or of the wrong kind is bad input, exit code 3 (README
+    "Exit codes"), not a usage error; the message is click's, naming the option and the path."""
+
+    def __init__(self, *, file_okay: bool = True, dir_okay: bool = True) -> None:
+        super().__init__(exists=True, file_okay=file_okay, dir_okay=dir_okay, path_type=Path)
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        try:
+            return super().convert(value, param, ctx)
+        except click.BadParameter as err:
+            raise BadInputError(err.format_message()) from None
+
+
+INPUT_FILE = InputPath(dir_okay=False)
+INPUT_DIR = InputPath(file_okay=False)
 
 DIAGNOSTICS_WARNING = ("WARNING: the diagnostics {where} are data-dependent and NOT covered by the privacy guarantee; "
                        "keep them apart from the output and do not publish them")

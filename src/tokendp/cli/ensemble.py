@@ -9,7 +9,7 @@ from pathlib import Path
 
 import click
 
-from tokendp.cli._common import library_errors, renamed, threads_option, use_threads
+from tokendp.cli._common import INPUT_FILE, library_errors, renamed, threads_option, use_threads
 from tokendp.cli._console import console
 
 
@@ -20,7 +20,7 @@ def ensemble() -> None:
 
 @ensemble.command("train", short_help="Train one LoRA adapter per disjoint shard of a corpus (resumable).")
 @renamed("--base", "model")
-@click.option("--data", type=click.Path(exists=True, dir_okay=False, path_type=Path), required=True,
+@click.option("--data", type=INPUT_FILE, required=True,
               help="Private corpus: JSONL (.jsonl), one record per line with a text field; or a text file, "
                    "one record per non-blank line.")
 @click.option("--shards", type=int, required=True, help="N: disjoint shards, one adapter (ensemble member) each.")

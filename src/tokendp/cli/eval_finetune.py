@@ -9,7 +9,7 @@ from pathlib import Path
 
 import click
 
-from tokendp.cli._common import echo_json, library_errors, renamed, threads_option, use_threads
+from tokendp.cli._common import INPUT_DIR, INPUT_FILE, echo_json, library_errors, renamed, threads_option, use_threads
 from tokendp.cli._console import console, quiet_libraries
 
 _EXPOSURE = click.option("--exposure", "method", type=click.Choice(["exact", "sampled"]), default="sampled", show_default=True,
@@ -20,7 +20,7 @@ _SAMPLES = click.option("--samples", type=int, default=2000, show_default=True, 
 
 @click.command("exposure", short_help="Exposure of each planted canary (Carlini et al. 2019) in a fine-tuned model.")
 @click.option("--model", "model_dir", required=True, help="A model directory (e.g. the --out of tokendp finetune) or a registered name.")
-@click.option("--canaries", "canaries_file", type=click.Path(exists=True, dir_okay=False, path_type=Path), required=True,
+@click.option("--canaries", "canaries_file", type=INPUT_FILE, required=True,
               help="The canary file (canaries.json written by tokendp finetune --canaries N).")
 @_EXPOSURE
 @_SAMPLES
@@ -51,7 +51,7 @@ def eval_exposure(model_dir, canaries_file, method, samples, threads, as_json) -
 @renamed("--base", "base")
 @renamed("--max-tokens", "max_tokens")
 @renamed("--batch-size", "batch_size")
-@click.option("--data", "data_dir", type=click.Path(exists=True, file_okay=False, path_type=Path), required=True,
+@click.option("--data", "data_dir", type=INPUT_DIR, required=True,
               help="The WikiText-2 folder (train.txt, valid.txt), e.g. ../shared/data/wikitext-2.")
 @click.option("--out", type=click.Path(file_okay=False, path_type=Path), required=True,
               help="Results folder (runs/NAME per run, results.md, results.json, exposure.png); rerun to resume.")

@@ -11,7 +11,7 @@ from pathlib import Path
 import click
 
 from tokendp._optional import require
-from tokendp.cli._common import library_errors, renamed
+from tokendp.cli._common import INPUT_DIR, INPUT_FILE, library_errors, renamed
 from tokendp.cli._console import console
 from tokendp.errors import InvalidParameterError
 
@@ -50,9 +50,9 @@ def _adapter(spec: str):
 
 @click.command("predict", short_help="Perplexity of the public model, the ensemble and PMixED.")
 @renamed("--base", "base")
-@click.option("--ensemble", "ensemble_dir", type=click.Path(exists=True, file_okay=False, path_type=Path),
+@click.option("--ensemble", "ensemble_dir", type=INPUT_DIR,
               required=True, help="Ensemble directory written by `tokendp ensemble train`.")
-@click.option("--data", type=click.Path(exists=True, dir_okay=False, path_type=Path), required=True,
+@click.option("--data", type=INPUT_FILE, required=True,
               help="Held-out text (UTF-8, read whole as one token stream), e.g. WikiText-2's test.txt.")
 @click.option("--out", "out_dir", required=True, type=click.Path(file_okay=False, path_type=Path),
               help="Output folder (results, the plot and the resume cache).")

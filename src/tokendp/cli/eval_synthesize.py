@@ -8,7 +8,7 @@ from pathlib import Path
 import click
 
 from tokendp._optional import require
-from tokendp.cli._common import CLIError, eval_command, library_errors, renamed
+from tokendp.cli._common import INPUT_FILE, CLIError, eval_command, library_errors, renamed
 from tokendp.cli._console import console
 from tokendp.cli.synthesize import read_references
 
@@ -26,12 +26,12 @@ def _epsilons(value: str, option: str) -> tuple[float, ...]:
 @click.option("--data", "data_dir", type=click.Path(file_okay=False, path_type=Path), default=None,
               help="TAB data folder (texts.json): references are paragraphs of the tuning half, held-out texts "
                    "paragraphs of the reporting half. Or give --references and --held-out.")
-@click.option("--references", "references_path", type=click.Path(exists=True, dir_okay=False, path_type=Path),
+@click.option("--references", "references_path", type=INPUT_FILE,
               default=None, help="JSONL file of private references, one {\"text\": ...} per line.")
-@click.option("--held-out", "held_out_path", type=click.Path(exists=True, dir_okay=False, path_type=Path),
+@click.option("--held-out", "held_out_path", type=INPUT_FILE,
               default=None, help="JSONL file of real texts of the same kind that no setting reads.")
 @click.option("--held-out-size", type=int, default=200, show_default=True, help="Use at most this many held-out texts.")
-@click.option("--off-topic", "off_topic_path", type=click.Path(exists=True, dir_okay=False, path_type=Path),
+@click.option("--off-topic", "off_topic_path", type=INPUT_FILE,
               default=None, help="Plain text file of real text of another kind, one paragraph per line (e.g. "
                                  "WikiText-2's valid.txt): adds an 'off-topic' row, the floor.")
 @click.option("--min-chars", type=int, default=200, show_default=True,

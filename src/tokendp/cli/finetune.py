@@ -10,7 +10,7 @@ from pathlib import Path
 
 import click
 
-from tokendp.cli._common import echo_json, library_errors, renamed, threads_option, use_threads
+from tokendp.cli._common import INPUT_FILE, echo_json, library_errors, renamed, threads_option, use_threads
 from tokendp.cli._console import console
 from tokendp.text.sensitivity import TIERS
 
@@ -18,7 +18,7 @@ from tokendp.text.sensitivity import TIERS
 @click.command("finetune", short_help="Fine-tune with DP-SGD or ATDP, (epsilon, delta)-DP per record.")
 @renamed("--base", "model")
 @renamed("--batch-size", "expected_batch_size")
-@click.option("--data", type=click.Path(exists=True, dir_okay=False, path_type=Path), required=True,
+@click.option("--data", type=INPUT_FILE, required=True,
               help="Private corpus: JSONL, one record per line with a text field. Each record is one privacy unit and one "
                    "training sequence (never split: a record longer than --max-length is an error, or cut with --truncate).")
 @click.option("--method", type=click.Choice(["none", "dpsgd", "atdp"]), default="atdp", show_default=True,

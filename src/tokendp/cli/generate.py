@@ -7,8 +7,8 @@ from typing import Any
 
 import click
 
-from tokendp.cli._common import (CLIError, decoding_options, diagnostics_option, emit_diagnostics, library_errors,
-                                 placement_options, tagger_option, threads_option, use_threads)
+from tokendp.cli._common import (INPUT_FILE, CLIError, decoding_options, diagnostics_option, emit_diagnostics,
+                                 library_errors, placement_options, tagger_option, threads_option, use_threads)
 from tokendp.cli._console import console, quiet_libraries
 from tokendp.cli.sanitize import _emit, format_report
 
@@ -27,7 +27,7 @@ def format_generate_report(report: dict[str, Any]) -> str:
 @click.option("--prompt", required=True, help="The question or task (public: it is not protected).")
 @click.option("--context", "contexts", multiple=True, type=click.Path(dir_okay=False),
               help="A trusted document (UTF-8 text); repeat for several. Its spans are protected, one group per label.")
-@click.option("--spans", "spans_paths", multiple=True, type=click.Path(exists=True, dir_okay=False),
+@click.option("--spans", "spans_paths", multiple=True, type=INPUT_FILE,
               help="SPANS.json of a --context ({start, end, label} character offsets); give one per --context, "
                    "in the same order, or none to run --tagger.")
 @tagger_option("Tagger for --context documents without --spans.")

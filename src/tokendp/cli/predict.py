@@ -10,8 +10,8 @@ from pathlib import Path
 
 import click
 
-from tokendp.cli._common import (BadInputError, CLIError, diagnostics_option, echo_json, emit_diagnostics,
-                                 library_errors, placement_options, renamed, threads_option, use_threads)
+from tokendp.cli._common import (INPUT_DIR, INPUT_FILE, BadInputError, CLIError, diagnostics_option, echo_json,
+                                 emit_diagnostics, library_errors, placement_options, renamed, threads_option, use_threads)
 from tokendp.cli._exit import BudgetExhaustedError
 from tokendp.cli._console import console, quiet_libraries
 from tokendp.text.documents import jsonl_records
@@ -33,10 +33,10 @@ def read_prompts(path: Path) -> list[str]:
 @click.command("predict", short_help="Answer prompts with PMixED, (epsilon, delta)-DP per shard.")
 @renamed("--base", "model")
 @renamed("--ensemble-sample-rate", "sample_rate")
-@click.option("--ensemble", "ensemble_dir", type=click.Path(exists=True, file_okay=False, path_type=Path), required=True,
+@click.option("--ensemble", "ensemble_dir", type=INPUT_DIR, required=True,
               help="Ensemble directory written by `tokendp ensemble train` (manifest.json + one adapter per shard).")
 @click.option("--prompt", default=None, help="One prompt to continue.")
-@click.option("--prompts", "prompts_path", type=click.Path(exists=True, dir_okay=False, path_type=Path), default=None,
+@click.option("--prompts", "prompts_path", type=INPUT_FILE, default=None,
               help="JSONL file of prompts, one {\"prompt\": ...} per line.")
 @click.option("--epsilon", type=float, default=None,
               help="Epsilon per shard for all T tokens (beta is calibrated). One of --epsilon or --beta is required.")

@@ -12,11 +12,9 @@ from pathlib import Path
 
 import click
 
-from tokendp.cli._common import (CLIError, engine_options, library_errors, placement_options, ray_options, renamed,
-                                 report_corpus_run, use_threads)
+from tokendp.cli._common import (INPUT_FILE, CLIError, engine_options, library_errors, placement_options, ray_options,
+                                 renamed, report_corpus_run, use_threads)
 from tokendp.cli._console import console, quiet_libraries
-
-_FILE = click.Path(exists=True, dir_okay=False, path_type=Path)
 
 
 def read_references(path: Path) -> list[str]:
@@ -30,8 +28,8 @@ def read_references(path: Path) -> list[str]:
 @click.command("synthesize", short_help="Generate synthetic texts, (epsilon, delta)-DP per reference.")
 @renamed("--batch-size", "references_per_text")
 @renamed("--max-tokens", "max_new_tokens")
-@click.argument("references", metavar="[REFERENCES]", type=_FILE, required=False)
-@click.option("--references", "references_option", type=_FILE, default=None,
+@click.argument("references", metavar="[REFERENCES]", type=INPUT_FILE, required=False)
+@click.option("--references", "references_option", type=INPUT_FILE, default=None,
               help="The same as REFERENCES (the older spelling).")
 @click.option("--epsilon", type=float, required=True, help="Epsilon per reference (>= 0; 0 gives public-model text).")
 @click.option("--delta", type=float, required=True, help="Delta of the guarantee, in (0, 1), below 1/(number of references).")
