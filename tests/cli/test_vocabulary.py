@@ -181,3 +181,14 @@ def test_help_explains_delta_temperature_placement_and_the_tagger_choices(comman
         assert len(params[name].help or "") > 15, name
     assert "One of --epsilon or --beta is required" in params["epsilon"].help
     assert list(params["tagger"].type.choices) == ["auto", "patterns", "model", "presidio", "spacy"]
+
+
+def test_generate_temperature_help_compares_with_the_true_defaults():
+    """generate's help says why its 0.7 is lower: it must name commands whose default is the 1.0 it quotes."""
+    def params(name):
+        return {p.name: p for p in main.commands[name].params}
+
+    help_text = params("generate")["temperature"].help
+    assert params("generate")["temperature"].default == 0.7 and "Below the 1.0 of synthesize and predict" in help_text
+    assert params("synthesize")["temperature"].default == params("predict")["temperature"].default == 1.0
+    assert params("sanitize")["temperature"].default == 0.7 and "sanitize" not in help_text

@@ -51,8 +51,9 @@ def format_generate_report(report: dict[str, Any]) -> str:
 @click.option("--max-new-tokens", type=click.IntRange(min=1), default=128, show_default=True,
               help="T, fixed up front and counted in full by every epsilon.")
 @click.option("--temperature", type=float, default=0.7, show_default=True,
-              help="Sampling temperature (> 0; 0, greedy, only with --method original or public). Lower than "
-                   "sanitize's 1.0 for sharper answers; public: it does not change epsilon; the report gives it.")
+              help="Sampling temperature (> 0; 0, greedy, only with --method original or public). Below the 1.0 of "
+                   "synthesize and predict for sharper answers; public: it does not change epsilon; the report "
+                   "gives it.")
 @click.option("--seed", type=int, default=None, help="Seed for reproducible sampling (default: from the OS).")
 @click.option("--stand-in", default="[document withheld]", show_default=True,
               help="What every row but its own reads in place of an untrusted chunk.")
