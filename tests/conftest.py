@@ -28,3 +28,16 @@ def step_path(request, monkeypatch):
 
         force_accelerator_path(monkeypatch)
     return request.param
+
+
+@pytest.fixture
+def transformers_bars():
+    """transformers' progress bars on, as in a fresh process (an earlier command in this one may
+    have turned them off), and back as they were after the test."""
+    from transformers.utils import logging as hf_logging
+
+    was_on = hf_logging.is_progress_bar_enabled()
+    hf_logging.enable_progress_bar()
+    yield
+    if not was_on:
+        hf_logging.disable_progress_bar()

@@ -161,14 +161,15 @@ def test_a_same_sized_corpus_with_other_text_is_refused(tmp_path):
         train_ensemble(other, shards=1, out=out, base=tinylm.model_dir(), seed=0, config=cfg)
 
 
-def test_trained_ensemble_answers_prompts(tmp_path):
+def test_trained_ensemble_answers_prompts(tmp_path, transformers_bars):
+    """-q leaves stderr empty: no bar of the CLI's nor transformers' (loading, saving)."""
     data = corpus(tmp_path / "c.jsonl", n=6)
     out = tmp_path / "ens"
-    res = CliRunner().invoke(main, ["ensemble", "train", "--data", str(data), "--shards", "3", "--out", str(out),
+    res = CliRunner().invoke(main, ["ensemble", "train", "-q", "--data", str(data), "--shards", "3", "--out", str(out),
                                     "--model", str(tinylm.model_dir()), "--steps", "2", "--batch-size", "2",
                                     "--max-length", "32", "--seed", "0"])
     assert res.exit_code == 0, res.output
-    assert SECRET not in res.output and "3 adapters" in res.output
+    assert SECRET not in res.output and "3 adapters" in res.stdout and res.stderr == ""
     res = CliRunner().invoke(main, ["predict", "--ensemble", str(out), "--prompt", "The court", "--epsilon", "8",
                                     "--delta", "1e-5", "--queries", "3", "--seed", "0", "--json"])
     assert res.exit_code == 0, res.output

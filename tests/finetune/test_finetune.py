@@ -214,6 +214,20 @@ def test_cli_finetune_json_and_eval_exposure(tmp_path):
     assert result.exit_code == 3 and "no records" in result.output  # bad input (tokendp.cli._exit)
 
 
+def test_cli_finetune_quiet_shows_no_progress_bars(tmp_path, transformers_bars):
+    """-q means no progress bars: not the CLI's, nor transformers' "Loading weights" and
+    "Writing model shards" when finetune loads and saves the model."""
+    from tokendp.cli import main
+
+    data = tmp_path / "corpus.jsonl"
+    data.write_text("\n".join(json.dumps({"text": t}) for t in TEXTS[:4]) + "\n")
+    result = CliRunner().invoke(main, ["finetune", "-q", "--json", "--data", str(data), "--method", "none", "--out",
+                                       str(tmp_path / "m"), "--model", str(tinylm.model_dir()), "--lora-r", "0",
+                                       "--steps", "1", "--expected-batch-size", "2"])
+    assert result.exit_code == 0, result.output
+    assert result.stderr == "" and json.loads(result.stdout)["steps"] == 1
+
+
 def test_cli_eval_finetune_writes_the_table(tmp_path):
     from tokendp.cli import main
 

@@ -10,7 +10,7 @@ from pathlib import Path
 import click
 
 from tokendp.cli._common import INPUT_FILE, library_errors, renamed, threads_option, use_threads
-from tokendp.cli._console import console
+from tokendp.cli._console import console, quiet_libraries
 
 
 @click.group("ensemble", short_help="Train PMixED ensembles: LoRA adapters on disjoint shards.")
@@ -63,6 +63,7 @@ def train(data, shards, out, model, group_by, text_field, steps, batch_size, max
 
     # Shown in a log file too (an unattended run): updates every 30 s there, not on every step.
     with ProgressBar("ensemble", disable=console().quiet) as bar:
+        quiet_libraries()  # transformers' own loading and saving bars: the CLI draws one bar
         manifest = train_ensemble(data, shards=shards, out=out, base=model, seed=seed, group_by=group_by,
                                   text_field=text_field, config=config, device=device, dtype=dtype, on_progress=bar)
     click.echo(f"{manifest.ensemble_size} adapters in {out} (records per shard: "

@@ -81,6 +81,7 @@ def eval_finetune(data_dir, out, base, records, valid, max_tokens, epsilons, del
     from tokendp.cli._common import CLIError
 
     require("opacus", "train", "tokendp eval finetune", why="for DP-SGD")
+    quiet_libraries()
     use_threads(threads)
     from tokendp.eval.finetune import run_comparison
     from tokendp.jobs.finetune import FinetuneConfig

@@ -11,7 +11,7 @@ from pathlib import Path
 import click
 
 from tokendp.cli._common import INPUT_FILE, echo_json, library_errors, renamed, threads_option, use_threads
-from tokendp.cli._console import console
+from tokendp.cli._console import console, quiet_libraries
 from tokendp.text.sensitivity import TIERS
 
 
@@ -114,6 +114,7 @@ def finetune(data, method, out, model, epsilon, delta, noise_multiplier, account
     from tokendp.training import ProgressBar
 
     with ProgressBar(method, disable=not console().bars(as_json=as_json)) as bar:
+        quiet_libraries()  # transformers' own loading and saving bars: the CLI draws one bar
         report = run(data, out=out, base=model, config=config, device=device, on_progress=bar, on_phase=bar.describe)
     if as_json:
         echo_json(report)
