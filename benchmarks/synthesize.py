@@ -110,8 +110,8 @@ def main() -> None:
             backend.decode(state, token)
 
     def run_synthesize():
-        return synthesize(refs, epsilon=args.epsilon, delta=1e-5, batch_size=args.batch_size,
-                          max_tokens=args.max_tokens, top_k=args.top_k, num=args.num, model=backend, seed=0,
+        return synthesize(refs, epsilon=args.epsilon, delta=1e-5, references_per_text=args.batch_size,
+                          max_new_tokens=args.max_tokens, top_k=args.top_k, num=args.num, model=backend, seed=0,
                           concurrency=args.num)
 
     out = run_synthesize()  # warm-up (allocations, lazy inits) and the report

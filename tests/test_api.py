@@ -7,6 +7,8 @@ import inspect
 import subprocess
 import sys
 
+import pytest
+
 import tokendp
 
 
@@ -32,10 +34,58 @@ def test_one_document_takes_exactly_what_a_batch_takes():
     assert _params(tokendp.sanitize, {"text"}) == _params(tokendp.sanitize_batch, {"texts"})
     assert _params(tokendp.generate, {"prompt"}) == _params(tokendp.generate_batch, {"prompts"})
     synth = _params(tokendp.synthesize, {"references", "num", "seed", "on_token"})
-    assert synth == _params(Synthesizer.__init__, {"self"})
-    for func in (tokendp.sanitize, tokendp.generate, tokendp.synthesize):
-        assert {"model", "tokenizer", "device", "dtype"} <= set(_params(func))
-    assert {"base", "tokenizer", "backend"} <= set(_params(tokendp.predict))
+    older = {"references_per_text": "batch_size", "max_new_tokens": "max_tokens"}  # the class keeps the old words
+    assert {older.get(name, name): p for name, p in synth.items()} == _params(Synthesizer.__init__, {"self"})
+    for func in (tokendp.sanitize, tokendp.generate, tokendp.synthesize, tokendp.predict, tokendp.finetune):
+        assert {"model", "device"} <= set(_params(func))
+    for func in (tokendp.sanitize, tokendp.generate, tokendp.synthesize, tokendp.predict):
+        assert {"tokenizer", "dtype"} <= set(_params(func))
+    assert "backend" in _params(tokendp.predict)
+
+
+def test_renamed_keywords_maps_the_old_name_warns_and_refuses_both():
+    from tokendp.jobs._renamed import renamed_keywords
+
+    @renamed_keywords(base="model")
+    def job(text, *, model="tiny"):
+        return text, model
+
+    assert list(inspect.signature(job).parameters) == ["text", "model"]
+    assert job("x", model="m") == ("x", "m")
+    with pytest.warns(FutureWarning, match=r"job\(base=...\) is deprecated, use model="):
+        assert job("x", base="m") == ("x", "m")
+    with pytest.raises(TypeError, match="got model= and its deprecated spelling base="):
+        job("x", model="m", base="m")
+
+
+def _bad_calls(tmp_path):
+    """(job, old keyword, new keyword, a call with the old keyword that fails validation before any model loads)."""
+    refs = ["a", "b"]
+    return [
+        ("synthesize", "batch_size", "references_per_text",
+         lambda: tokendp.synthesize(refs, epsilon=1.0, delta=1e-5, batch_size=0, max_new_tokens=2)),
+        ("synthesize", "max_tokens", "max_new_tokens",
+         lambda: tokendp.synthesize(refs, epsilon=1.0, delta=1e-5, references_per_text=2, max_tokens=0)),
+        ("predict", "base", "model",
+         lambda: tokendp.predict("x", ensemble=tmp_path, queries=4, delta=2.0, beta=0.1, base="tiny")),
+        ("finetune", "base", "model",
+         lambda: tokendp.finetune(texts=["a"], out=tmp_path, base="tiny", config=tokendp.FinetuneConfig(lr=-1.0))),
+    ]
+
+
+@pytest.mark.parametrize("case", range(4))
+def test_the_jobs_speak_the_cli_vocabulary_and_still_take_the_old_keywords(case, tmp_path):
+    """One name per concept, as the command line's flags (README "One vocabulary"): the signature
+    shows the new keyword; the old one still reaches the job, with a FutureWarning naming the new
+    one (here the job then refuses a bad parameter, so no model runs)."""
+    from tokendp.errors import InvalidParameterError
+
+    job, old, new, call = _bad_calls(tmp_path)[case]
+    params = inspect.signature(getattr(tokendp, job)).parameters
+    assert new in params and old not in params
+    with pytest.warns(FutureWarning, match=rf"{job}\({old}=...\) is deprecated, use {new}="):
+        with pytest.raises(InvalidParameterError):
+            call()
 
 
 def test_the_top_level_is_lazy_and_exports_the_accountants():
@@ -66,8 +116,6 @@ def test_tag_finetune_and_the_backend_class_from_the_top_level():
 
 
 def test_tag_refuses_what_it_cannot_read():
-    import pytest
-
     from tokendp.errors import InvalidInputError, InvalidParameterError
 
     with pytest.raises(InvalidInputError, match="one text"):

@@ -53,8 +53,8 @@ def test_partition_is_disjoint_and_refuses_reuse():
 
 def test_each_reference_reaches_exactly_one_row_and_row_zero_is_public(backend, monkeypatch):
     spy = Spy(backend, monkeypatch)
-    out = synthesize(REFS, epsilon=4.0, delta=1e-5, batch_size=3, max_tokens=4, model=backend, domain=DOMAIN, seed=0,
-                     concurrency=2)
+    out = synthesize(REFS, epsilon=4.0, delta=1e-5, references_per_text=3, max_new_tokens=4, model=backend,
+                     domain=DOMAIN, seed=0, concurrency=2)
     assert [o.references for o in out] == [(0, 1, 2), (3, 4, 5), (6, 7, 8)]
     assert len(spy.sequences) == 3 and len(spy.sequences[0]) == 4  # 1 public + B private rows
     tok = backend.tokenizer
@@ -74,9 +74,9 @@ def test_each_reference_reaches_exactly_one_row_and_row_zero_is_public(backend, 
 def test_a_text_depends_on_the_seed_its_index_and_its_batch_only(backend, switch):
     """Text j samples (and draws its switch noise) from document_seed(seed, j)'s stream: written
     alone, or with the other batches in reverse order, it is the same text."""
-    kwargs = dict(epsilon=4.0, delta=1e-5, batch_size=2, max_tokens=6, model=backend, domain=DOMAIN, **switch)
-    whole = synthesize(REFS[:8], seed=5, **kwargs)
-    synth = Synthesizer(**kwargs)
+    common = dict(epsilon=4.0, delta=1e-5, model=backend, domain=DOMAIN, **switch)
+    whole = synthesize(REFS[:8], seed=5, references_per_text=2, max_new_tokens=6, **common)
+    synth = Synthesizer(batch_size=2, max_tokens=6, **common)
     batches = [ReferenceBatch(j, (2 * j, 2 * j + 1), tuple(REFS[2 * j:2 * j + 2])) for j in range(4)]
     alone = synth(batches[2:3], seed=5)
     backwards = synth(batches[::-1], seed=5)[::-1]
@@ -97,8 +97,8 @@ def test_prompts_follow_the_model_kind(monkeypatch, kind):
     backend = HFBackend(tinylm.model(), tok, options=options)
     spy = Spy(backend, monkeypatch)
     prompt = "Example: {document}\nAnother one:" if kind == "plain" else None
-    synthesize(REFS[:2], epsilon=1.0, delta=1e-5, batch_size=2, max_tokens=2, model=backend, seed=0, prompt=prompt,
-               domain="a text" if kind == "chat" else None)
+    synthesize(REFS[:2], epsilon=1.0, delta=1e-5, references_per_text=2, max_new_tokens=2, model=backend, seed=0,
+               prompt=prompt, domain="a text" if kind == "chat" else None)
     public, private = (tok.decode(row.ids) for row in spy.sequences[0].rows[:2])
     expected = {"chat": ("<|doc|>user: ", "\n<|rewrite|>"),
                 "plain": ("Example: ", "\nAnother one:"),
@@ -120,7 +120,7 @@ def test_public_row_is_the_same_for_every_batch_and_any_references(monkeypatch):
     spy = Spy(backend, monkeypatch)
     others = [t.upper() for t in REFS]
     for refs in (REFS, others):
-        synthesize(refs[:4], epsilon=2.0, delta=1e-5, batch_size=2, max_tokens=2, model=backend, seed=0,
+        synthesize(refs[:4], epsilon=2.0, delta=1e-5, references_per_text=2, max_new_tokens=2, model=backend, seed=0,
                    domain="a hospital note")
     publics = {seq.rows[0].ids for seq in spy.sequences}
     assert len(spy.sequences) == 4 and publics == {synthesis_prompts(tok, domain="a hospital note").public}
@@ -131,7 +131,7 @@ def test_public_row_is_the_same_for_every_batch_and_any_references(monkeypatch):
 @pytest.mark.parametrize("method", ["invisibleink", "amin"])
 def test_reported_clip_and_epsilon_come_from_the_accountant(backend, method):
     eps, delta, b, t, tau = 3.0, 1e-6, 2, 5, 0.8
-    out = synthesize(REFS[:4], epsilon=eps, delta=delta, batch_size=b, max_tokens=t, temperature=tau,
+    out = synthesize(REFS[:4], epsilon=eps, delta=delta, references_per_text=b, max_new_tokens=t, temperature=tau,
                      method=method, model=backend, domain=DOMAIN, seed=1)
     clip = invisibleink_clip(epsilon=eps, delta=delta, batch_size=b, temperature=tau, max_tokens=t)
     accountant = invisibleink_epsilon if method == "invisibleink" else amin_epsilon
@@ -146,8 +146,8 @@ def test_reported_clip_and_epsilon_come_from_the_accountant(backend, method):
 
 @pytest.mark.parametrize("method", ["invisibleink", "amin"])
 def test_epsilon_zero_gives_public_text_that_ignores_the_references(backend, method):
-    kwargs = dict(epsilon=0, delta=1e-5, batch_size=2, max_tokens=6, method=method, model=backend, domain=DOMAIN,
-                  seed=3)
+    kwargs = dict(epsilon=0, delta=1e-5, references_per_text=2, max_new_tokens=6, method=method, model=backend,
+                  domain=DOMAIN, seed=3)
     a = synthesize(REFS[:4], **kwargs)
     b = synthesize(list(reversed(tinylm.CORPUS[:4])), **kwargs)
     assert [o.clip for o in a] == [0.0, 0.0] and [o.epsilon for o in a] == [0.0, 0.0]
@@ -156,17 +156,19 @@ def test_epsilon_zero_gives_public_text_that_ignores_the_references(backend, met
 
 
 def test_module_is_callable_and_validates_parameters(backend):
-    out = tokendp.synthesize(REFS[:2], epsilon=1.0, delta=1e-5, batch_size=2, max_tokens=2, model=backend,
+    out = tokendp.synthesize(REFS[:2], epsilon=1.0, delta=1e-5, references_per_text=2, max_new_tokens=2, model=backend,
                              domain=DOMAIN, seed=0)
     assert len(out) == 1 and out[0].to_dict()["references"] == [0, 1]
-    bad = [dict(epsilon=-1), dict(delta=0), dict(batch_size=0), dict(max_tokens=0), dict(temperature=0),
+    bad = [dict(epsilon=-1), dict(delta=0), dict(references_per_text=0), dict(max_new_tokens=0), dict(temperature=0),
            dict(top_k=0), dict(method="dp-fusion"), dict(method="amin", top_k=5)]
     for change in bad:
-        kwargs = dict(epsilon=1.0, delta=1e-5, batch_size=2, max_tokens=2, model=backend, domain=DOMAIN) | change
+        kwargs = dict(epsilon=1.0, delta=1e-5, references_per_text=2, max_new_tokens=2, model=backend,
+                      domain=DOMAIN) | change
         with pytest.raises(InvalidParameterError):
             synthesize(REFS[:2], **kwargs)
     with pytest.raises(InvalidInputError):
-        synthesize(["ok", " "], epsilon=1.0, delta=1e-5, batch_size=2, max_tokens=2, model=backend, domain=DOMAIN)
+        synthesize(["ok", " "], epsilon=1.0, delta=1e-5, references_per_text=2, max_new_tokens=2, model=backend,
+                   domain=DOMAIN)
 
 
 # ---------------------------------------------------------------------------- sampled distribution
@@ -211,7 +213,7 @@ def test_first_tokens_follow_the_intended_distribution(backend):
     pair = [tinylm.CORPUS[0], tinylm.CORPUS[2]]
     eps, tau, k = 4.0, 0.7, 8
     first = {}
-    out = synthesize(pair * 300, epsilon=eps, delta=1e-5, batch_size=2, max_tokens=1, temperature=tau,
+    out = synthesize(pair * 300, epsilon=eps, delta=1e-5, references_per_text=2, max_new_tokens=1, temperature=tau,
                      top_k=k, model=backend, domain=DOMAIN, seed=11, concurrency=300,
                      on_token=lambda doc, token: first.setdefault(doc, token))
     assert sorted(first) == list(range(300))
@@ -266,7 +268,7 @@ def test_ledger_of_the_job_admits_exactly_max_tokens_tokens():
 # ---------------------------------------------------------------------------- Amin et al.'s sparse-vector switch
 def test_switch_clip_epsilon_and_record_come_from_the_accountant(backend):
     eps, delta, b, t, tau, svt = 4.0, 1e-5, 2, 8, 0.9, 0.5
-    kwargs = dict(epsilon=eps, delta=delta, batch_size=b, max_tokens=t, temperature=tau, method="amin",
+    kwargs = dict(epsilon=eps, delta=delta, references_per_text=b, max_new_tokens=t, temperature=tau, method="amin",
                   model=backend, domain=DOMAIN, seed=1, svt_epsilon=svt)
     out = synthesize(REFS[:6], **kwargs)
     c = t // 4  # the default cap
@@ -284,8 +286,8 @@ def test_switch_clip_epsilon_and_record_come_from_the_accountant(backend):
 
 
 def test_switch_that_never_fires_gives_text_that_ignores_the_references(backend):
-    kwargs = dict(epsilon=4.0, delta=1e-5, batch_size=2, max_tokens=6, method="amin", model=backend, domain=DOMAIN,
-                  seed=3, svt_epsilon=0.5, max_private_tokens=3, switch_threshold=1e9)
+    kwargs = dict(epsilon=4.0, delta=1e-5, references_per_text=2, max_new_tokens=6, method="amin", model=backend,
+                  domain=DOMAIN, seed=3, svt_epsilon=0.5, max_private_tokens=3, switch_threshold=1e9)
     a = synthesize(REFS[:4], **kwargs)
     b = synthesize(list(reversed(tinylm.CORPUS[:4])), **kwargs)
     assert [o.private_tokens for o in a] == [0, 0]
@@ -321,7 +323,8 @@ def test_switch_job_charges_its_worst_case_before_the_first_token():
     (dict(method="amin", svt_epsilon=0.5, epsilon=0), "epsilon 0"),
 ])
 def test_switch_parameters_are_checked_with_clear_messages(backend, change, message):
-    kwargs = dict(epsilon=1.0, delta=1e-5, batch_size=2, max_tokens=4, model=backend, domain=DOMAIN) | change
+    kwargs = dict(epsilon=1.0, delta=1e-5, references_per_text=2, max_new_tokens=4, model=backend,
+                  domain=DOMAIN) | change
     with pytest.raises(InvalidParameterError, match=message):
         synthesize(REFS[:2], **kwargs)
 
@@ -334,8 +337,8 @@ def test_whether_a_batch_fits_depends_on_the_public_layout_only():
     for refs in (["ok", "fine"], [REFS[0] * 4, REFS[1] * 4]):
         for cap in (8, 120):
             try:
-                synthesize(refs, epsilon=2.0, delta=1e-5, batch_size=2, max_tokens=4, model=small, domain=DOMAIN,
-                           seed=0, max_reference_tokens=cap)
+                synthesize(refs, epsilon=2.0, delta=1e-5, references_per_text=2, max_new_tokens=4, model=small,
+                           domain=DOMAIN, seed=0, max_reference_tokens=cap)
                 outcomes.append((cap, "fits"))
             except InvalidInputError as err:
                 assert "St James" not in str(err) and "context of 128" in str(err)

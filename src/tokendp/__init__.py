@@ -6,9 +6,9 @@ import torch; each name imports its module on first use):
 - the jobs, plain functions: ``tokendp.sanitize(text, epsilon=8)``,
   ``tokendp.sanitize_batch(texts, ...)``,
   ``tokendp.generate(question, context=text, untrusted=[page], epsilon=4)``,
-  ``tokendp.synthesize(references, epsilon=4, delta=1e-5, batch_size=8, max_tokens=200)``,
+  ``tokendp.synthesize(references, epsilon=4, delta=1e-5, references_per_text=8, max_new_tokens=200)``,
   ``tokendp.predict(prompts, ensemble="ens/", queries=256, epsilon=8, delta=1e-5)``,
-  ``tokendp.finetune(data, out="ft/", base="tiny", config=tokendp.FinetuneConfig(...))``;
+  ``tokendp.finetune(data, out="ft/", model="tiny", config=tokendp.FinetuneConfig(...))``;
   their modules (prepare/run steps, reports, helpers) are :mod:`tokendp.jobs.sanitize`,
   :mod:`tokendp.jobs.generate`, :mod:`tokendp.jobs.synthesize`, :mod:`tokendp.jobs.predict` and
   :mod:`tokendp.jobs.finetune`;

@@ -98,13 +98,13 @@ def test_generate_synthesize_and_predict_take_model_objects(lm):
     ans = tokendp.generate("Where does he live?", context=LETTER, spans=SPANS, model=lm, tokenizer=tok, beta=0.1,
                            max_new_tokens=3, seed=0, **MASKED)
     assert ans.report.model == "Qwen2ForCausalLM" and ans.report.tokens_generated >= 1
-    texts = tokendp.synthesize(tinylm.CORPUS[:2], epsilon=1.0, delta=1e-5, batch_size=2, max_tokens=2, model=lm,
-                               tokenizer=tok, domain="a letter", seed=0)
+    texts = tokendp.synthesize(tinylm.CORPUS[:2], epsilon=1.0, delta=1e-5, references_per_text=2, max_new_tokens=2,
+                               model=lm, tokenizer=tok, domain="a letter", seed=0)
     assert len(texts) == 1 and texts[0].model == "Qwen2ForCausalLM"
     ens = tinylm.ensemble_dir(2)
     kwargs = dict(ensemble=ens, queries=4, beta=0.5, delta=1e-5, seed=3)
     from_manifest = tokendp.predict("The court held", **kwargs)  # the manifest's base: the same weights, saved
-    from_object = tokendp.predict("The court held", base=lm, tokenizer=tok, **kwargs)
+    from_object = tokendp.predict("The court held", model=lm, tokenizer=tok, **kwargs)
     assert from_object.answers == from_manifest.answers
 
 

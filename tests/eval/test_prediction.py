@@ -191,7 +191,7 @@ def _finetuned(tmp_path, method="dpsgd", epsilon=8.0):
     config = FinetuneConfig(method=method, steps=2, batch_size=4, lora_r=4, lora_alpha=32.0, lr=0.05,
                             max_length=16, truncate=True, **private)
     out = tmp_path / f"{method}-{epsilon:g}"
-    report = finetune(texts=tinylm.CORPUS * 4, out=out, base=str(tinylm.model_dir()), config=config)
+    report = finetune(texts=tinylm.CORPUS * 4, out=out, model=str(tinylm.model_dir()), config=config)
     return out / "adapter", report
 
 

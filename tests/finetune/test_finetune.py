@@ -38,7 +38,7 @@ def _pos(words):
 def _run(tmp_path, name="out", **overrides):
     settings = {"method": "atdp", "epochs": 2, "batch_size": 6, "lora_r": 0, "epsilon": 8.0, "noise_seed": 3,
                 "canaries": 1, "canary_repeats": 2, "gamma": 0.5, "ceiling": 3.0, "jitter": 0.1, **overrides}
-    return finetune(texts=TEXTS, out=tmp_path / name, base=str(tinylm.model_dir()), config=FinetuneConfig(**settings),
+    return finetune(texts=TEXTS, out=tmp_path / name, model=str(tinylm.model_dir()), config=FinetuneConfig(**settings),
                     tagger=HandTagger(), pos=_pos)
 
 
@@ -90,18 +90,18 @@ def test_resume_after_an_interruption_reaches_the_same_epsilon(tmp_path):
     settings = {"method": "dpsgd", "epochs": 2, "batch_size": 6, "lora_r": 0, "epsilon": 5.0, "noise_seed": 1,
                 "checkpoint_every": 1}
     with pytest.raises(Stop):
-        finetune(texts=TEXTS, out=tmp_path / "r", base=str(tinylm.model_dir()), config=FinetuneConfig(**settings),
+        finetune(texts=TEXTS, out=tmp_path / "r", model=str(tinylm.model_dir()), config=FinetuneConfig(**settings),
                  on_progress=stop_at_three)
     assert (tmp_path / "r" / ".checkpoint.pt").is_file()
     seen = []
-    report = finetune(texts=TEXTS, out=tmp_path / "r", base=str(tinylm.model_dir()), config=FinetuneConfig(**settings),
+    report = finetune(texts=TEXTS, out=tmp_path / "r", model=str(tinylm.model_dir()), config=FinetuneConfig(**settings),
                       on_progress=lambda p: seen.append(p.step))
     assert seen[0] == 3 and report["steps"] == 2 * report["steps_per_epoch"]
     assert report["privacy"]["epsilon"] == accounting.dp_sgd_pld_epsilon(
         sampling_rate=report["privacy"]["sampling_rate"], noise_multipliers=[report["privacy"]["noise_multiplier"]] * report["steps"],
         delta=1e-5)
     with pytest.raises(InvalidInputError, match="other data or settings"):
-        finetune(texts=TEXTS[:-1], out=tmp_path / "r", base=str(tinylm.model_dir()), config=FinetuneConfig(**settings))
+        finetune(texts=TEXTS[:-1], out=tmp_path / "r", model=str(tinylm.model_dir()), config=FinetuneConfig(**settings))
 
 
 def test_checkpoints_never_hold_the_privacy_randomness(tmp_path):
@@ -114,23 +114,23 @@ def test_checkpoints_never_hold_the_privacy_randomness(tmp_path):
 
     config = FinetuneConfig(method="dpsgd", epochs=1, batch_size=6, lora_r=0, epsilon=5.0, checkpoint_every=1)
     with pytest.raises(Stop):
-        finetune(texts=TEXTS, out=tmp_path / "s", base=str(tinylm.model_dir()), config=config, on_progress=stop)
+        finetune(texts=TEXTS, out=tmp_path / "s", model=str(tinylm.model_dir()), config=config, on_progress=stop)
     state = torch.load(tmp_path / "s" / ".checkpoint.pt", weights_only=False)
     assert state["step"] == 1 and state["data_generator"] is None and state["noise_generator"] is None
-    report = finetune(texts=TEXTS, out=tmp_path / "s", base=str(tinylm.model_dir()), config=config)
+    report = finetune(texts=TEXTS, out=tmp_path / "s", model=str(tinylm.model_dir()), config=config)
     assert report["steps"] == report["steps_per_epoch"] and report["privacy"]["epsilon"] <= 5.0
 
 
 def test_bad_input_fails_before_training(tmp_path):
     base = str(tinylm.model_dir())
     with pytest.raises(InvalidInputError, match="no records"):
-        finetune(texts=[], out=tmp_path / "a", base=base, config=FinetuneConfig(method="none", lora_r=0))
+        finetune(texts=[], out=tmp_path / "a", model=base, config=FinetuneConfig(method="none", lora_r=0))
     with pytest.raises(InvalidInputError, match="record 2 has .* tokens") as err:
-        finetune(texts=["short text", SECRET * 40], out=tmp_path / "b", base=base,
+        finetune(texts=["short text", SECRET * 40], out=tmp_path / "b", model=base,
                  config=FinetuneConfig(method="none", lora_r=0, max_length=32))
     assert SECRET not in str(err.value)
     with pytest.raises(InvalidParameterError, match="unreachable"):
-        finetune(texts=TEXTS, out=tmp_path / "c", base=base,
+        finetune(texts=TEXTS, out=tmp_path / "c", model=base,
                  config=FinetuneConfig(method="dpsgd", lora_r=0, epsilon=1e-4, delta=1e-9, batch_size=24, epochs=400))
     assert not (tmp_path / "c" / ".checkpoint.pt").exists()
     with pytest.raises(InvalidParameterError, match="exactly one"):
@@ -147,7 +147,7 @@ def test_steps_and_truncate(tmp_path):
     texts = [*TEXTS, SECRET * 40]
     config = FinetuneConfig(method="dpsgd", steps=5, batch_size=6, lora_r=0, epsilon=4.0, max_length=32, truncate=True,
                             accountant="rdp")
-    report = finetune(texts=texts, out=tmp_path / "s", base=base, config=config)
+    report = finetune(texts=texts, out=tmp_path / "s", model=base, config=config)
     privacy = report["privacy"]
     assert report["steps"] == report["steps_per_epoch"] == 5 and report["training"]["epochs"] == 1
     assert report["training"]["truncate"] and privacy["sampling_rate"] == 6 / len(texts)
@@ -156,13 +156,13 @@ def test_steps_and_truncate(tmp_path):
     assert privacy["epsilon"] <= 4.0 and privacy["accountant"] == "rdp" and privacy["epsilon_rdp"] == privacy["epsilon"]
     long = build_records([SECRET * 40], tinylm.tokenizer(), max_length=32, truncate=True)[0]
     assert len(long.ids) == len(long.weights) == 32
-    again = finetune(texts=texts, out=tmp_path / "s", base=base, config=config,
+    again = finetune(texts=texts, out=tmp_path / "s", model=base, config=config,
                      on_progress=lambda p: pytest.fail("a finished run trained again"))
     assert again == json.loads(json.dumps(report))  # the finished run's report, nothing retrained
     with pytest.raises(InvalidParameterError, match="not both"):
         FinetuneConfig(method="none", epochs=2, steps=3).check()
     with pytest.raises(InvalidParameterError, match="more than one pass"):
-        finetune(texts=TEXTS, out=tmp_path / "n", base=base, config=FinetuneConfig(method="none", lora_r=0, steps=9, batch_size=6))
+        finetune(texts=TEXTS, out=tmp_path / "n", model=base, config=FinetuneConfig(method="none", lora_r=0, steps=9, batch_size=6))
 
 
 def test_weights_mark_sensitive_tokens_and_w_one_is_the_plain_loss():
@@ -261,16 +261,16 @@ def test_a_same_sized_corpus_with_other_text_never_resumes_the_run(tmp_path):
                 "checkpoint_every": 1}
     base = str(tinylm.model_dir())
     with pytest.raises(Stop):
-        finetune(texts=TEXTS, out=tmp_path / "r", base=base, config=FinetuneConfig(**settings), on_progress=stop)
+        finetune(texts=TEXTS, out=tmp_path / "r", model=base, config=FinetuneConfig(**settings), on_progress=stop)
     state = torch.load(tmp_path / "r" / ".checkpoint.pt", weights_only=False)
     assert state["format"] == "tokendp.checkpoint/1" and len(state["fingerprint"]) == 64
     other = [t.replace(SECRET, "Ottoline Featherstonehaugh") for t in TEXTS]
     assert len(other) == len(TEXTS)
     with pytest.raises(InvalidInputError, match="other data or settings") as err:
-        finetune(texts=other, out=tmp_path / "r", base=base, config=FinetuneConfig(**settings),
+        finetune(texts=other, out=tmp_path / "r", model=base, config=FinetuneConfig(**settings),
                  on_progress=lambda p: pytest.fail("trained on from another corpus's checkpoint"))
     assert "Ottoline" not in str(err.value) and SECRET not in str(err.value)
-    report = finetune(texts=TEXTS, out=tmp_path / "r", base=base, config=FinetuneConfig(**settings))
+    report = finetune(texts=TEXTS, out=tmp_path / "r", model=base, config=FinetuneConfig(**settings))
     assert report["steps"] == report["steps_per_epoch"]
     assert not (tmp_path / "r" / ".checkpoint.pt").exists()
     assert not any(state["fingerprint"] in p.read_text(errors="ignore") for p in (tmp_path / "r").rglob("*.json"))

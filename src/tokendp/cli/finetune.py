@@ -115,7 +115,7 @@ def finetune(data, method, out, model, epsilon, delta, noise_multiplier, account
 
     with ProgressBar(method, disable=not console().bars(as_json=as_json)) as bar:
         quiet_libraries()  # transformers' own loading and saving bars: the CLI draws one bar
-        report = run(data, out=out, base=model, config=config, device=device, on_progress=bar, on_phase=bar.describe)
+        report = run(data, out=out, model=model, config=config, device=device, on_progress=bar, on_phase=bar.describe)
     if as_json:
         echo_json(report)
         return

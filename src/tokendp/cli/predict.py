@@ -86,7 +86,7 @@ def predict(ensemble_dir, prompt, prompts_path, epsilon, beta, delta, queries, s
 
         result = run(prompts, ensemble=ensemble_dir, queries=queries, delta=delta, epsilon=epsilon, beta=beta,
                      alpha=alpha, sample_rate=sample_rate, temperature=temperature, max_new_tokens=max_new_tokens,
-                     seed=seed, base=model, device=device, dtype=dtype, diagnostics=diagnostics,
+                     seed=seed, model=model, device=device, dtype=dtype, diagnostics=diagnostics,
                      on_token=on_token)
     if as_json:
         echo_json(result.to_dict())

@@ -112,7 +112,7 @@ def run_comparison(data: str | Path, out: str | Path, *, base: str = "tiny", con
             on_run(name, scored.is_file())
         if not scored.is_file():
             if not (run_dir / REPORT_FILE).is_file():  # trained already: only score it (again)
-                finetune(texts=train, out=run_dir, base=base, config=cfg)
+                finetune(texts=train, out=run_dir, model=base, config=cfg)
             report = json.loads((run_dir / REPORT_FILE).read_text(encoding="utf-8"))
             result = {"report": report, **score_model(run_dir, held_out, run_dir / CANARY_FILE, exposure=exposure, samples=samples)}
             scored.write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")

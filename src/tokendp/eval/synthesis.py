@@ -116,15 +116,16 @@ def _chunk_texts(setting: Setting, config: SynthEvalConfig, backend: HFBackend, 
     """Texts start .. start+count-1 of a setting; text j reads references jB .. jB+B-1 only
     (non-private: reference j; public: none)."""
     seed = config.seed * 1_000_003 + start
-    common = dict(max_tokens=config.max_tokens, temperature=config.temperature, delta=config.delta, model=backend,
+    common = dict(max_new_tokens=config.max_tokens, temperature=config.temperature, delta=config.delta, model=backend,
                   seed=seed, domain=config.domain, concurrency=count)
     if setting.method in ("invisibleink", "amin"):
         b = config.batch_size
-        out = synthesize(references[start * b:(start + count) * b], epsilon=setting.epsilon, batch_size=b,
+        out = synthesize(references[start * b:(start + count) * b], epsilon=setting.epsilon, references_per_text=b,
                          method=setting.method, top_k=config.top_k if setting.method == "invisibleink" else None,
                          **common)
     elif setting.method == "public":
-        out = synthesize(references[start:start + count], epsilon=0.0, batch_size=1, top_k=config.top_k, **common)
+        out = synthesize(references[start:start + count], epsilon=0.0, references_per_text=1, top_k=config.top_k,
+                         **common)
     elif setting.method == "non-private":
         rows = [RowSequence.from_ids([prompts.private.wrap(backend.tokenizer(r, add_special_tokens=False)["input_ids"])])
                 for r in references[start:start + count]]

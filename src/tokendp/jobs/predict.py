@@ -38,6 +38,7 @@ from tokendp.backends import HFBackend, Row, RowSequence, is_model_object, load_
 from tokendp.ensemble import Manifest, read_manifest
 from tokendp.errors import BudgetExceededError, InvalidInputError, InvalidParameterError
 from tokendp.generation import check_temperature, generate, make_generator
+from tokendp.jobs._renamed import renamed_keywords
 from tokendp.mechanisms import MechanismStep, PMixED
 
 DIAGNOSTICS_NOTE = ("data-dependent diagnostics, NOT part of the privacy guarantee; they are computed "
@@ -196,9 +197,10 @@ class _Job:
                 "mean_lambda": float(self.lam_sum) / sampled if sampled else None}
 
 
-def load_ensemble(ensemble: str | Path, *, base: str | Path | Any | None = None, tokenizer: Any = None,
+@renamed_keywords(base="model")
+def load_ensemble(ensemble: str | Path, *, model: str | Path | Any | None = None, tokenizer: Any = None,
                   device: str | None = None, dtype: str | None = None) -> tuple[Manifest, HFBackend]:
-    """The manifest and a backend holding the base model (``base`` overrides the manifest's: a
+    """The manifest and a backend holding the base model (``model`` overrides the manifest's: a
     registered name such as ``smollm2``, a directory, a cached hub id, or a transformers causal LM
     or peft model object with its ``tokenizer``) with every shard's adapter loaded.
 
@@ -207,20 +209,21 @@ def load_ensemble(ensemble: str | Path, *, base: str | Path | Any | None = None,
     and rows without an adapter (the public row) read its base model."""
     manifest = read_manifest(ensemble)
     adapters = manifest.adapter_dirs(ensemble)
-    if is_model_object(base):
-        backend = HFBackend.from_model(base, tokenizer, device=device, dtype=dtype, as_given=False)
+    if is_model_object(model):
+        backend = HFBackend.from_model(model, tokenizer, device=device, dtype=dtype, as_given=False)
         backend.add_adapters({name: path for name, path in adapters.items() if name not in backend.adapters})
     else:
         if tokenizer is not None:
-            raise InvalidParameterError("tokenizer= goes with a model object given as base=")
-        backend = load_model(base or manifest.base_model, device=device, dtype=dtype, adapters=adapters)
+            raise InvalidParameterError("tokenizer= goes with a model object given as model=")
+        backend = load_model(model or manifest.base_model, device=device, dtype=dtype, adapters=adapters)
     return manifest, backend
 
 
+@renamed_keywords(base="model")
 def predict(
     prompts: Sequence[str] | str, *, ensemble: str | Path, queries: int, delta: float, epsilon: float | None = None,
     beta: float | None = None, alpha: float | None = None, sample_rate: float = 1.0, temperature: float = 1.0,
-    max_new_tokens: int | None = None, seed: int | None = None, base: str | Path | Any | None = None,
+    max_new_tokens: int | None = None, seed: int | None = None, model: str | Path | Any | None = None,
     tokenizer: Any = None, backend: HFBackend | None = None, concurrency: int = 1, device: str | None = None, dtype: str | None = None,
     on_token: Callable[[int, int], None] | None = None, diagnostics: bool = False,
 ) -> PredictResult:
@@ -240,11 +243,12 @@ def predict(
         temperature: sampling temperature (>= 0.001).
         max_new_tokens: the most tokens per prompt (default: all that are left of T).
         seed: reproducible sampling; None seeds from the OS.
-        base: the base model instead of the manifest's: a name, a directory, a hub id, or a
+        model: the base model instead of the manifest's: a name, a directory, a hub id, or a
             transformers causal LM or peft model object on any device and in any dtype, which gets
-            the shards' adapters loaded into it in place (:func:`load_ensemble`).
-        tokenizer: the tokenizer of a model object given as ``base``.
-        backend: an HFBackend with the ensemble's adapters loaded already (``base`` is then unused).
+            the shards' adapters loaded into it in place (:func:`load_ensemble`). Was ``base``,
+            still accepted with a FutureWarning.
+        tokenizer: the tokenizer of a model object given as ``model``.
+        backend: an HFBackend with the ensemble's adapters loaded already (``model`` is then unused).
         concurrency: prompts generated together in one batch (default 1: one prompt after the
             other, each allowed what is left of T, so the budget is never refused mid-step; with
             more, a step that needs more tokens than are left is refused and nothing of it released).
@@ -264,7 +268,7 @@ def predict(
     beta, eps = calibrate(epsilon=epsilon, beta=beta, alpha=alpha, ensemble_size=len(shards),
                           sample_rate=sample_rate, queries=queries, delta=delta)
     if backend is None:
-        manifest, backend = load_ensemble(ensemble, base=base, tokenizer=tokenizer, device=device, dtype=dtype)
+        manifest, backend = load_ensemble(ensemble, model=model, tokenizer=tokenizer, device=device, dtype=dtype)
     else:
         missing = sorted(set(shards) - set(backend.adapters))
         if missing:

@@ -1,10 +1,10 @@
 """DP synthetic text: InvisibleInk (Vinod, Pillutla, Thakurta, NeurIPS 2025) and the Amin et
 al. 2024 baseline.
 
-``tokendp.synthesize(references, epsilon=..., delta=..., batch_size=B, max_tokens=T)`` writes
-new texts that resemble a private corpus. The guarantee is per reference: every synthetic text
-and everything reported with it is (epsilon, delta)-DP with respect to replacing any one
-reference by nothing (replace-by-null adjacency).
+``tokendp.synthesize(references, epsilon=..., delta=..., references_per_text=B,
+max_new_tokens=T)`` writes new texts that resemble a private corpus. The guarantee is per
+reference: every synthetic text and everything reported with it is (epsilon, delta)-DP with
+respect to replacing any one reference by nothing (replace-by-null adjacency).
 
 How one synthetic text is made. The references are split, in order, into *disjoint* batches of
 B; batch j (references jB .. jB+B-1) drives one sequence of 1 + B rows through the decoding
@@ -76,6 +76,7 @@ from tokendp.accounting import (
 from tokendp.backends import HFBackend, RowSequence, is_model_object, load_backend, model_label
 from tokendp.errors import InvalidInputError, InvalidParameterError
 from tokendp.generation import Generated, check_temperature, document_seed, generate, make_generators
+from tokendp.jobs._renamed import renamed_keywords
 from tokendp.mechanisms import AminEtAl, InvisibleInk, SparseVectorSwitch
 from tokendp.mechanisms.base import MechanismStep
 from tokendp.text.prompt_pair import PromptPair, synthesis_prompts
@@ -516,8 +517,9 @@ class Synthesizer:
             private_tokens=private, max_reference_tokens=self.max_reference_tokens)
 
 
+@renamed_keywords(batch_size="references_per_text", max_tokens="max_new_tokens")
 def synthesize(
-    references: Sequence[str], *, epsilon: float, delta: float, batch_size: int, max_tokens: int,
+    references: Sequence[str], *, epsilon: float, delta: float, references_per_text: int, max_new_tokens: int,
     num: int | None = None, seed: int | None = None, on_token: Callable[[int, int], None] | None = None,
     temperature: float = 1.0, top_k: int | None = 100, method: Method = "invisibleink",
     model: str | Path | HFBackend | Any | None = None, tokenizer: Any = None, prompt: str | None = None,
@@ -531,8 +533,10 @@ def synthesize(
     Args:
         references: the private texts; each is read by exactly one synthetic text.
         epsilon, delta: the guarantee per reference (epsilon 0: public-model text).
-        batch_size: B, references averaged per synthetic text.
-        max_tokens: T, tokens per text, fixed before generation and all counted.
+        references_per_text: B, references averaged per synthetic text (was ``batch_size``,
+            still accepted with a FutureWarning).
+        max_new_tokens: T, tokens per text, fixed before generation and all counted (was
+            ``max_tokens``, likewise).
         num: how many texts (default floor(N / B), the most disjoint batches allow); text j reads
             references jB .. jB + B - 1 (:func:`partition`).
         seed: reproducible sampling (text j samples from ``document_seed(seed, j)``'s stream); None
@@ -546,7 +550,7 @@ def synthesize(
         One :class:`SyntheticText` per batch, in batch order.
     """
     synthesizer = Synthesizer(
-        epsilon=epsilon, delta=delta, batch_size=batch_size, max_tokens=max_tokens, temperature=temperature,
+        epsilon=epsilon, delta=delta, batch_size=references_per_text, max_tokens=max_new_tokens, temperature=temperature,
         top_k=top_k, method=method, model=model, tokenizer=tokenizer, prompt=prompt, domain=domain,
         public_document=public_document, max_reference_tokens=max_reference_tokens, concurrency=concurrency,
         stop=stop, device=device, dtype=dtype, svt_epsilon=svt_epsilon, max_private_tokens=max_private_tokens,

@@ -1,6 +1,6 @@
 """DP fine-tuning: no DP, DP-SGD and ATDP on Opacus, with canaries (``tokendp finetune``).
 
-``finetune(data, out=..., base=..., config=FinetuneConfig(...))`` trains and writes a loadable
+``finetune(data, out=..., model=..., config=FinetuneConfig(...))`` trains and writes a loadable
 model directory and its report; :mod:`~tokendp.jobs.finetune.data` turns records into token ids and
 ATDP's loss weights; :mod:`~tokendp.jobs.finetune.train` is the loop. The guarantee and its proof:
 docs/privacy.md, "DP-SGD and ATDP"; usage: docs/finetune.md.

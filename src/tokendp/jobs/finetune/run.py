@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from tokendp.errors import InvalidInputError, InvalidParameterError
+from tokendp.jobs._renamed import renamed_keywords
 from tokendp.text.canaries import CanaryFormat, insert_canaries, make_canaries, write_canaries
 from tokendp.text.sensitivity import TIERS, check_tier
 
@@ -209,10 +210,11 @@ def _export(backend: Any, model: Any, out: Path, report: dict[str, Any]) -> None
 
 
 # ------------------------------------------------------------------------------- the job
-def finetune(data: str | Path | None = None, *, out: str | Path, base: str = "tiny", config: FinetuneConfig | None = None,
+@renamed_keywords(base="model")
+def finetune(data: str | Path | None = None, *, out: str | Path, model: str = "tiny", config: FinetuneConfig | None = None,
              texts: list[str] | None = None, tagger: Any = None, pos: Any = None, device: str | None = None,
              on_progress: Callable[[Any], None] | None = None, on_phase: Callable[[str], None] | None = None) -> dict[str, Any]:
-    """Fine-tune ``base`` on the JSONL corpus ``data`` (or ``texts``) into ``out``; returns the
+    """Fine-tune ``model`` on the JSONL corpus ``data`` (or ``texts``) into ``out``; returns the
     report (also written to ``out/finetune.json``). Rerun with the same arguments to resume: the
     checkpoint is taken up only by the same corpus (by content, not by size) and settings. A
     finished run is returned as it is when the settings match; its directory keeps no trace of
@@ -250,7 +252,7 @@ def finetune(data: str | Path | None = None, *, out: str | Path, base: str = "ti
     noise = make_generator(config.noise_seed) if private else None
     sampler = make_generator(None if config.noise_seed is None else config.noise_seed + 1) if private else None
     plan_path = root / PLAN_FILE
-    settings = {"format": FORMAT, "base": str(base), "config": asdict(config), "records": len(corpus)}
+    settings = {"format": FORMAT, "base": str(model), "config": asdict(config), "records": len(corpus)}
     if plan_path.is_file():
         saved = json.loads(plan_path.read_text(encoding="utf-8"))
         if saved["settings"] != settings:
@@ -262,7 +264,7 @@ def finetune(data: str | Path | None = None, *, out: str | Path, base: str = "ti
         draws = [] if noise is None else torch.rand(config.passes - 1, generator=noise, dtype=torch.float64).tolist()
         plan = make_plan(config, len(corpus), draws)
     phase("loading model")
-    backend = load_base(base, device=device)
+    backend = load_base(model, device=device)
     detect = None
     if config.method == "atdp":
         from tokendp.text.sensitivity import TieredDetector
@@ -279,9 +281,9 @@ def finetune(data: str | Path | None = None, *, out: str | Path, base: str = "ti
         plan_path.write_text(json.dumps({"settings": settings, "plan": plan}, indent=2) + "\n", encoding="utf-8")
     from tokendp.jobs.finetune.train import Plan, Trainer
 
-    model = _wrap_lora(backend.model, config, config.seed) if config.lora_r else backend.model
+    network = _wrap_lora(backend.model, config, config.seed) if config.lora_r else backend.model
     if not config.lora_r:
-        model.requires_grad_(True)
+        network.requires_grad_(True)
     sigmas = tuple(s for s in plan.get("sigma_per_epoch", []) for _ in range(plan["steps_per_epoch"]))
     run_plan = Plan(private=plan["private"], epochs=config.passes, steps_per_epoch=plan["steps_per_epoch"],
                     batch_size=config.batch_size, sampling_rate=plan["sampling_rate"] or 1.0, sigmas=sigmas,
@@ -293,7 +295,7 @@ def finetune(data: str | Path | None = None, *, out: str | Path, base: str = "ti
     from tokendp.training import fingerprint
 
     run = fingerprint(data=corpus, settings={k: v for k, v in settings.items() if k != "records"})
-    trainer = Trainer(model, records, run_plan, pad_id=backend._pad_id(), workdir=root, run=run,
+    trainer = Trainer(network, records, run_plan, pad_id=backend._pad_id(), workdir=root, run=run,
                       data_generator=sampler or torch.Generator().manual_seed(config.seed), noise_generator=noise,
                       grad_sample_mode=config.grad_sample_mode, checkpoint_every=config.checkpoint_every,
                       keep_generator_states=not private or config.noise_seed is not None)
@@ -301,10 +303,10 @@ def finetune(data: str | Path | None = None, *, out: str | Path, base: str = "ti
     phase("training")
     trainer.run(on_progress)
     phase("saving")
-    report = _report(config, base, plan, trainer, canaries)
+    report = _report(config, model, plan, trainer, canaries)
     if canaries:
         write_canaries(root / CANARY_FILE, canaries, fmt)
-    _export(backend, model, root, report)
+    _export(backend, network, root, report)
     (root / ".checkpoint.pt").unlink(missing_ok=True)
     return report
 
