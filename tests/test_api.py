@@ -97,10 +97,28 @@ def test_the_top_level_is_lazy_and_exports_the_accountants():
     from tokendp import accounting
 
     for name in ("dp_fusion_epsilon", "dp_fusion_beta", "invisibleink_epsilon", "invisibleink_clip", "amin_epsilon",
-                 "pmixed_epsilon", "pmixed_beta", "dp_sgd_epsilon", "calibrate_noise_multiplier",
+                 "pmixed_epsilon", "pmixed_beta", "dp_sgd_pld_epsilon", "dp_sgd_epsilon", "calibrate_noise_multiplier",
                  "dp_decoding_epsilon", "dp_prompt_epsilon", "Ledger"):
         assert getattr(tokendp, name) is getattr(accounting, name) and name in dir(tokendp)
     assert set(tokendp.__all__) <= set(dir(tokendp))
+
+
+def test_the_top_level_dp_sgd_accountant_is_the_one_finetune_reports_with():
+    """An Opacus user reaching for DP-SGD's epsilon at the top level finds the default accountant
+    (PLD: 1.515 where the RDP bound says 1.725), without importing torch."""
+    pytest.importorskip("dp_accounting")
+    from tokendp import accounting
+
+    code = ("import sys, tokendp\n"
+            "eps = tokendp.dp_sgd_pld_epsilon(sampling_rate=0.01, noise_multipliers=[1.1] * 1000, delta=1e-5)\n"
+            "print(eps)\n"
+            "sys.exit(1 if 'torch' in sys.modules else 0)\n")
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert run.returncode == 0, run.stderr
+    default = accounting.dp_sgd_schedule_epsilon(sampling_rate=0.01, noise_multipliers=[1.1] * 1000, delta=1e-5)
+    assert accounting.DEFAULT_ACCOUNTANT == "pld" and float(run.stdout) == default
+    assert round(default, 3) == 1.515 and round(tokendp.dp_sgd_epsilon(
+        sampling_rate=0.01, noise_multipliers=[1.1] * 1000, delta=1e-5), 3) == 1.725
 
 
 def test_tag_finetune_and_the_backend_class_from_the_top_level():

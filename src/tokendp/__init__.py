@@ -18,8 +18,12 @@ import torch; each name imports its module on first use):
   ``model=..., tokenizer=...``);
 - the accountants (pure math, no torch; the full set is :mod:`tokendp.accounting`):
   ``dp_fusion_epsilon``, ``dp_fusion_beta``, ``invisibleink_epsilon``, ``invisibleink_clip``,
-  ``amin_epsilon``, ``pmixed_epsilon``, ``pmixed_beta``, ``dp_sgd_epsilon``,
-  ``calibrate_noise_multiplier``, ``dp_decoding_epsilon``, ``dp_prompt_epsilon``, ``Ledger``.
+  ``amin_epsilon``, ``pmixed_epsilon``, ``pmixed_beta``, ``calibrate_noise_multiplier``,
+  ``dp_decoding_epsilon``, ``dp_prompt_epsilon``, ``Ledger``, and for DP-SGD
+  ``dp_sgd_pld_epsilon``, the default accountant (privacy loss distribution; the one
+  ``tokendp finetune`` and ``tokendp account dpsgd`` report, close to Opacus's PRV accountant;
+  needs the ``train`` extra), and ``dp_sgd_epsilon``, the looser RDP bound (``--accountant rdp``,
+  Opacus's ``RDPAccountant``).
 """
 
 from __future__ import annotations
@@ -30,8 +34,8 @@ from typing import Any
 __version__ = "0.1.0"
 
 _ACCOUNTANTS = ("dp_fusion_epsilon", "dp_fusion_beta", "invisibleink_epsilon", "invisibleink_clip", "amin_epsilon",
-                "pmixed_epsilon", "pmixed_beta", "dp_sgd_epsilon", "calibrate_noise_multiplier",
-                "dp_decoding_epsilon", "dp_prompt_epsilon", "Ledger")
+                "pmixed_epsilon", "pmixed_beta", "dp_sgd_pld_epsilon", "dp_sgd_epsilon",
+                "calibrate_noise_multiplier", "dp_decoding_epsilon", "dp_prompt_epsilon", "Ledger")
 
 # name -> the module that defines it
 _LAZY = {
