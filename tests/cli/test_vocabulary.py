@@ -192,3 +192,28 @@ def test_generate_temperature_help_compares_with_the_true_defaults():
     assert params("generate")["temperature"].default == 0.7 and "Below the 1.0 of synthesize and predict" in help_text
     assert params("synthesize")["temperature"].default == params("predict")["temperature"].default == 1.0
     assert params("sanitize")["temperature"].default == 0.7 and "sanitize" not in help_text
+
+
+def _readme_vocabulary() -> dict[str, set[str]]:
+    """README "One vocabulary": flag -> the commands its row names ("account pmixed/dpsgd" is two)."""
+    from pathlib import Path
+
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text(encoding="utf-8")
+    table = readme.split("### One vocabulary", 1)[1].split("\n\n")[2]
+    rows = {}
+    for line in table.splitlines()[2:]:
+        flag, _, commands = (cell.strip() for cell in line.strip("|").split("|"))
+        names = set()
+        for command in commands.split(", "):
+            head, _, subs = command.rpartition(" ")
+            names |= {f"{head} {sub}".strip() for sub in subs.split("/")}
+        rows[flag.strip("`")] = names
+    return rows
+
+
+@pytest.mark.parametrize("flag", ["--sample-rate", "--device", "--dtype", "--references-per-text", "--queries",
+                                  "--expected-batch-size", "--concurrency", "--batching", "--batch-size"])
+def test_readme_vocabulary_names_exactly_the_commands_with_the_flag(flag):
+    """The table's rows that list commands one by one list exactly those that show the flag."""
+    shown = {" ".join(path) for path, command in _commands(main) if flag in _flags(command)}
+    assert _readme_vocabulary()[flag] == shown
