@@ -217,3 +217,71 @@ def test_readme_vocabulary_names_exactly_the_commands_with_the_flag(flag):
     """The table's rows that list commands one by one list exactly those that show the flag."""
     shown = {" ".join(path) for path, command in _commands(main) if flag in _flags(command)}
     assert _readme_vocabulary()[flag] == shown
+
+
+def _recorder(monkeypatch, module: str, name: str, result):
+    """Replace ``module.name`` (the library function a command calls) by one that records its
+    arguments and returns ``result``: the command's own parsing runs, no model does."""
+    import importlib
+
+    calls = []
+
+    def record(*args, **kwargs):
+        calls.append((args, kwargs))
+        return result
+
+    monkeypatch.setattr(importlib.import_module(module), name, record)
+    return calls
+
+
+def _corpus_run():
+    from types import SimpleNamespace
+
+    return SimpleNamespace(lines=[], summary=SimpleNamespace(format=lambda: ""), output=None, diagnostics=None,
+                           diagnostics_path=None)
+
+
+def _manifest():
+    from types import SimpleNamespace
+
+    return SimpleNamespace(ensemble_size=1, shards=[SimpleNamespace(records=1)])
+
+
+SYNTH = ["--epsilon", 1, "--delta", 1e-5, "--engine", "local", "-q"]
+RETIRED = [  # command, the new spelling, the old one, the library call it feeds, what the call received
+    (["sanitize", "docs.jsonl", "--epsilon", 8, "-q"], ["--concurrency", 3], ["--batch-size", 3],
+     ("tokendp.engines.runner", "sanitize_corpus", _corpus_run), lambda a, k: k["batch_size"]),
+    (["synthesize", "refs.jsonl", *SYNTH, "--max-new-tokens", 5], ["--references-per-text", 3], ["--batch-size", 3],
+     ("tokendp.engines.synthesis", "synthesize_corpus", _corpus_run), lambda a, k: a[1]["batch_size"]),
+    (["synthesize", "refs.jsonl", *SYNTH, "--references-per-text", 3], ["--max-new-tokens", 5], ["--max-tokens", 5],
+     ("tokendp.engines.synthesis", "synthesize_corpus", _corpus_run), lambda a, k: a[1]["max_tokens"]),
+    (["finetune", "--data", "refs.jsonl", "--out", "ft", "--method", "none", "--lora-r", 0, "--json"],
+     ["--model", "tiny"], ["--base", "tiny"],
+     ("tokendp.jobs.finetune", "finetune", dict), lambda a, k: k["model"]),
+    (["finetune", "--data", "refs.jsonl", "--out", "ft", "--method", "none", "--lora-r", 0, "--json"],
+     ["--expected-batch-size", 3], ["--batch-size", 3],
+     ("tokendp.jobs.finetune", "finetune", dict), lambda a, k: k["config"].batch_size),
+    (["ensemble", "train", "--data", "refs.jsonl", "--shards", 1, "--out", "ens", "-q"], ["--model", "tiny"],
+     ["--base", "tiny"], ("tokendp.ensemble.train", "train_ensemble", _manifest), lambda a, k: k["base"]),
+]
+
+
+@pytest.mark.parametrize("args, new, old, call, received", RETIRED)
+def test_retired_names_of_sanitize_synthesize_finetune_and_ensemble_train(args, new, old, call, received, tmp_path,
+                                                                         monkeypatch):
+    """The old spelling reaches the same library argument as the new one, says it is deprecated
+    on stderr (also under -q), and both at once are a usage error naming the new flag."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "refs.jsonl").write_text('{"id": "a", "text": "a b"}\n')
+    (tmp_path / "docs.jsonl").write_text('{"id": "a", "text": "a b"}\n')
+    module, name, result = call
+    values = []
+    for spelling in (new, old):
+        calls = _recorder(monkeypatch, module, name, result())
+        res = run(*args, *spelling)
+        assert res.exit_code == 0 and len(calls) == 1, res.output
+        assert (f"{old[0]} is deprecated, use {new[0]}" in res.stderr) == (spelling is old)
+        values.append(received(*calls[0]))
+    assert values[0] == values[1] == new[1]
+    both = run(*args, *new, *old)
+    assert both.exit_code == EXIT_USAGE and f"give {new[0]} once" in both.stderr
