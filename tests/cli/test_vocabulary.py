@@ -285,3 +285,16 @@ def test_retired_names_of_sanitize_synthesize_finetune_and_ensemble_train(args, 
     assert values[0] == values[1] == new[1]
     both = run(*args, *new, *old)
     assert both.exit_code == EXIT_USAGE and f"give {new[0]} once" in both.stderr
+
+
+def test_docs_give_predicts_spent_budget_its_exit_code():
+    """README and docs/predict.md say what predict exits with when its T tokens are spent."""
+    from pathlib import Path
+
+    from tokendp.cli._exit import EXIT_BUDGET
+
+    root = Path(__file__).resolve().parents[2]
+    for doc in ("README.md", "docs/predict.md"):
+        text = " ".join((root / doc).read_text(encoding="utf-8").split())
+        assert f"exits with code {EXIT_BUDGET} and a message" in text, doc
+        assert "exits with code 2 and a message" not in text, doc
