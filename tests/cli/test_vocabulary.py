@@ -107,6 +107,7 @@ SYNTHESIZE = ["--epsilon", 1, "--delta", 1e-5, "--references-per-text", 2, "--ma
     ["eval", "predict", "--ensemble", ".", "--data", MISSING, "--out", "res"],
     ["eval", "exposure", "--model", "tiny", "--canaries", MISSING],
     ["generate", "--prompt", "x", "--context", MISSING, "--spans", MISSING, "--epsilon", 8],
+    ["sanitize", __file__, "--spans", MISSING, "--epsilon", 8],  # the document exists, its spans do not
 ])
 def test_a_missing_input_file_is_bad_input_not_usage(args, tmp_path, monkeypatch):
     """Every input path click checks (tokendp.cli._common.InputPath) fails with exit code 3, as

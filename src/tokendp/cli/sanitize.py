@@ -9,7 +9,7 @@ from typing import Any
 
 import click
 
-from tokendp.cli._common import (BadInputError, CLIError, decoding_options, diagnostics_option, emit_diagnostics,
+from tokendp.cli._common import (INPUT_FILE, BadInputError, CLIError, decoding_options, diagnostics_option, emit_diagnostics,
                                  engine_options, library_errors, placement_options, ray_options, renamed,
                                  report_corpus_run, tagger_option, use_threads)
 from tokendp.cli._console import console, quiet_libraries
@@ -67,7 +67,7 @@ def format_report(report: dict[str, Any]) -> str:
 @click.command("sanitize", short_help="Rewrite documents with DP-Fusion, DP per privacy group.")
 @renamed("--batch-size", "concurrency")
 @click.argument("input_path", metavar="INPUT", type=str)
-@click.option("--spans", "spans_path", type=click.Path(exists=True, dir_okay=False),
+@click.option("--spans", "spans_path", type=INPUT_FILE,
               help="SPANS.json: a list of {start, end, label} character offsets into INPUT.")
 @tagger_option("Tagger used when no spans are given.")
 @click.option("--labels", default=None, metavar="LABEL,...",
