@@ -6,10 +6,12 @@ n tokens released so far (n = ``ngram`` down to 1) in the public row and proposi
 that follow that occurrence there (Saxena 2023, "prompt lookup decoding"; transformers'
 ``prompt_lookup_num_tokens``). When the n-gram occurs several times, the occurrence nearest the
 document's *cursor* wins: where the previous draft's source continued, moved on by the tokens
-released since. Where the public row has no match (inside a span, whose text the model makes
-up), the released tokens themselves are searched the same way, latest occurrence first. A
-guess is sent only while the guesses' first tokens have been right about half the time or more
-(:meth:`DocumentDrafts.propose`), so a model that paraphrases rather than copies costs little.
+released since. Inside a span the model makes its filler up, and nothing is guessed: replayed
+on the rewriter's outputs, guesses from the released tokens themselves (a made-up name that
+recurs) were right too rarely to pay for the positions they add to a pass on a CPU
+(docs/performance.md, "Speculative decoding"). A guess is sent only while the guesses' first
+tokens have been right about half the time or more (:meth:`DocumentDrafts.propose`), so a
+model that paraphrases rather than copies costs little.
 
 The engine (:func:`tokendp.generation.generate` with ``drafter=``) verifies the drafts exactly,
 so they change the speed, never the distribution of the output (docs/privacy.md, "Speculative
@@ -45,7 +47,7 @@ class PromptLookup:
     (``ngram`` down to 1) of the released tokens in the public row; a draft stops before any
     token of ``exclude`` (a placeholder, which the model is not expected to write)."""
 
-    max_tokens: int = 4
+    max_tokens: int = 8
     ngram: int = 3
     exclude: frozenset[int] = frozenset()
 
@@ -77,9 +79,7 @@ class DocumentDrafts:
     def propose(self, released: Sequence[int], room: int) -> list[int]:
         """Up to min(max_tokens, ``room``) tokens guessed to follow ``released``; [] for none.
 
-        The guess comes first from the public row (the occurrence nearest the cursor), else
-        from the released tokens themselves (the latest earlier occurrence: a name the output
-        made up recurs). It is sent only while the score is at least 1/2: every guess, sent or
+        The guess comes from the public row (the occurrence nearest the cursor). It is sent only while the score is at least 1/2: every guess, sent or
         not, is checked against the token released after it, and the last check weighs as much
         as all earlier ones together. A model that does not copy its context (a paraphrase,
         say) then stops paying for positions it rejects, and one right guess resumes drafting.
@@ -95,14 +95,12 @@ class DocumentDrafts:
         if limit < 1 or not released:
             return []
         found = _follow(self.public, released, self.lookup.ngram, self.cursor)
-        if found is not None:
-            self.cursor = found
-            run = self.allowed[found:found + limit]  # (<= limit,)
-            stop = int(run.logical_not().nonzero()[0]) if not bool(run.all()) else run.shape[0]
-            return self.public[found:found + stop].tolist()
-        own = torch.tensor(list(released), dtype=torch.int64)  # (G,)
-        found = _follow(own[:-1], released, self.lookup.ngram, len(released))
-        return [] if found is None else own[found:found + limit].tolist()
+        if found is None:
+            return []
+        self.cursor = found
+        run = self.allowed[found:found + limit]  # (<= limit,)
+        stop = int(run.logical_not().nonzero()[0]) if not bool(run.all()) else run.shape[0]
+        return self.public[found:found + stop].tolist()
 
 
 def _follow(corpus: torch.Tensor, released: Sequence[int], ngram: int, cursor: int) -> int | None:

@@ -258,7 +258,7 @@ class Decoding:
     no_repeat_ngram_size: int = 0
     repetition_penalty: float = 1.0
     speculative: bool | None = None
-    draft_tokens: int = 4
+    draft_tokens: int = 8
 
     def __post_init__(self) -> None:
         self.processor()  # it validates its own two settings, before anything loads

@@ -53,7 +53,7 @@ def decoding_options(command: Callable) -> Callable:
                      help="Verify tokens guessed from the public context several per forward pass: the same "
                           "output distribution and guarantee, fewer passes (docs/privacy.md, \"Speculative "
                           "decoding\") [default: on for one document or prompt, off for a batch of several]."),
-        click.option("--draft-tokens", type=click.IntRange(min=1), default=4, show_default=True,
+        click.option("--draft-tokens", type=click.IntRange(min=1), default=8, show_default=True,
                      help="Tokens guessed per pass with --speculative."),
     ]
     for option in reversed(options):

@@ -108,7 +108,7 @@ def generate(
     question: QuestionPlace = "last", stop: Sequence[str] = (), on_overlap: Literal["merge", "error"] = "merge",
     device: str | None = None, dtype: str | None = None, on_token: Callable[[int, int], None] | None = None,
     no_repeat_ngram_size: int = 0, repetition_penalty: float = 1.0,
-    speculative: bool | None = None, draft_tokens: int = 4, diagnostics: bool = False,
+    speculative: bool | None = None, draft_tokens: int = 8, diagnostics: bool = False,
 ) -> GenerateResult:
     """Answer one prompt (``tokendp.generate``); ``context`` is one document (``spans`` its spans)
     or a list (``spans`` one list or None per document). Every other parameter is as for
@@ -137,7 +137,7 @@ def generate_batch(
     on_overlap: Literal["merge", "error"] = "merge",
     device: str | None = None, dtype: str | None = None, on_token: Callable[[int, int], None] | None = None,
     no_repeat_ngram_size: int = 0, repetition_penalty: float = 1.0,
-    speculative: bool | None = None, draft_tokens: int = 4, diagnostics: bool = False,
+    speculative: bool | None = None, draft_tokens: int = 8, diagnostics: bool = False,
 ) -> list[GenerateResult]:
     """Answer many prompts in one batch (one forward pass per generated token for all).
 
@@ -211,7 +211,7 @@ def prepare_generate(
     stand_in: str = STAND_IN, max_untrusted_tokens: int | None = None, question: QuestionPlace = "last",
     stop: Sequence[str] = (), on_overlap: Literal["merge", "error"] = "merge", device: str | None = None,
     dtype: str | None = None, no_repeat_ngram_size: int = 0, repetition_penalty: float = 1.0,
-    speculative: bool | None = None, draft_tokens: int = 4,
+    speculative: bool | None = None, draft_tokens: int = 8,
 ) -> PreparedGenerate:
     """Check every parameter, tag, build the rows and fix each prompt's certificate, without
     generating anything (parameters as for :func:`generate_batch`)."""

@@ -98,7 +98,7 @@ def sanitize(
     placeholder: str | None = None, stop: Sequence[str] = (), on_overlap: Literal["merge", "error"] = "merge",
     device: str | None = None, dtype: str | None = None, on_token: Callable[[int, int], None] | None = None,
     no_repeat_ngram_size: int = 0, repetition_penalty: float = 1.0,
-    speculative: bool | None = None, draft_tokens: int = 4, diagnostics: bool = False,
+    speculative: bool | None = None, draft_tokens: int = 8, diagnostics: bool = False,
     labels: Sequence[str] | str | None = None,
 ) -> SanitizeResult:
     """Rewrite one document (``tokendp.sanitize``): ``text`` with its ``spans`` (or None to run
@@ -124,7 +124,7 @@ def sanitize_batch(
     device: str | None = None, dtype: str | None = None, labels: str | Sequence[str] | None = None,
     on_token: Callable[[int, int], None] | None = None,
     no_repeat_ngram_size: int = 0, repetition_penalty: float = 1.0,
-    speculative: bool | None = None, draft_tokens: int = 4, diagnostics: bool = False,
+    speculative: bool | None = None, draft_tokens: int = 8, diagnostics: bool = False,
 ) -> list[SanitizeResult]:
     """Rewrite many documents in one batch (one forward pass per generated token for all, or
     fewer with ``speculative``): :func:`prepare_sanitize`, then :func:`run_sanitize`.
@@ -207,7 +207,7 @@ def prepare_sanitize(
     placeholder: str | None = None, stop: Sequence[str] = (), on_overlap: Literal["merge", "error"] = "merge",
     device: str | None = None, dtype: str | None = None, labels: str | Sequence[str] | None = None,
     no_repeat_ngram_size: int = 0, repetition_penalty: float = 1.0, speculative: bool | None = None,
-    draft_tokens: int = 4,
+    draft_tokens: int = 8,
 ) -> PreparedFusion:
     """Check every parameter, tag, build the rows and fix each document's certificate, without
     generating anything (parameters as for :func:`sanitize_batch`; ``max_new_tokens_limit``:
