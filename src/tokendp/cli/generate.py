@@ -11,6 +11,7 @@ from tokendp.cli._common import (INPUT_FILE, CLIError, decoding_options, diagnos
                                  library_errors, placement_options, tagger_option, threads_option, use_threads)
 from tokendp.cli._console import console, quiet_libraries
 from tokendp.cli.sanitize import _emit, format_report
+from tokendp.startup import loading
 
 
 def format_generate_report(report: dict[str, Any]) -> str:
@@ -104,7 +105,7 @@ def generate(prompt: str, contexts: tuple[str, ...], spans_paths: tuple[str, ...
     if tagging:
         get_tagger(tagger)  # a missing tagger package fails here, in one line, before any note
     out = console()
-    with out.step(f"loading model {model}{tagging}"):
+    with out.step(f"loading model {model}{tagging}"), loading():
         quiet_libraries()
         use_threads(threads)
         from tokendp.jobs.generate import prepare_generate, run_generate

@@ -13,6 +13,7 @@ from tokendp.cli._common import (INPUT_FILE, BadInputError, CLIError, decoding_o
                                  engine_options, library_errors, placement_options, ray_options, renamed,
                                  report_corpus_run, tagger_option, use_threads)
 from tokendp.cli._console import console, quiet_libraries
+from tokendp.startup import loading
 from tokendp.text.taggers import get_tagger, spans_from_json
 from tokendp.text.taggers.labels import CHOOSABLE, choose_labels
 
@@ -166,7 +167,7 @@ def _sanitize_one(text: str, spans: list | None, params: dict[str, Any], *, thre
     out = console()
     prepare = {k: v for k, v in params.items() if k not in ("seed", "diagnostics")}
     tagging = "" if spans is not None else f" and tagger {params['tagger']}"
-    with out.step(f"loading model {params['model']}{tagging}"):
+    with out.step(f"loading model {params['model']}{tagging}"), loading():
         quiet_libraries()
         use_threads(threads)
         from tokendp.jobs.sanitize import prepare_sanitize, run_sanitize

@@ -15,6 +15,7 @@ import click
 from tokendp.cli._common import (INPUT_FILE, CLIError, engine_options, library_errors, placement_options, ray_options,
                                  renamed, report_corpus_run, use_threads)
 from tokendp.cli._console import console, quiet_libraries
+from tokendp.startup import loading
 
 
 def read_references(path: Path) -> list[str]:
@@ -121,7 +122,7 @@ def _run(path: Path, params: dict, num: int | None, concurrency: int, threads: i
     the model, SmolLM2's one-time conversion), then a bar of the tokens generated out of
     (texts x T) on stderr."""
     out = console()
-    with out.step("loading model" + (f" {params['model']}" if params["model"] else "")):
+    with out.step("loading model" + (f" {params['model']}" if params["model"] else "")), loading():
         quiet_libraries()
         use_threads(threads)
         from tokendp.jobs.synthesize import Synthesizer, reference_batches
