@@ -2,7 +2,7 @@
 
 Every example is what the sanitize engine feeds the model, followed by the answer to learn:
 
-    template.before + source ids + template.after  ->  target ids + EOS
+    template.before + source ids + template.after  ->  target ids + end of turn
 
 where the template is the model's chat template with the project's default paraphrase
 instruction (:func:`tokendp.text.contexts.prompt_template`), and the source is tokenised once
@@ -10,20 +10,25 @@ with every token that overlaps a hidden span replaced by ONE placeholder id: the
 public context (:func:`tokendp.text.contexts.build_contexts`), in the placeholder style the
 model is trained for (``"single"``: one ``_`` for every label, as the shipped adapter;
 ``"typed"``: the label's marker, :func:`tokendp.text.contexts.typed_markers`). Loss is on the
-target and EOS.
+target and the end of turn: the token the chat template writes after an assistant answer
+(:func:`end_of_turn`: ``<|im_end|>`` for SmolLM2), so the model learns to close its turn where
+the document ends. Not the tokenizer's EOS: transformers 4.x converts a Llama-architecture GGUF
+with its BOS as EOS (``<|im_start|>`` for SmolLM2), which the shipped adapter learned to emit.
 
 Kinds (weights in :data:`MIXTURE`):
 
-- ``tab_fill``: a TAB tuning-half paragraph (even-indexed documents only) with ALL gold spans
-  hidden; the target is the paragraph with a FRESH entity of the span's label in each slot,
-  from :class:`~tokendp.models.training.coherent.CoherentFillers`: one locale per example (the
+- ``tab_fill``: a TAB tuning-half paragraph (even-indexed documents only), or a passage of 2-4
+  consecutive paragraphs (:func:`tab_passages`), with ALL gold spans hidden; the target is the
+  text with a FRESH entity of the span's label in each slot, from
+  :class:`~tokendp.models.training.coherent.CoherentFillers`: one locale per example (the
   parts of an address agree), dates on a timeline that fits their public roles (births decades
   before events, events in document order), names and titles agreeing with the pronouns around
   them, distinct originals never sharing a filler;
 - ``tab_partial``: the same with a random half of the spans hidden, the others shown and copied
   (DP-Fusion's private rows show one group's spans);
 - ``tab_copy``: the paragraph with nothing hidden, copied (the rewrite keeps the text);
-- ``synth_fill``: a synthetic Faker document (letters, medical, court, HR) with its entities
+- ``synth_fill``: a synthetic Faker document in paragraphs (letters and e-mails, medical, court,
+  HR; :meth:`~tokendp.models.training.synthetic.SyntheticDocs.paragraphs`) with its entities
   hidden and coherent fresh values of the same slot kinds in the target;
 - ``wikifill`` / ``wiki_copy``: WikiText prose with pseudo-entities (capitalised word runs,
   numbers) hidden, each labelled with the kind it is refilled with (PERSON, LOC or ORG;
@@ -33,11 +38,11 @@ Fillers are chosen close to the placeholder run in length: of up to ``tries`` fr
 first whose tokens are exactly as many as the run's placeholders is used, else the closest in
 length (never cut, unlike the tiny model's lockstep targets: a cut name reads badly).
 
-For the next GPU run (docs/sanitize.md, "Endings"): every target is one paragraph ending on its
-last sentence, so the shipped adapter ends a rewrite after an inner paragraph; add examples of
-2-4 paragraphs joined by a blank line, synthetic letters whose last paragraph is their closing,
-and a few sources with a trailing newline; and check before saving that ``<|im_end|>`` is the
-likeliest token after a held-out target (the shipped adapter puts 0.999 on ``<|im_start|>``).
+Endings (docs/sanitize.md, "Endings"): trained on single paragraphs only, the shipped adapter
+read "paragraph ends" as "answer ends". So :data:`MULTI` of the TAB and synthetic examples are
+2-4 paragraphs joined by a blank line (letters and e-mails always: salutation, body, closing
+last), :data:`TRAILING` of all sources (and their targets) keep a trailing newline, and an
+example cut to ``max_tokens`` has no end of turn (its answer goes on).
 """
 
 from __future__ import annotations
@@ -49,14 +54,31 @@ from pathlib import Path
 
 from tokendp.models.training.coherent import CoherentFillers, is_date_shaped
 from tokendp.models.training.examples import _PSEUDO_ENTITY
-from tokendp.models.training.synthetic import SyntheticDocs
+from tokendp.models.training.synthetic import PARAGRAPH_BREAK, SyntheticDocs
 from tokendp.models.training.wikitext import sentences
 from tokendp.text.contexts import Placeholders, PromptTemplate, build_contexts, placeholders, prompt_template
 from tokendp.text.spans import Span
 
 KINDS = ("tab_fill", "tab_partial", "tab_copy", "synth_fill", "wikifill", "wiki_copy")
 MIXTURE = (0.40, 0.12, 0.08, 0.20, 0.14, 0.06)
+MULTI = 0.3  # share of TAB and non-letter synthetic examples in 2-4 paragraphs
+TRAILING = 0.05  # share of sources (and targets) that end in a newline
 _NO_TEMPLATE = PromptTemplate((), ())
+_SENTINEL = "\ue000ANSWER\ue000"
+
+
+def end_of_turn(tokenizer) -> int:
+    """The id that closes an assistant answer: the first special token the chat template writes
+    after the answer (``<|im_end|>`` for SmolLM2), else the tokenizer's EOS."""
+    if getattr(tokenizer, "chat_template", None):
+        rendered = tokenizer.apply_chat_template([{"role": "user", "content": "x"},
+                                                  {"role": "assistant", "content": _SENTINEL}], tokenize=False)
+        after = tokenizer(rendered.split(_SENTINEL, 1)[1], add_special_tokens=False)["input_ids"]
+        special = {i for i, t in tokenizer.added_tokens_decoder.items() if t.special} | set(tokenizer.all_special_ids)
+        for i in after:
+            if i in special:
+                return i
+    return tokenizer.eos_token_id
 
 
 def encode_masked(tokenizer, text: str, spans: Sequence[Span], placeholder: int | Placeholders
@@ -116,37 +138,75 @@ class RewriteExample:
     n_prompt: int  # loss on ids[n_prompt:]
 
 
-def tab_paragraphs(tab_dir: str | Path, *, split: str = "tune", min_chars: int = 250,
-                   max_chars: int = 1100) -> list[tuple[str, list[Span]]]:
-    """Paragraphs of ``min_chars``..``max_chars`` characters with their gold spans, from the
-    tuning half (even-indexed sorted doc ids) by default."""
+Paragraph = tuple[str, list[Span]]
+
+
+def tab_documents(tab_dir: str | Path, *, split: str = "tune") -> list[list[Paragraph]]:
+    """Every document's non-empty paragraphs (its lines) in order, each with its gold spans, from
+    the tuning half (even-indexed sorted doc ids) by default."""
     from tokendp.text.tab import load_tab
 
     tab = load_tab(tab_dir, split)
     out = []
     for doc_id, text in tab.texts.items():
-        pos = 0
+        pos, paragraphs = 0, []
         for para in text.split("\n"):
             start, pos = pos, pos + len(para) + 1
-            if min_chars <= len(para) <= max_chars:
-                spans = sorted(Span(s.start - start, s.end - start, s.label) for s in tab.gold[doc_id]
-                               if start <= s.start and s.end <= start + len(para))
-                out.append((para, spans))
+            if para:
+                paragraphs.append((para, sorted(Span(s.start - start, s.end - start, s.label) for s in tab.gold[doc_id]
+                                                if start <= s.start and s.end <= start + len(para))))
+        out.append(paragraphs)
+    return out
+
+
+def tab_paragraphs(tab_dir: str | Path, *, split: str = "tune", min_chars: int = 250,
+                   max_chars: int = 1100) -> list[Paragraph]:
+    """Paragraphs of ``min_chars``..``max_chars`` characters with their gold spans (:func:`tab_documents`)."""
+    return paragraphs_of(tab_documents(tab_dir, split=split), min_chars=min_chars, max_chars=max_chars)
+
+
+def paragraphs_of(documents: Sequence[Sequence[Paragraph]], *, min_chars: int, max_chars: int) -> list[Paragraph]:
+    """The paragraphs of ``documents`` of ``min_chars``..``max_chars`` characters."""
+    return [p for doc in documents for p in doc if min_chars <= len(p[0]) <= max_chars]
+
+
+def join_paragraphs(paragraphs: Sequence[Paragraph]) -> Paragraph:
+    """The paragraphs joined by a blank line, their spans moved to their place in the joined text."""
+    text, spans = "", []
+    for para, para_spans in paragraphs:
+        text += PARAGRAPH_BREAK if text else ""
+        spans += [Span(s.start + len(text), s.end + len(text), s.label) for s in para_spans]
+        text += para
+    return text, spans
+
+
+def tab_passages(documents: Sequence[Sequence[Paragraph]], *, min_chars: int, max_chars: int) -> list[Paragraph]:
+    """Every run of 2-4 consecutive paragraphs of a document, joined by a blank line
+    (:func:`join_paragraphs`), of ``min_chars``..``max_chars`` characters."""
+    out = []
+    for doc in documents:
+        for i in range(len(doc)):
+            for j in range(i + 2, min(i + 4, len(doc)) + 1):
+                text, spans = join_paragraphs(doc[i:j])
+                if min_chars <= len(text) <= max_chars:
+                    out.append((text, spans))
     return out
 
 
 class RewriterStream:
     """Seeded stream of rewriter examples for a chat model's tokenizer."""
 
-    def __init__(self, tokenizer, *, tab: list[tuple[str, list[Span]]], wiki: list[str],
-                 seed: int, max_tokens: int = 320, mixture: Sequence[float] = MIXTURE,
-                 options: dict | None = None) -> None:
-        """``options``: the model's ``tokendp.json`` as it will be shipped (its placeholder style)."""
+    def __init__(self, tokenizer, *, tab: list[Paragraph], wiki: list[str], seed: int,
+                 passages: Sequence[Paragraph] = (), max_tokens: int = 320,
+                 mixture: Sequence[float] = MIXTURE, options: dict | None = None) -> None:
+        """``tab``: single paragraphs; ``passages``: TAB runs of 2-4 paragraphs (:func:`tab_passages`),
+        drawn for :data:`MULTI` of the TAB examples; ``options``: the model's ``tokendp.json`` as it
+        will be shipped (its placeholder style)."""
         self.tok = tokenizer
         self.template = prompt_template(tokenizer)
         self.placeholders = placeholders(tokenizer, options=options)
-        self.eos = tokenizer.eos_token_id
-        self.tab, self.wiki = tab, wiki
+        self.end = end_of_turn(tokenizer)
+        self.tab, self.passages, self.wiki = tab, passages, wiki
         self.rng = random.Random(seed)
         self.synth = SyntheticDocs(seed)
         self.max_tokens = max_tokens
@@ -154,8 +214,15 @@ class RewriterStream:
                         or k.startswith("synth") else 0.0 for k, w in zip(KINDS, mixture)]
 
     def _wrap(self, kind: str, source: list[int], target: list[int]) -> RewriteExample:
+        """The prompt and the answer; the answer ends with the end of turn unless it was cut."""
+        whole = len(source) <= self.max_tokens and len(target) <= self.max_tokens + 8
         prompt = list(self.template.wrap(source[:self.max_tokens]))
-        return RewriteExample(kind, prompt + target[:self.max_tokens + 8] + [self.eos], len(prompt))
+        answer = target[:self.max_tokens + 8] + ([self.end] if whole else [])
+        return RewriteExample(kind, prompt + answer, len(prompt))
+
+    def _trailing(self, text: str) -> str:
+        """``text``, with a trailing newline for :data:`TRAILING` of the examples."""
+        return text + "\n" if self.rng.random() < TRAILING else text
 
     def _enc(self, text: str) -> list[int]:
         return self.tok(text, add_special_tokens=False)["input_ids"]
@@ -163,7 +230,9 @@ class RewriterStream:
     def example(self, kind: str) -> RewriteExample:
         r = self.rng
         if kind.startswith("tab"):
-            text, spans = self.tab[r.randrange(len(self.tab))]
+            pool = self.passages if self.passages and r.random() < MULTI else self.tab
+            text, spans = pool[r.randrange(len(pool))]
+            text = self._trailing(text)
             if kind == "tab_copy" or not spans:
                 ids = self._enc(text)
                 return self._wrap(kind, ids, ids)
@@ -171,10 +240,11 @@ class RewriterStream:
             fillers = CoherentFillers(self.synth, r, text, hidden)
             return self._wrap(kind, *fill_pair(self.tok, text, hidden, fillers, self.placeholders))
         if kind == "synth_fill":
-            doc = self.synth.document(r.randint(2, 8))
-            fillers = CoherentFillers(self.synth, r, doc.text, doc.spans, doc.kinds)
-            return self._wrap(kind, *fill_pair(self.tok, doc.text, doc.spans, fillers, self.placeholders))
-        text = self._wiki_text()
+            doc = self.synth.paragraphs(r.randint(2, 8), r.randint(2, 4) if r.random() < MULTI else 1)
+            text = self._trailing(doc.text)
+            fillers = CoherentFillers(self.synth, r, text, doc.spans, doc.kinds)
+            return self._wrap(kind, *fill_pair(self.tok, text, doc.spans, fillers, self.placeholders))
+        text = self._trailing(self._wiki_text())
         if kind == "wiki_copy":
             ids = self._enc(text)
             return self._wrap(kind, ids, ids)

@@ -1,10 +1,11 @@
 """Synthetic PII-dense documents with entity spans, generated with Faker.
 
 A document is a sequence of sentences drawn from domain templates (letters, medical, court,
-HR, case summaries). Slots ``{LABEL:kind}`` are filled by Faker; each filled slot becomes a
-:class:`~tokendp.text.spans.Span` with a TAB-style label (PERSON, CODE, LOC, ORG, DATETIME,
-QUANTITY, DEM, MISC) and keeps its slot kind, so :meth:`SyntheticDocs.value` can draw fresh
-values of the same kind for the fill objective.
+HR, case summaries); :meth:`SyntheticDocs.paragraphs` lays one out in paragraphs, letters and
+e-mails opening on a salutation and ending on their closing (the rewriter's data). Slots
+``{LABEL:kind}`` are filled by Faker; each filled slot becomes a :class:`~tokendp.text.spans.Span`
+with a TAB-style label (PERSON, CODE, LOC, ORG, DATETIME, QUANTITY, DEM, MISC) and keeps its slot
+kind, so :meth:`SyntheticDocs.value` can draw fresh values of the same kind for the fill objective.
 """
 
 from __future__ import annotations
@@ -80,6 +81,31 @@ _TEMPLATES: dict[str, list[str]] = {
         "{ORG:company} is registered at {LOC:address} under number {CODE:company_no}.",
         "The witness, {PERSON:name}, stated that the meeting lasted {QUANTITY:hours}.",
     ],
+}
+
+PARAGRAPH_BREAK = "\n\n"
+# Letters and e-mails in paragraphs (SyntheticDocs.paragraphs): (salutations, body sentences,
+# closings). The closing is always the last paragraph, its signature the document's last line.
+_CORRESPONDENCE: dict[str, tuple[list[str], list[str], list[str]]] = {
+    "letter": (
+        ["Dear {PERSON:title_name},", "Dear Sir or Madam,"],
+        [s for s in _TEMPLATES["letter"] if not s.startswith(("Dear ", "Yours "))],
+        ["Yours sincerely,\n{PERSON:name}", "Yours sincerely,\n{PERSON:title_name}\n{DEM:job}, {ORG:company}",
+         "Yours faithfully,\n{PERSON:name}", "Kind regards,\n{PERSON:name}\n{ORG:company}"],
+    ),
+    "email": (
+        ["Dear {PERSON:name},", "Hello {PERSON:title_name},", "Hi {PERSON:name},"],
+        [
+            "Thank you for your e-mail of {DATETIME:date} about invoice {CODE:ref}.",
+            "I attach the contract with {ORG:company} that we discussed on {DATETIME:date}.",
+            "Could you send the updated figures to {CODE:email} before {DATETIME:date}?",
+            "{PERSON:name} will join the call from our office in {LOC:city}.",
+            "The payment of {QUANTITY:money} should reach account {CODE:account} within {QUANTITY:weeks}.",
+            "If anything is unclear, you can reach me on {CODE:phone}.",
+            "We will meet at {LOC:address} on {DATETIME:date}.",
+        ],
+        ["Best regards,\n{PERSON:name}", "Yours sincerely,\n{PERSON:name}", "Kind regards,\n{PERSON:name}\n{DEM:job}"],
+    ),
 }
 
 
@@ -167,22 +193,40 @@ class SyntheticDocs:
         }
         return makers[kind]()
 
-    def document(self, max_sentences: int) -> Document:
-        """A document of 1..max_sentences sentences from one domain."""
-        domain = self.rng.choice(sorted(_TEMPLATES))
+    def _sentences(self, pool: list[str], max_sentences: int) -> list[str]:
+        """1..max_sentences sentence templates of ``pool``, in a random order (repeating past its size)."""
         n = self.rng.randint(1, max(1, max_sentences))
-        pool = self.rng.sample(_TEMPLATES[domain], len(_TEMPLATES[domain]))
-        template = tuple((("\n" if self.rng.random() < 0.15 else " ") if i else "")
-                         + pool[i % len(pool)] for i in range(n))
-        text, spans, kinds = "", [], []
-        for sentence in template:
-            pos = 0
-            for m in _SLOT.finditer(sentence):
-                text += sentence[pos:m.start()]
-                value = self.value(m.group(2))
-                spans.append(Span(len(text), len(text) + len(value), m.group(1)))
-                kinds.append(m.group(2))
-                text += value
-                pos = m.end()
-            text += sentence[pos:]
-        return Document(text, tuple(spans), tuple(kinds))
+        order = self.rng.sample(pool, len(pool))
+        return [order[i % len(order)] for i in range(n)]
+
+    def _render(self, template: str) -> Document:
+        """``template`` with every slot filled by a fresh value of its kind, and the values' spans."""
+        text, spans, kinds, pos = "", [], [], 0
+        for m in _SLOT.finditer(template):
+            text += template[pos:m.start()]
+            value = self.value(m.group(2))
+            spans.append(Span(len(text), len(text) + len(value), m.group(1)))
+            kinds.append(m.group(2))
+            text += value
+            pos = m.end()
+        return Document(text + template[pos:], tuple(spans), tuple(kinds))
+
+    def document(self, max_sentences: int) -> Document:
+        """A document of 1..max_sentences sentences from one domain, joined by a space or a newline."""
+        domain = self.rng.choice(sorted(_TEMPLATES))
+        sentences = self._sentences(_TEMPLATES[domain], max_sentences)
+        return self._render("".join((("\n" if self.rng.random() < 0.15 else " ") if i else "") + sentence
+                                    for i, sentence in enumerate(sentences)))
+
+    def paragraphs(self, max_sentences: int, paragraphs: int) -> Document:
+        """A document of 1..max_sentences sentences from one domain in ``paragraphs`` paragraphs (at
+        most one per sentence) joined by a blank line. A letter or an e-mail also opens on a
+        salutation paragraph and ends on its closing paragraph ("Yours sincerely,\nNAME")."""
+        domain = self.rng.choice(sorted({*_TEMPLATES, *_CORRESPONDENCE}))
+        salutations, body, closings = _CORRESPONDENCE[domain] if domain in _CORRESPONDENCE else ((), _TEMPLATES[domain], ())
+        sentences = self._sentences(body, max_sentences)
+        cuts = sorted(self.rng.sample(range(1, len(sentences)), min(paragraphs, len(sentences)) - 1))
+        parts = [" ".join(sentences[a:b]) for a, b in zip([0, *cuts], [*cuts, len(sentences)])]
+        if salutations:
+            parts = [self.rng.choice(salutations), *parts, self.rng.choice(closings)]
+        return self._render(PARAGRAPH_BREAK.join(parts))
