@@ -6,6 +6,7 @@
   python scripts/train_rewriter.py --out runs/rewriter --merged runs/rewriter/model  # a model directory for --model
   python scripts/train_rewriter.py --smoke                          # ~1 minute on a tiny model built from a config
   python scripts/train_rewriter.py --smoke --placeholder-style typed --keep runs/smoke  # typed slots, kept
+  python scripts/train_rewriter.py --check-endings src/tokendp/models/rewriter --tab ""  # an adapter's endings
 
 ``--placeholder-style typed`` trains for typed slots: each hidden token of the source is its
 label's marker (``Name``, ``Date``, ``Place``...; :func:`tokendp.text.contexts.typed_markers`)
@@ -24,6 +25,12 @@ data stream is re-seeded from (seed, step). A checkpoint is taken up only by the
 same TAB and WikiText paragraphs (by content) and settings; ``--steps`` may grow (the run
 continues, its schedule stretched to the new length), ``--device``, ``--threads`` and the
 logging and checkpoint intervals may change.
+
+Endings: before the last save the run checks, on ``--end-check`` held-out examples (the last
+2 TAB documents and 16 WikiText paragraphs, kept out of training, and synthetic documents of a
+seed training never uses), that the end of turn (``<|im_end|>`` for SmolLM2) is the likeliest
+token after the answer's last token, and records the share in ``training.json`` (``"endings"``;
+docs/sanitize.md, "Endings"). ``--check-endings ADAPTER`` runs the same check on any adapter.
 """
 
 from __future__ import annotations
@@ -36,12 +43,14 @@ import shutil
 import sys
 import tempfile
 import warnings
+from collections import Counter
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import torch
 
-from tokendp.models.training.rewriter import (KINDS, MIXTURE, RewriteExample, RewriterStream, tab_paragraphs,
+from tokendp.models.training.rewriter import (KINDS, MIXTURE, MULTI, TRAILING, Paragraph, RewriteExample,
+                                              RewriterStream, end_of_turn, paragraphs_of, tab_documents, tab_passages,
                                               tiny_model_and_tokenizer)
 from tokendp.training import Progress, ProgressBar, ResumableLoop, fingerprint
 
@@ -49,17 +58,22 @@ LLAMA_TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj",
 CHECKPOINT = "checkpoint.pt"
 # Settings that change neither the data nor the objective: a run may resume with others.
 RESUMABLE_WITH_OTHER = ("out", "steps", "threads", "device", "checkpoint_every", "log_every", "hardware",
-                        "tab", "wikitext")  # the paragraphs themselves are in the fingerprint
+                        "tab", "wikitext", "end_check")  # the paragraphs themselves are in the fingerprint
+HELD_OUT_DOCS, HELD_OUT_WIKI = 2, 16  # the last TAB documents and WikiText paragraphs, kept out of training
+ENDINGS_TARGET = 0.9  # below this share of held-out answers ending on the end of turn, the run warns
+LAYOUT = ("; some examples of 2-4 paragraphs joined by a blank line (letters and e-mails end on their "
+          "closing), a few sources and targets with a trailing newline; the answer ends with the chat "
+          "template's end of turn")
 
 OBJECTIVE = ("chat template + default paraphrase instruction; source = paragraph with every token "
              "overlapping a hidden span as one '_' placeholder; target = the paragraph with fresh "
              "typed fillers (all spans hidden), some shown and copied (partial), or none (copy); "
-             "loss on the assistant answer and <|im_end|>")
+             "loss on the assistant answer and <|im_end|>" + LAYOUT)
 TYPED_OBJECTIVE = ("chat template + default paraphrase instruction; source = paragraph with every token "
                    "overlapping a hidden span as ONE marker token of the span's label (typed slots); "
                    "target = the paragraph with coherent fresh fillers (one locale, dates by role, "
                    "titles agreeing with pronouns, distinct entities apart; all spans hidden), some "
-                   "shown and copied (partial), or none (copy); loss on the assistant answer and EOS")
+                   "shown and copied (partial), or none (copy); loss on the assistant answer and EOS" + LAYOUT)
 STOP = ["<|im_start|>"]  # a sampled answer that skips <|im_end|> and opens a new chat turn stops there
 
 
@@ -104,6 +118,7 @@ class Config:
     max_chars: int = 1100
     hardware: str = "2 shared CPU cores (torch, 1 thread, nice 10)"
     placeholder_style: str = "single"  # "typed": one marker per label (tokendp.text.contexts.placeholders)
+    end_check: int = 32  # held-out examples of the endings check before the last save (0: none)
 
 
 def lr_factor(step: int, cfg: Config) -> float:
@@ -192,20 +207,80 @@ def save_adapter(peft_model, dest: Path) -> None:
     save_file(tensors, str(weights), metadata={"format": "pt"})
 
 
+def held_out(items: list, k: int) -> tuple[list, list]:
+    """(training part, held-out part): the last ``k`` items are held out, none when there are
+    fewer than ``4 * k``."""
+    return (items, []) if len(items) < 4 * k else (items[:-k], items[-k:])
+
+
+def held_out_examples(tokenizer, cfg: Config, options: dict, *, tab: list[list[Paragraph]],
+                      wiki: list[str]) -> list[RewriteExample]:
+    """``cfg.end_check`` whole examples (their answer not cut, so ending on the end of turn) from
+    the held-out TAB documents ``tab`` and WikiText paragraphs ``wiki``, and synthetic documents of
+    the seed of "step -1", which the training stream (seeded by step) never uses."""
+    stream = RewriterStream(tokenizer, tab=paragraphs_of(tab, min_chars=cfg.min_chars, max_chars=cfg.max_chars),
+                            passages=tab_passages(tab, min_chars=cfg.min_chars, max_chars=cfg.max_chars), wiki=wiki,
+                            seed=cfg.seed * 1_000_003 - 1, max_tokens=cfg.max_tokens, options=options)
+    examples: list[RewriteExample] = []
+    for _ in range(20 * cfg.end_check):
+        if len(examples) == cfg.end_check:
+            break
+        e = stream.batch(1)[0]
+        if e.ids[-1] == stream.end:
+            examples.append(e)
+    return examples
+
+
+def likeliest_after_answer(model, examples: list[RewriteExample]) -> list[int]:
+    """Each example's likeliest next token after its answer's last token (the end of turn removed)."""
+    was_training = model.training
+    model.eval()
+    device = next(model.parameters()).device
+    with torch.no_grad():
+        out = [int(model(input_ids=torch.tensor([e.ids[:-1]], device=device)).logits[0, -1].argmax())
+               for e in examples]
+    model.train(was_training)
+    return out
+
+
+def ending_share(model, tokenizer, examples: list[RewriteExample]) -> float:
+    """The share of ``examples`` (whole ones: :func:`held_out_examples`) whose likeliest token after
+    the answer's last token is the chat template's end of turn (:func:`end_of_turn`)."""
+    end = end_of_turn(tokenizer)
+    return sum(t == end for t in likeliest_after_answer(model, examples)) / len(examples)
+
+
+def endings(model, tokenizer, examples: list[RewriteExample]) -> dict:
+    """The endings check for ``training.json``; prints it, with a warning below :data:`ENDINGS_TARGET`."""
+    share = ending_share(model, tokenizer, examples)
+    end = tokenizer.convert_ids_to_tokens(end_of_turn(tokenizer))
+    print(f"endings: {share:.2f} of {len(examples)} held-out answers have {end} as their likeliest next token",
+          flush=True)
+    if share < ENDINGS_TARGET:
+        print(f"warning: under {ENDINGS_TARGET}: rewrites may not end on {end} (docs/sanitize.md, Endings)", flush=True)
+    return {"share": round(share, 4), "examples": len(examples), "end_of_turn": end,
+            "kinds": dict(sorted(Counter(e.kind for e in examples).items()))}
+
+
+def _tab_documents(cfg: Config) -> list[list[Paragraph]]:
+    return tab_documents(cfg.tab, split="tune") if cfg.tab and Path(cfg.tab).is_dir() else []
+
+
 def train(cfg: Config, *, model=None, tokenizer=None, tab=None, wiki=None,
           on_progress=None) -> Path:
-    """Train or resume into ``cfg.out``; returns the adapter directory. ``on_progress`` gets each
-    step's :class:`tokendp.training.Progress` (after the progress bar)."""
+    """Train or resume into ``cfg.out``; returns the adapter directory. ``tab``: TAB documents
+    (:func:`tab_documents`), ``wiki``: WikiText paragraphs, their last ones held out
+    (:func:`held_out`). ``on_progress`` gets each step's :class:`tokendp.training.Progress`
+    (after the progress bar)."""
     torch.set_num_threads(cfg.threads)
     out = Path(cfg.out)
     out.mkdir(parents=True, exist_ok=True)
     if model is None:
         model, tokenizer = load_base(cfg)
-    if tab is None:
-        tab = tab_paragraphs(cfg.tab, split="tune", min_chars=cfg.min_chars, max_chars=cfg.max_chars) \
-            if cfg.tab and Path(cfg.tab).is_dir() else []
-    if wiki is None:
-        wiki = _wiki(cfg)
+    tab, held_tab = held_out(_tab_documents(cfg) if tab is None else tab, HELD_OUT_DOCS)
+    wiki, held_wiki = held_out(_wiki(cfg) if wiki is None else wiki, HELD_OUT_WIKI)
+    paragraphs = paragraphs_of(tab, min_chars=cfg.min_chars, max_chars=cfg.max_chars)
+    passages = tab_passages(tab, min_chars=cfg.min_chars, max_chars=cfg.max_chars)
     peft_model = add_lora(model, cfg)
     peft_model.to(cfg.device)
     lm = peft_model.get_base_model()  # the LlamaForCausalLM with LoRA layers in it
@@ -222,15 +297,20 @@ def train(cfg: Config, *, model=None, tokenizer=None, tab=None, wiki=None,
         settings.pop("placeholder_style")
     else:
         settings["options"] = options
-    run = fingerprint(data=[{"tab": p} for p in tab] + [{"wiki": p} for p in wiki],
+    run = fingerprint(data=[{"tab": p} for p in paragraphs] + [{"passage": p} for p in passages]
+                      + [{"wiki": p} for p in wiki],
                       settings={"format": "tokendp.rewriter/1", "objective": objective(cfg), **settings})
+    held = held_out_examples(tokenizer, cfg, options, tab=held_tab, wiki=held_wiki) if cfg.end_check else []
 
     def export(step: int) -> None:
         info = {"base_model": cfg.base_name, "step": step, "total_steps": cfg.steps,
                 "train_minutes": round(loop.elapsed / 60, 1), "tokens_seen": counters["tokens"],
                 "loss_ema": None if counters["ema"] is None else round(counters["ema"], 4), "objective": objective(cfg),
-                "mixture": dict(zip(KINDS, MIXTURE)), "tab_paragraphs": len(tab),
+                "mixture": dict(zip(KINDS, MIXTURE)), "multi_paragraph": MULTI, "trailing_newline": TRAILING,
+                "tab_paragraphs": len(paragraphs), "tab_passages": len(passages),
                 "hardware": cfg.hardware, "config": asdict(cfg)}
+        if step == cfg.steps and held:
+            info["endings"] = endings(lm, tokenizer, held)
 
         def write(tmpdir: Path) -> None:
             save_adapter(peft_model, tmpdir)
@@ -247,8 +327,8 @@ def train(cfg: Config, *, model=None, tokenizer=None, tab=None, wiki=None,
     if loop.resume():
         print(f"resumed from {CHECKPOINT} at step {loop.step}", flush=True)
     (out / "config.json").write_text(json.dumps(asdict(cfg), indent=2) + "\n")
-    stream = RewriterStream(tokenizer, tab=tab, wiki=wiki, seed=cfg.seed * 1_000_003 + loop.step,
-                            max_tokens=cfg.max_tokens, options=options)
+    stream = RewriterStream(tokenizer, tab=paragraphs, passages=passages, wiki=wiki,
+                            seed=cfg.seed * 1_000_003 + loop.step, max_tokens=cfg.max_tokens, options=options)
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
     peft_model.train()
 
@@ -315,7 +395,7 @@ def smoke(out: str, steps: int = 6, placeholder_style: str = "single") -> Path:
     model, tok = tiny_model_and_tokenizer()
     cfg = Config(out=out, base="", base_name="tiny-smoke", tab="", wikitext="", steps=steps, batch=2,
                  warmup=2, r=4, alpha=8, max_tokens=64, checkpoint_every=3, log_every=1,
-                 placeholder_style=placeholder_style)
+                 placeholder_style=placeholder_style, end_check=4)
     adapter = train(cfg, model=model, tokenizer=tok, tab=[], wiki=[])
     base, tok = tiny_model_and_tokenizer()
     write_merged(adapter, Path(out) / "model", base=base, tokenizer=tok)
@@ -343,6 +423,25 @@ def write_merged(adapter: Path, dest: Path, *, base=None, tokenizer=None, cfg: C
     return dest
 
 
+def check_endings(adapter: Path, cfg: Config, *, base=None, tokenizer=None) -> float:
+    """:func:`ending_share` of ``base`` (default: ``cfg``'s) with ``adapter`` (PEFT's layout, with
+    its ``tokendp.json``) on ``cfg.end_check`` held-out examples (:func:`held_out_examples`);
+    prints :func:`endings`."""
+    from peft import PeftModel
+
+    torch.set_num_threads(cfg.threads)
+    if base is None:
+        base, tokenizer = load_base(cfg)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", FutureWarning)
+        model = PeftModel.from_pretrained(base, str(adapter)).to(cfg.device)
+    options_file = adapter / "tokendp.json"
+    options = json.loads(options_file.read_text()) if options_file.is_file() else {}
+    examples = held_out_examples(tokenizer, cfg, options, tab=held_out(_tab_documents(cfg), HELD_OUT_DOCS)[1],
+                                 wiki=held_out(_wiki(cfg), HELD_OUT_WIKI)[1])
+    return endings(model, tokenizer, examples)["share"]
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", default="runs/rewriter", help="run directory (checkpoints, adapter/, log)")
@@ -354,6 +453,9 @@ def main(argv: list[str] | None = None) -> int:
                              "DEST: a model directory for `tokendp sanitize --model DEST`")
     parser.add_argument("--keep", metavar="DIR", default=None,
                         help="with --smoke: run in DIR and keep it (DIR/model is the merged tiny model)")
+    parser.add_argument("--check-endings", metavar="ADAPTER", default=None,
+                        help="print the share of --end-check held-out examples whose likeliest token after the "
+                             "answer is the end of turn, for the adapter in ADAPTER (e.g. src/tokendp/models/rewriter)")
     for name, field in Config.__dataclass_fields__.items():
         if name in ("out", "targets", "hardware"):
             continue
@@ -386,6 +488,9 @@ def main(argv: list[str] | None = None) -> int:
     for name in Config.__dataclass_fields__:
         if getattr(args, name, None) is not None:
             setattr(cfg, name, getattr(args, name))
+    if args.check_endings:
+        check_endings(Path(args.check_endings), cfg)
+        return 0
     train(cfg)
     return 0
 
