@@ -159,12 +159,6 @@ def tab_documents(tab_dir: str | Path, *, split: str = "tune") -> list[list[Para
     return out
 
 
-def tab_paragraphs(tab_dir: str | Path, *, split: str = "tune", min_chars: int = 250,
-                   max_chars: int = 1100) -> list[Paragraph]:
-    """Paragraphs of ``min_chars``..``max_chars`` characters with their gold spans (:func:`tab_documents`)."""
-    return paragraphs_of(tab_documents(tab_dir, split=split), min_chars=min_chars, max_chars=max_chars)
-
-
 def paragraphs_of(documents: Sequence[Sequence[Paragraph]], *, min_chars: int, max_chars: int) -> list[Paragraph]:
     """The paragraphs of ``documents`` of ``min_chars``..``max_chars`` characters."""
     return [p for doc in documents for p in doc if min_chars <= len(p[0]) <= max_chars]
