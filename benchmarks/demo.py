@@ -11,7 +11,10 @@ in the same run, so that the ratios compare like with like:
   one pass per token, no mechanism (prefill included; the model loaded beforehand);
 * ``alpha 2``: the same command with ``--alpha 2 --epsilon 16`` (tokendp otherwise chooses the
   order; at alpha 2 and delta 1e-5 the conversion alone costs 10.1, so epsilon 8 is out of reach);
-* ``busy``: the command beside one CPU-bound process (a Python busy loop holding one core).
+* ``busy``: the command beside one CPU-bound process (a Python busy loop holding one core);
+* ``baseline`` (with ``--baseline DIR``): the same command from another checkout, an earlier
+  version say (``git worktree add /tmp/before COMMIT``), interleaved with the rest: before and
+  after in one run.
 
 Goals (issue 26): process / floor <= 1.0; busy / process <= 2.2; process / alpha 2 <= 1.25;
 first line within 5 s; process <= 45 s on a 2-core machine.
@@ -20,7 +23,7 @@ CPU times (user + system over all threads, from the same runs) are reported besi
 times: on a shared machine they move less with the neighbours' load (waiting OpenMP threads
 sleep, so they count work, not waiting).
 
-Run: ``PYTHONPATH=src python benchmarks/demo.py`` (a few minutes on 2 cores).
+Run: ``PYTHONPATH=src python benchmarks/demo.py [--baseline /tmp/before]`` (a few minutes on 2 cores).
 """
 
 from __future__ import annotations
@@ -37,15 +40,17 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 DEMO = ["sanitize", "examples/letter.txt", "--spans", "examples/letter.spans.json", "--epsilon", "8",
         "--temperature", "0.7", "--seed", "1", "--json"]
-ENV = {**os.environ, "PYTHONPATH": str(ROOT / "src"), "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
+ENV = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
 
 
-def run_command(extra: list[str], busy: bool = False) -> tuple[float, float, dict, float]:
-    """(seconds to exit, seconds to the first stderr line, the --json answer, CPU seconds)."""
+def run_command(extra: list[str], busy: bool = False, root: Path = ROOT) -> tuple[float, float, dict, float]:
+    """(seconds to exit, seconds to the first stderr line, the --json answer, CPU seconds) of the
+    command run from the checkout ``root``."""
     neighbour = subprocess.Popen([sys.executable, "-c", "while True: pass"]) if busy else None
     first: list[float] = []
     start = time.perf_counter()
-    proc = subprocess.Popen([sys.executable, "-m", "tokendp", *DEMO, *extra], cwd=ROOT, env=ENV,
+    proc = subprocess.Popen([sys.executable, "-m", "tokendp", *DEMO, *extra], cwd=root,
+                            env={**ENV, "PYTHONPATH": str(root / "src")},
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
     def watch() -> None:
@@ -99,19 +104,24 @@ def floor(tokens: int, repeats: int) -> tuple[float, float]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=2)
+    parser.add_argument("--baseline", type=Path, default=None,
+                        help="another checkout (an earlier version) whose command runs interleaved")
     parser.add_argument("--floor", type=int, default=None, help=argparse.SUPPRESS)  # the child's token count
     args = parser.parse_args()
     if args.floor is not None:
         print(json.dumps(floor(args.floor, args.repeats)))
         return
-    runs: dict[str, list] = {"process": [], "alpha2": [], "busy": []}
+    runs: dict[str, list] = {"process": [], "alpha2": [], "busy": [], **({"baseline": []} if args.baseline else {})}
     for _ in range(args.repeats):  # interleaved, so that load changes hit every setting alike
         runs["process"].append(run_command([]))
         runs["alpha2"].append(run_command(["--alpha", "2", "--epsilon", "16"]))
         runs["busy"].append(run_command([], busy=True))
+        if args.baseline:
+            runs["baseline"].append(run_command([], root=args.baseline.resolve()))
     released = runs["process"][0][2]["report"]["tokens_generated"]
     child = subprocess.run([sys.executable, __file__, "--floor", str(released), "--repeats", str(args.repeats)],
-                           env={**ENV, "OMP_WAIT_POLICY": os.environ.get("OMP_WAIT_POLICY", "PASSIVE")},
+                           env={**ENV, "PYTHONPATH": str(ROOT / "src"),
+                                "OMP_WAIT_POLICY": os.environ.get("OMP_WAIT_POLICY", "PASSIVE")},
                            check=True, capture_output=True, text=True)
     t_floor, cpu_floor = json.loads(child.stdout.strip().splitlines()[-1])
     best = {k: min(r[0] for r in v) for k, v in runs.items()}
@@ -126,6 +136,9 @@ def main() -> None:
               "cpu_seconds": {**{k: round(v, 2) for k, v in cpu.items()}, "floor": round(cpu_floor, 2)},
               "cpu_process_over_floor": round(cpu["process"] / cpu_floor, 3),
               "cpu_process_over_alpha2": round(cpu["process"] / cpu["alpha2"], 3)}
+    if args.baseline:
+        result.update(baseline_over_floor=round(best["baseline"] / t_floor, 3),
+                      cpu_baseline_over_floor=round(cpu["baseline"] / cpu_floor, 3))
     print(json.dumps(result, indent=2))
 
 

@@ -7,7 +7,7 @@ collection: on a 2-core laptop the collections that the imports themselves trigg
 (about 1 s). :func:`loading` pauses collection while a command imports and loads its model,
 then freezes what exists (``gc.freeze``: kept out of every later collection, the one at exit
 included) and resumes collection for the work itself, whose garbage is collected as usual
-(docs/performance.md, "Start-up and exit").
+(docs/performance.md, "The demo end to end").
 
 The ``tokendp`` command uses it around its loading step; the library never touches the
 collector on import.
