@@ -14,7 +14,7 @@ PACKAGE = Path(__file__).resolve().parents[1] / "src" / "tokendp"
 # Low to high, as in docs/design.md; a module may import from a strictly lower rank.
 RANK = {
     "errors": 0,
-    "_optional": 1, "_device": 1, "malloc": 1, "openmp": 1,
+    "_optional": 1, "_device": 1, "malloc": 1, "openmp": 1, "startup": 1,
     "accounting": 2, "text": 2,
     "divergence": 3, "models": 3,
     "mechanisms": 4, "backends": 4, "sampling": 4, "logits_processors": 4, "drafts": 4, "training": 4,
