@@ -79,10 +79,11 @@ class DocumentDrafts:
     def propose(self, released: Sequence[int], room: int) -> list[int]:
         """Up to min(max_tokens, ``room``) tokens guessed to follow ``released``; [] for none.
 
-        The guess comes from the public row (the occurrence nearest the cursor). It is sent only while the score is at least 1/2: every guess, sent or
-        not, is checked against the token released after it, and the last check weighs as much
-        as all earlier ones together. A model that does not copy its context (a paraphrase,
-        say) then stops paying for positions it rejects, and one right guess resumes drafting.
+        The guess comes from the public row (the occurrence nearest the cursor). It is sent
+        only while the score is at least 1/2: every guess, sent or not, is checked against the
+        token released after it, and the last check weighs as much as all earlier ones together.
+        A model that does not copy its context (a paraphrase, say) then stops paying for
+        positions it rejects, and one right guess resumes drafting.
         """
         if self.guess and len(released) > self.seen:
             self.score = (self.score + (released[self.seen] == self.guess[0])) / 2
