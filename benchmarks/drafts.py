@@ -58,7 +58,9 @@ RULES = {"public": DocumentDrafts, "public+own": PublicAndOwn}
 
 
 def letter() -> tuple[str, list]:
-    return (ROOT / "examples" / "letter.txt").read_text(), json.loads((ROOT / "examples" / "letter.spans.json").read_text())
+    """``make demo``'s letter and its spans."""
+    examples = ROOT / "examples"
+    return (examples / "letter.txt").read_text(), json.loads((examples / "letter.spans.json").read_text())
 
 
 def record(path: Path, docs: int, split: str) -> None:

@@ -1,6 +1,6 @@
 """Helpers shared by the sub-commands: input paths, the decoding, model placement and corpus
-engine options, diagnostics and JSON output. Errors and exit codes: :mod:`tokendp.cli._exit`; old option names:
-:mod:`tokendp.cli._aliases`."""
+engine options, diagnostics and JSON output. Errors and exit codes: :mod:`tokendp.cli._exit`;
+old option names: :mod:`tokendp.cli._aliases`."""
 
 from __future__ import annotations
 

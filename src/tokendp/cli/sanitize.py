@@ -9,9 +9,9 @@ from typing import Any
 
 import click
 
-from tokendp.cli._common import (INPUT_FILE, BadInputError, CLIError, decoding_options, diagnostics_option, emit_diagnostics,
-                                 engine_options, library_errors, placement_options, ray_options, renamed,
-                                 report_corpus_run, tagger_option, use_threads)
+from tokendp.cli._common import (INPUT_FILE, BadInputError, CLIError, decoding_options, diagnostics_option,
+                                 emit_diagnostics, engine_options, library_errors, placement_options, ray_options,
+                                 renamed, report_corpus_run, tagger_option, use_threads)
 from tokendp.cli._console import console, quiet_libraries
 from tokendp.startup import loading
 from tokendp.text.taggers import get_tagger, spans_from_json
