@@ -80,11 +80,12 @@ def floor(tokens: int, repeats: int) -> tuple[float, float]:
     from tokendp.fusion import FusionJob
     from tokendp.generation import generate, make_generator
     from tokendp.mechanisms import MechanismStep
+    from tokendp.jobs.config import SanitizeConfig
     from tokendp.jobs.sanitize import prepare_sanitize
 
     spans = json.loads((ROOT / "examples" / "letter.spans.json").read_text())
     prepared = prepare_sanitize([(ROOT / "examples" / "letter.txt").read_text()], spans=[spans], model="rewriter",
-                                epsilon=8, temperature=0.7)
+                                config=SanitizeConfig(epsilon=8, temperature=0.7))
     sequences = FusionJob(prepared.method, prepared.delta, prepared.documents).sequences()
 
     def step(logits, docs, temperature):

@@ -97,10 +97,11 @@ def record(path: Path, docs: int, split: str) -> None:
 def pass_costs(repeats: int) -> dict[int, float]:
     """Seconds of one pass at each width over seconds at width 1, the letter's rows."""
     from tokendp.fusion import FusionJob
+    from tokendp.jobs.config import SanitizeConfig
     from tokendp.jobs.sanitize import prepare_sanitize
 
     text, spans = letter()
-    prepared = prepare_sanitize([text], spans=[spans], model="rewriter", epsilon=8)
+    prepared = prepare_sanitize([text], spans=[spans], model="rewriter", config=SanitizeConfig(epsilon=8))
     backend = prepared.backend
     state, _ = backend.prefill(FusionJob(prepared.method, prepared.delta, prepared.documents).sequences())
     backend.extend(state, torch.full((1, 80), 300))  # a cache as long as mid-rewrite

@@ -16,6 +16,7 @@ from tokendp import fusion
 from tokendp.backends import RowSequence
 from tokendp.errors import InvalidParameterError
 from tokendp.fusion import Chunk, PreparedFusion, length_order, run_fusion
+from tokendp.jobs.config import SanitizeConfig
 from tokendp.jobs.sanitize import prepare_sanitize, run_sanitize, sanitize_stream
 
 OPTIONS = {"prompt_template": "<|doc|>{document}<|rewrite|>", "placeholder": "<|mask|>"}
@@ -42,7 +43,8 @@ def _prepare(backend, idx, **kw) -> PreparedFusion:
     """Documents ``idx`` prepared; T the default (1.2x the document + 16: it differs per document)
     unless given; epsilon targets, so each document has its own order alpha from its own T."""
     params = {"epsilon": 6.0, **kw}
-    return prepare_sanitize([_texts()[i] for i in idx], spans=[_spans(i) for i in idx], model=backend, **params)
+    return prepare_sanitize([_texts()[i] for i in idx], spans=[_spans(i) for i in idx], model=backend,
+                            config=SanitizeConfig(**params))
 
 
 def _chunks(backend, size: int, **kw) -> list[Chunk]:

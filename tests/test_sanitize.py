@@ -94,8 +94,8 @@ def test_report_epsilon_equals_the_accountant(tiny):
     assert 1 <= rep.tokens_generated <= rep.max_new_tokens
     d = rep.to_dict()
     assert set(d) == {"mechanism", "model", "alpha", "delta", "max_new_tokens", "tokens_generated", "stop_reason",
-                      "guarantee", "groups", "decoding", "private_labels"}
-    assert set(d["groups"][0]) == {"label", "n_spans", "n_tokens", "beta", "epsilon"}
+                      "guarantee", "groups", "decoding", "private_labels", "kept_labels", "spans_source", "incomplete"}
+    assert set(d["groups"][0]) == {"label", "n_spans", "n_tokens", "beta", "epsilon", "epsilon_certified"}
 
 
 def test_diagnostics_only_when_asked_and_never_in_the_release(tiny):
@@ -220,7 +220,7 @@ def test_bad_inputs_never_echo_private_text(tiny):
     with pytest.raises(InvalidInputError, match="context of 64 tokens") as err:
         sanitize(LETTER * 3, spans=SPANS, model=small, beta=0.1)
     assert "Lindqvist" not in str(err.value)
-    with pytest.raises(InvalidInputError, match="max_new_tokens"):
+    with pytest.raises(InvalidParameterError, match="max_new_tokens"):  # T alone cannot fit: a usage error
         sanitize("Short text.", spans=[], model=small, beta=0.1, max_new_tokens=100)
 
 
@@ -247,26 +247,41 @@ def test_public_decoding_constraints_are_reported_and_cost_nothing(tiny):
         sanitize(LETTER, spans=SPANS, model=tiny, beta=0.05, repetition_penalty=0.0)
 
 
-def test_labels_keep_the_other_spans_as_plain_text(copier):
-    """labels=: only the chosen labels' spans are hidden (even the public rewrite shows the
-    others), the groups are the chosen ones, and the report says what was protected."""
-    res = sanitize(LETTER, spans=SPANS, model=copier, method="public", temperature=0, labels="person")
+def test_labels_and_keep_say_what_is_protected(copier):
+    """Protecting is the default and keeping explicit: keep= releases its labels' spans as plain
+    text (even the public rewrite shows them) and the report counts them; with labels=, a label
+    of the input named in neither list is refused, never released, and so is a protected name
+    that matches no span (issue: --labels PERSON,CODE,DATE released the DATETIME spans)."""
+    with pytest.raises(InvalidParameterError, match=r"DATETIME \(1 span\), LOC \(1 span\) are neither") as err:
+        sanitize(LETTER, spans=SPANS, model=copier, method="public", temperature=0, labels="person")
+    assert "1961" not in str(err.value) and "Leeds" not in str(err.value)
+    res = sanitize(LETTER, spans=SPANS, model=copier, method="public", temperature=0, labels="person",
+                   keep="DATETIME,LOC")
     assert "1961" in res.text and "Leeds" in res.text  # DATETIME and LOC kept public
     assert "Helen Marsh" not in res.text and "Lindqvist" not in res.text
     assert [g.label for g in res.report.groups] == ["PERSON"]
-    assert res.report.private_labels == ("PERSON",)
+    assert res.report.private_labels == ("PERSON",) and res.report.kept_labels == {"DATETIME": 1, "LOC": 1}
     assert json.loads(json.dumps(res.to_dict()))["report"]["private_labels"] == ["PERSON"]
+    kept = sanitize(LETTER, spans=SPANS, model=copier, method="public", temperature=0, keep="loc")
+    assert kept.report.private_labels is None and "Leeds" in kept.text and "1961" not in kept.text
     every = sanitize(LETTER, spans=SPANS, model=copier, method="public", temperature=0)
-    assert every.report.private_labels is None and "Leeds" not in every.text
-    # a parent names its finer labels; a label of the user's own is always private
+    assert every.report.kept_labels == {} and "Leeds" not in every.text
+    # a parent covers its finer labels, but a finer name never covers the parent's spans
+    with pytest.raises(InvalidParameterError, match=r"DATETIME \(1 span\) are neither"):
+        sanitize(LETTER, spans=SPANS, model=copier, method="public", labels="PERSON,CODE,DATE", keep="LOC")
     own = [*SPANS[:2], Span(79, 83, "DATE"), Span(98, 103, "WARD")]
-    res = sanitize(LETTER, spans=own, model=copier, method="public", temperature=0, labels=["DATETIME"])
+    res = sanitize(LETTER, spans=own, model=copier, method="public", temperature=0, labels=["DATETIME", "ward"],
+                   keep="PERSON")
     assert "1961" not in res.text and "Leeds" not in res.text and "Helen Marsh" in res.text
-    assert res.report.private_labels == ("DATE", "DATETIME", "DURATION")
+    assert res.report.private_labels == ("DATETIME", "WARD")
     assert sorted(g.label for g in res.report.groups) == ["DATE", "WARD"]
+    with pytest.raises(InvalidParameterError, match="CODE, which matches no span"):
+        sanitize(LETTER, spans=SPANS, model=copier, method="public", labels="PERSON,CODE", keep="DATETIME,LOC")
+    with pytest.raises(InvalidParameterError, match="both protected"):
+        sanitize(LETTER, spans=SPANS, model=copier, method="public", labels="PERSON", keep="person")
 
 
-@pytest.mark.parametrize("labels", ["PERSN", ["PERSON", "Leeds"], "", " , "])
+@pytest.mark.parametrize("labels", ["PERSN", ["PERSON", "Leeds"], "", " , ", "PERSON,DATETIME,LOC,DATE"])
 def test_unknown_labels_fail_before_the_model_loads(labels):
     with pytest.raises(InvalidParameterError, match="labels") as err:
         sanitize(LETTER, spans=SPANS, model="no-such-model", epsilon=8, labels=labels)

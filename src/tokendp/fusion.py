@@ -30,7 +30,7 @@ import math
 import weakref
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass
-from typing import Any, Literal
+from typing import Any
 
 import torch
 
@@ -39,21 +39,19 @@ from tokendp.accounting.mechanisms import DP_FUSION_ORDERS, dp_fusion_alpha
 from tokendp.backends import HFBackend, RowSequence
 from tokendp.drafts import PromptLookup
 from tokendp.errors import InvalidInputError, InvalidParameterError
-from tokendp.generation import (Generated, Pending, check_temperature, generate, generate_continuous, make_generator,
+from tokendp.generation import (Generated, Pending, generate, generate_continuous, make_generator,
                                 make_generators)
 from tokendp.logits_processors import PublicLogitsProcessor
+from tokendp.params import Budget, per_group
 from tokendp.mechanisms import DPFusion, MechanismStep
 from tokendp.text.contexts import DocumentContexts, Placeholders
+from tokendp.text.layout import clean
 from tokendp.text.spans import Span
 
-Method = Literal["dp-fusion", "original", "public"]
-METHODS = ("dp-fusion", "original", "public")
-Budget = float | Mapping[str, float] | None
 DIAGNOSTICS_NOTE = ("data-dependent diagnostics, NOT part of the privacy guarantee; they are computed "
                     "from the private text, so do not publish them with the output")
 ALPHA_GRID = DP_FUSION_ORDERS
 DEFAULT_ALPHA = 2.0
-MAX_ALPHA = 1024.0  # above this, alpha * beta and (alpha - 1) * divergence leave float64's useful range
 
 
 @dataclass(frozen=True)
@@ -73,13 +71,23 @@ class TextResult:
 
 @dataclass(frozen=True)
 class GroupReport:
-    """One privacy group of a document: its spans, hidden tokens, beta and certified epsilon."""
+    """One privacy group of a document: its spans, hidden tokens, beta, certified epsilon (rounded
+    up) and the epsilon asked for (``target``, None when beta was given)."""
 
     label: str
     n_spans: int
     n_tokens: int
     beta: float | None
     epsilon: float | None
+    target: float | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        """As the report shows it: ``epsilon`` is the target when the certificate meets it (the
+        exact certified value can sit a rounding below: 7.9999999999999325 for 8), else the
+        certified value; ``epsilon_certified`` is always the exact certified value."""
+        met = self.target is not None and self.epsilon is not None and self.epsilon <= self.target
+        return {"label": self.label, "n_spans": self.n_spans, "n_tokens": self.n_tokens, "beta": self.beta,
+                "epsilon": self.target if met else self.epsilon, "epsilon_certified": self.epsilon}
 
 
 @dataclass(frozen=True)
@@ -91,7 +99,7 @@ class FusionReport:
 
     mechanism: str
     model: str
-    alpha: float
+    alpha: float | None  # None: no mechanism ran (original, public)
     delta: float
     max_new_tokens: int
     tokens_generated: int
@@ -102,52 +110,11 @@ class FusionReport:
 
     def to_dict(self) -> dict[str, Any]:
         out = asdict(self)
-        out["groups"] = [asdict(g) for g in self.groups]
+        out["groups"] = [g.to_dict() for g in self.groups]
         return out
 
 
 # ---------------------------------------------------------------------------- parameters
-def check_params(method: str, alpha: float | None, delta: float, temperature: float,
-                 beta: Budget, epsilon: Budget) -> None:
-    """Validate a job's privacy parameters; messages name the parameter and what to do."""
-    if method not in METHODS:
-        raise InvalidParameterError(f"method must be one of {METHODS}, got {method!r}")
-    if alpha is not None and not (_is_number(alpha) and 1 < alpha <= MAX_ALPHA):
-        raise InvalidParameterError(f"alpha (the Renyi order) must be a number in (1, {MAX_ALPHA:g}], got {alpha!r}; "
-                                    "typical choices are 2 to 10, or leave it out to let tokendp choose")
-    if not (_is_number(delta) and 0 < delta < 1):
-        raise InvalidParameterError(f"delta must be in (0, 1), for example 1e-5; got {delta!r}")
-    check_temperature(temperature)
-    if method == "dp-fusion":
-        if (beta is None) == (epsilon is None):
-            raise InvalidParameterError("DP-Fusion needs exactly one of beta= or epsilon= "
-                                        "(epsilon per group, e.g. epsilon=8)")
-        if temperature == 0:
-            raise InvalidParameterError("temperature 0 (greedy decoding) gives no privacy guarantee; "
-                                        "use temperature > 0, or method='original' for a greedy comparison")
-
-
-def _is_number(value: Any) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
-
-
-def per_group(value: Budget, names: Sequence[str], what: str) -> list[float]:
-    """A scalar for every group, or a mapping that names each group of the document (names of
-    groups the document lacks are ignored: a corpus-wide mapping is checked per document, so a
-    document's result never depends on its batch)."""
-    if isinstance(value, Mapping):
-        missing = sorted(set(names) - set(value))
-        if missing:
-            raise InvalidInputError(f"{what} has no value for group(s) {missing}; give one per group")
-        values = [value[n] for n in names]
-    else:
-        values = [value] * len(names)
-    for n, v in zip(names, values):
-        if not (isinstance(v, (int, float)) and math.isfinite(v) and v >= 0):
-            raise InvalidParameterError(f"{what} for group {n} must be a finite number >= 0, got {v!r}")
-    return [float(v) for v in values]
-
-
 def group_betas(ctx: DocumentContexts, *, alpha: float, delta: float, max_tokens: int,
                 beta: Budget, epsilon: Budget) -> list[float]:
     """beta_i per group: given, or the largest beta whose certified epsilon meets epsilon_i."""
@@ -189,15 +156,19 @@ def resolve_alphas(method: str, alpha: float | None, contexts: Sequence[Document
     return [choose_alpha(tg, delta=delta) if tg else DEFAULT_ALPHA for tg in targets]
 
 
-def spans_of(text: str, spans: Sequence[Span | Mapping] | None, tagger: Any) -> list[Span]:
-    """The spans given (``Span`` or ``{start, end, label}``), or ``tagger``'s when None."""
+def spans_of(text: str, spans: Sequence[Span | Mapping] | None, tagger: Any) -> tuple[str, list[Span]]:
+    """The text as the model reads it (:func:`tokendp.text.layout.clean`: no BOM, LF line ends)
+    and its spans: the spans given (``Span`` or ``{start, end, label}``, offsets into ``text``
+    exactly as given) mapped onto it, or ``tagger``'s on it when None."""
+    body, layout = clean(text)
     if spans is None:
-        return list(tagger.tag(text))
+        return body, list(tagger.tag(body))
     try:
-        return [s if isinstance(s, Span) else Span.from_dict(s) for s in spans]
+        given = [s if isinstance(s, Span) else Span.from_dict(s) for s in spans]
     except (KeyError, TypeError, ValueError) as err:
         raise InvalidInputError(f"a span is malformed ({err}); spans are {{start, end, label}} "
                                 "character offsets") from None
+    return body, layout.to_clean(given)
 
 
 # ---------------------------------------------------------------------------- preparation
@@ -211,7 +182,9 @@ class PreparedDocument:
     alpha: float
     betas: tuple[float, ...] | None  # None: original or public, which run no mechanism
     groups: tuple[GroupReport, ...]  # the certificate, one entry per group of ``context``
-    private_labels: tuple[str, ...] | None = None  # sanitize's chosen labels (None: every label)
+    private_labels: tuple[str, ...] | None = None  # sanitize's chosen labels (None: every label not kept)
+    kept_labels: Mapping[str, int] = dataclasses.field(default_factory=dict)  # label -> spans kept as plain text
+    spans_source: str = "given"  # "given", or the tagger that found the spans
 
     def rdp(self) -> tuple[float | None, ...]:
         """Per group, the Renyi divergence at order alpha that all T tokens may cost it:
@@ -244,7 +217,10 @@ def _prepare(method: str, alpha: float, delta: float, ctx: DocumentContexts, t: 
     if not all(math.isfinite(e) for e in epsilons):
         raise InvalidParameterError(f"alpha {alpha:g} with these betas certifies no finite epsilon; "
                                     "lower beta or choose alpha between 1.25 and 64")
-    reports = tuple(GroupReport(g.name, g.n_spans, g.n_tokens, b, e) for g, b, e in zip(ctx.groups, betas, epsilons))
+    names = [g.name for g in ctx.groups]
+    targets = [None] * len(names) if epsilon is None else per_group(epsilon, names, "epsilon")
+    reports = tuple(GroupReport(g.name, g.n_spans, g.n_tokens, b, e, t)
+                    for g, b, e, t in zip(ctx.groups, betas, epsilons, targets))
     return PreparedDocument(ctx, t, float(alpha), tuple(betas), reports)
 
 

@@ -41,7 +41,6 @@ import functools
 import hashlib
 import itertools
 import json
-import math
 import secrets
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -56,7 +55,6 @@ from tokendp.logits_processors import PublicLogitsProcessor, apply_to_rows
 from tokendp.sampling import Generators, sample, sample_ids  # noqa: F401 (sample: re-exported)
 
 StopReason = Literal["eos", "stop_string", "max_new_tokens"]
-MIN_TEMPERATURE = 1e-3  # below this, float32 logits / temperature overflow to inf and nothing can be sampled
 
 
 class StepFn(Protocol):
@@ -75,15 +73,6 @@ class Generated:
     token_ids: tuple[int, ...]
     stop_reason: StopReason
     diagnostics: dict[str, torch.Tensor] = field(default_factory=dict)  # per-step means
-
-
-def check_temperature(temperature: float, *, greedy: bool = True) -> None:
-    """A sampling temperature: a finite number >= :data:`MIN_TEMPERATURE`, or 0 (greedy) where
-    ``greedy`` allows it (a private method refuses 0 itself, with its reason)."""
-    ok = isinstance(temperature, (int, float)) and not isinstance(temperature, bool) and math.isfinite(temperature)
-    if not (ok and (temperature >= MIN_TEMPERATURE or (greedy and temperature == 0))):
-        floor = f"{'0 (greedy) or ' if greedy else ''}a finite number >= {MIN_TEMPERATURE:g}"
-        raise InvalidParameterError(f"temperature must be {floor}, got {temperature!r}")
 
 
 def make_generator(seed: int | None = None, device: str | torch.device = "cpu") -> torch.Generator:

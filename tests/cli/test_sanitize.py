@@ -43,9 +43,11 @@ def test_json_output_shape(files):
     assert set(out) == {"text", "report"} and isinstance(out["text"], str)
     rep = out["report"]
     assert rep["mechanism"] == "dp-fusion" and rep["max_new_tokens"] == 8 and rep["alpha"] > 2
-    assert rep["groups"] == [{"label": "PERSON", "n_spans": 2, "n_tokens": rep["groups"][0]["n_tokens"],
-                              "beta": rep["groups"][0]["beta"], "epsilon": rep["groups"][0]["epsilon"]}]
-    assert 7.9 < rep["groups"][0]["epsilon"] <= 8
+    group = rep["groups"][0]
+    assert rep["groups"] == [{"label": "PERSON", "n_spans": 2, "n_tokens": group["n_tokens"], "beta": group["beta"],
+                              "epsilon": 8.0, "epsilon_certified": group["epsilon_certified"]}]
+    assert 7.9 < group["epsilon_certified"] <= 8  # the target is shown, the exact certificate kept beside it
+    assert rep["spans_source"] == "given" and rep["kept_labels"] == {} and rep["incomplete"] is True  # cut at T
 
 
 def test_readable_output_and_stdin(files):
@@ -96,7 +98,7 @@ def test_bad_spans_and_missing_input_exit_3(files, tmp_path):
     res = _run(str(files / "doc.txt"), "--spans", str(bad), "--model", _model(), "--beta", "0.1")
     assert res.exit_code == EXIT_BAD_INPUT and "Lindqvist" not in res.output
     res = _run(str(tmp_path / "none.txt"), "--model", _model(), "--beta", "0.1")
-    assert res.exit_code == EXIT_BAD_INPUT and "cannot read" in res.output
+    assert res.exit_code == EXIT_BAD_INPUT and "not found" in res.output
 
 
 def test_report_epsilon_equals_tokendp_account(files):
@@ -166,22 +168,34 @@ def test_corpus_diagnostics_go_apart_from_the_output(files, tmp_path):
 
 
 def test_labels_choose_what_is_private(files, tmp_path):
-    """--labels: an unknown name exits 2 before the model loads; the chosen labels are the groups
-    (also in a corpus) and the readable report names them."""
+    """--labels: an unknown name exits 2 before the model loads; a label of the input named in
+    neither --labels nor --keep is refused; the chosen labels are the groups (also in a corpus)
+    and the readable report names what was protected and what was kept."""
     res = _run(str(files / "doc.txt"), "--model", "no-such-model", "--epsilon", "8", "--labels", "PERSON,FOO")
     assert res.exit_code == 2 and "unknown label(s) FOO" in res.output and "no-such-model" not in res.output
-    res = _run("-", "--model", _model(), "--beta", "0.1", "--max-new-tokens", "4", "--seed", "0", "--method",
-               "public", "--tagger", "patterns", "--labels", "date", input="Seen on 2 June 2024 for six weeks.")
+    seen = "Seen on 2 June 2024 for six weeks."
+    common = ["-", "--model", _model(), "--beta", "0.1", "--max-new-tokens", "4", "--seed", "0", "--method", "public",
+              "--tagger", "patterns"]
+    res = _run(*common, "--labels", "date", input=seen)
+    assert res.exit_code == 2 and "DURATION (1 span)" in res.output and "six weeks" not in res.output
+    res = _run(*common, "--labels", "date", "--keep", "duration", input=seen)
     assert res.exit_code == 0, res.output
-    assert "private labels: DATE; spans of other labels were kept as plain text" in res.output
-    assert "DATE " in res.output and "DURATION" not in res.output.split("private labels")[0]
+    assert "protected labels (--labels): DATE" in res.output
+    assert "kept as plain text, NOT protected: DURATION (1 span)" in res.output
+    assert "spans: tagger patterns" in res.output
     out = tmp_path / "out.jsonl"
-    res = _run(str(files / "docs.jsonl"), "--model", _model(), "--beta", "0.05", "--max-new-tokens", "4",
-               "--seed", "1", "--out", str(out), "--labels", "LOC")
+    corpus = [str(files / "docs.jsonl"), "--model", _model(), "--beta", "0.05", "--max-new-tokens", "4", "--seed", "1",
+              "--out", str(out)]
+    res = _run(*corpus, "--labels", "LOC")
+    assert res.exit_code == 2 and "PERSON (2 spans)" in res.output and not out.exists()
+    res = _run(*corpus, "--labels", "LOC", "--keep", "PERSON")
     assert res.exit_code == 0, res.output
     rows = [json.loads(line) for line in out.read_text().splitlines()]
     assert rows[0]["report"]["groups"] == [] and rows[1]["report"]["groups"][0]["label"] == "LOC"
     assert all(r["report"]["private_labels"] == ["LOC"] for r in rows)
+    assert rows[0]["report"]["kept_labels"] == {"PERSON": 2} and rows[1]["report"]["kept_labels"] == {}
+    res = _run(*corpus[:-1], str(tmp_path / "typo.jsonl"), "--labels", "LOC,CODE", "--keep", "PERSON")
+    assert res.exit_code == 2 and "CODE, which matches no span" in res.output
 
 
 def test_one_default_temperature_for_python_cli_service_page_and_demo():

@@ -92,6 +92,7 @@ def test_a_typed_smoke_run_ships_its_style_and_sanitize_builds_typed_rows_for_it
     from click.testing import CliRunner
 
     from tokendp.cli import main
+    from tokendp.jobs.config import SanitizeConfig
     from tokendp.jobs.sanitize import prepare_sanitize
     from tokendp.text.spans import Span
 
@@ -104,7 +105,8 @@ def test_a_typed_smoke_run_ships_its_style_and_sanitize_builds_typed_rows_for_it
     assert "typed slots" in json.loads((adapter / "training.json").read_text())["objective"]
     text = "Dear Dr Helen Marsh, born on 2 June 1961."
     spans = [Span(8, 19, "PERSON"), Span(29, 40, "DATETIME")]
-    prepared = prepare_sanitize([text], spans=[spans], model=str(model), method="public", max_new_tokens=4)
+    prepared = prepare_sanitize([text], spans=[spans], model=str(model),
+                                config=SanitizeConfig(method="public", max_new_tokens=4))
     public = prepared.backend.tokenizer.decode(prepared.documents[0].context.rows[0])
     assert "Helen" not in public and "1961" not in public and "_" not in public
     assert "<|PERSON|>" in public and "<|DATETIME|>" in public

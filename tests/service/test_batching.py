@@ -8,6 +8,7 @@ from types import SimpleNamespace
 import pytest
 
 from tokendp.fusion import PreparedFusion
+from tokendp.jobs.config import SanitizeConfig
 from tokendp.jobs.sanitize import prepare_sanitize
 from tokendp.service.batching import Job, batches
 from tokendp.service.plans import Plan, charges_of
@@ -23,8 +24,8 @@ def tiny():
 
 
 def job(tiny, kind="sanitize", **options) -> Job:
-    params = dict(spans=[PERSONS], model=tiny, epsilon=None if "beta" in options else 8.0, max_new_tokens=20) | options
-    prepared = prepare_sanitize([LETTER], **params)
+    settings = dict(epsilon=None if "beta" in options else 8.0, max_new_tokens=20) | options
+    prepared = prepare_sanitize([LETTER], spans=[PERSONS], model=tiny, config=SanitizeConfig(**settings))
     request = SimpleNamespace(id="doc", seed=None)
     return Job(kind, request, plan=Plan(kind, request, prepared, charges_of("sanitize", "doc", prepared)))
 

@@ -150,6 +150,7 @@ def test_the_drafter_never_guesses_a_typed_placeholder():
 
 
 def test_sanitize_builds_typed_rows_for_a_model_whose_metadata_declares_them():
+    from tokendp.jobs.config import SanitizeConfig
     from tokendp.jobs.sanitize import prepare_sanitize, run_sanitize
 
     tok = tinylm.tokenizer()
@@ -157,7 +158,8 @@ def test_sanitize_builds_typed_rows_for_a_model_whose_metadata_declares_them():
     rows = {}
     for style, options in (("single", {"placeholder": "<|mask|>"}), ("typed", TYPED)):
         path = tinylm.model_dir(json.dumps({"prompt_template": "<|doc|>{document}<|rewrite|>", **options}))
-        prepared = prepare_sanitize([text], spans=[spans], model=str(path), method="public", max_new_tokens=3)
+        prepared = prepare_sanitize([text], spans=[spans], model=str(path),
+                                    config=SanitizeConfig(method="public", max_new_tokens=3))
         assert prepared.placeholder == placeholders(tok, options=options)
         rows[style] = prepared.documents[0].context.rows[0]
         assert run_sanitize(prepared, seed=0)[0].report.groups  # it runs; the certificate is unchanged

@@ -39,6 +39,10 @@ class Console:
         if not self.quiet:
             click.echo(f"tokendp: {message}", err=True)
 
+    def warn(self, message: str) -> None:
+        """A line about the result that the user must see (not silenced by -q)."""
+        click.echo(f"tokendp: warning: {message}", err=True)
+
     def detail(self, message: str) -> None:
         """A line only -v asks for (timings, rates)."""
         if self.verbose and not self.quiet:

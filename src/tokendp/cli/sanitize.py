@@ -3,32 +3,40 @@
 from __future__ import annotations
 
 import json
-import sys
+import math
 from pathlib import Path
 from typing import Any
 
 import click
 
-from tokendp.cli._common import (INPUT_FILE, BadInputError, CLIError, decoding_options, diagnostics_option,
+from tokendp.cli._common import (INPUT_FILE, CLIError, decoding_options, diagnostics_option,
                                  emit_diagnostics, engine_options, library_errors, placement_options, ray_options,
                                  renamed, report_corpus_run, tagger_option, use_threads)
 from tokendp.cli._console import console, quiet_libraries
 from tokendp.startup import loading
+from tokendp.text.documents import read_text_input
 from tokendp.text.taggers import get_tagger, spans_from_json
-from tokendp.text.taggers.labels import CHOOSABLE, choose_labels
-
-
-def _read_text(path: str) -> str:
-    if path == "-":
-        return sys.stdin.read()
-    try:
-        return Path(path).read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as err:
-        raise BadInputError(f"cannot read {path}: {type(err).__name__}") from None
+from tokendp.jobs.config import SanitizeConfig
+from tokendp.text.taggers.labels import CHOOSABLE
 
 
 def _fmt(x: float | None) -> str:
     return "-" if x is None else f"{x:.4g}"
+
+
+def _fmt_down(x: float | None) -> str:
+    """``x`` to 4 significant digits, rounded down: a beta retyped from the report never
+    certifies more than the report says."""
+    if x is None:
+        return "-"
+    if x <= 0:
+        return f"{x:g}"
+    text = f"{x:.4g}"
+    digits = 3 - math.floor(math.log10(x))  # decimals that keep 4 significant digits
+    while float(text) > x:
+        text = f"{math.floor(x * 10 ** digits) / 10 ** digits:.{max(digits, 0)}f}"
+        digits += 1
+    return text
 
 
 def plain_summary(report: dict[str, Any]) -> str:
@@ -50,17 +58,25 @@ def format_report(report: dict[str, Any]) -> str:
         plain_summary(report),
         f"mechanism {report['mechanism']}   model {report['model']}"
         + (f"   temperature {report['decoding']['temperature']:g}" if "temperature" in report.get("decoding", {}) else ""),
-        f"alpha {report['alpha']:g}   delta {report['delta']:g}   max_new_tokens (T) {report['max_new_tokens']}"
+        ("" if report["alpha"] is None else f"alpha {report['alpha']:g}   ")
+        + f"delta {report['delta']:g}   max_new_tokens (T) {report['max_new_tokens']}"
         f"   generated {report['tokens_generated']} ({report['stop_reason']})",
         f"{'group':<14}{'spans':>6}{'tokens':>8}{'beta':>12}{'epsilon':>10}",
     ]
     for g in report["groups"]:
-        lines.append(f"{g['label']:<14}{g['n_spans']:>6}{g['n_tokens']:>8}{_fmt(g['beta']):>12}{_fmt(g['epsilon']):>10}")
+        lines.append(f"{g['label']:<14}{g['n_spans']:>6}{g['n_tokens']:>8}{_fmt_down(g['beta']):>12}"
+                     f"{_fmt(g['epsilon']):>10}")
     if not report["groups"]:
         lines.append("(no sensitive spans found)")
     if report.get("private_labels") is not None:
-        lines.append(f"private labels: {', '.join(report['private_labels'])}; spans of other labels were kept "
-                     "as plain text and are not protected")
+        lines.append(f"protected labels (--labels): {', '.join(report['private_labels'])}")
+    if report.get("kept_labels"):
+        kept = ", ".join(f"{label} ({n} span{'s' if n != 1 else ''})" for label, n in report["kept_labels"].items())
+        lines.append(f"kept as plain text, NOT protected: {kept}")
+    if "spans_source" in report:
+        lines.append(f"spans: {'given (--spans)' if report['spans_source'] == 'given' else report['spans_source']}")
+    if report.get("incomplete"):
+        lines.append(f"incomplete: {incomplete_note(report['tokens_generated'], None, report['stop_reason'])}")
     lines.append(f"guarantee: {report['guarantee']}")
     return "\n".join(lines)
 
@@ -72,9 +88,13 @@ def format_report(report: dict[str, Any]) -> str:
               help="SPANS.json: a list of {start, end, label} character offsets into INPUT.")
 @tagger_option("Tagger used when no spans are given.")
 @click.option("--labels", default=None, metavar="LABEL,...",
-              help="The private labels, e.g. PERSON,CODE,LOC (default: all). Spans of the other labels are kept "
-                   "as plain text, NOT protected. Choose from " + ", ".join(CHOOSABLE) + "; DATETIME names DATE "
-                   "and DURATION, DEM names OCCUPATION; your own labels (--spans) are always private.")
+              help="The labels to protect, e.g. PERSON,CODE,DATETIME (default: every label not kept). With "
+                   "--labels, every label in the input must be named here or in --keep, or the run is refused "
+                   "before it starts. From " + ", ".join(CHOOSABLE) + " or your spans' own labels; DATETIME covers "
+                   "DATE and DURATION, DEM covers OCCUPATION.")
+@click.option("--keep", default=None, metavar="LABEL,...",
+              help="Labels released as plain text, NOT protected (e.g. DURATION keeps \"six weeks\"); the report "
+                   "counts their spans.")
 @click.option("--model", default="rewriter", show_default=True,
               help="rewriter, smollm2, tiny (see `tokendp model list`), a model directory or a hub id.")
 @click.option("--alpha", type=float, default=None,
@@ -113,7 +133,8 @@ def format_report(report: dict[str, Any]) -> str:
                    "rerunning the same command resumes an interrupted run.")
 @diagnostics_option("the mean lambda and realised divergence per group", corpus=True)
 @library_errors
-def sanitize(input_path: str, spans_path: str | None, tagger: str, labels: str | None, model: str | None,
+def sanitize(input_path: str, spans_path: str | None, tagger: str, labels: str | None, keep: str | None,
+             model: str | None,
              alpha: float | None,
              beta: float | None, epsilon: float | None, delta: float, groups: str,
              max_new_tokens: int | None, temperature: float, seed: int | None,
@@ -131,11 +152,11 @@ def sanitize(input_path: str, spans_path: str | None, tagger: str, labels: str |
 
     One of --epsilon or --beta is required (with --method dp-fusion).
     """
-    choose_labels(labels)  # an unknown label fails here, before any model loads
-    params = dict(tagger=tagger, labels=labels, model=model, method=method, alpha=alpha, beta=beta, epsilon=epsilon,
-                  delta=delta, groups=groups, max_new_tokens=max_new_tokens, temperature=temperature,
+    params = dict(tagger=tagger, labels=labels, keep=keep, model=model, method=method, alpha=alpha, beta=beta,
+                  epsilon=epsilon, delta=delta, groups=groups, max_new_tokens=max_new_tokens, temperature=temperature,
                   seed=seed, no_repeat_ngram_size=no_repeat_ngram_size, repetition_penalty=repetition_penalty,
                   speculative=speculative, draft_tokens=draft_tokens, diagnostics=diagnostics)
+    config = SanitizeConfig.of(params)  # every parameter is checked here, before anything loads
     params.update({k: v for k, v in (("device", device), ("dtype", dtype)) if v is not None})  # resumes stay valid
     if input_path.endswith((".jsonl", ".parquet")):
         if spans_path:
@@ -145,13 +166,15 @@ def sanitize(input_path: str, spans_path: str | None, tagger: str, labels: str |
         return
     if engine != "local" or any(v is not None for v in (address, workers, gpus_per_worker)):
         raise CLIError("--engine and the ray options apply to a corpus (.jsonl or .parquet)")
-    text = _read_text(input_path)
+    text = read_text_input(input_path)
     spans = None
     if spans_path:
         spans = spans_from_json(spans_path, text)
+        config.label_choice.check([s.label for s in spans])  # before the model loads
     else:
+        config.label_choice.check_names(())
         get_tagger(tagger)  # a missing tagger package fails here, in one line, before any note
-    result = _sanitize_one(text, spans, params, threads=threads, as_json=as_json)
+    result = _sanitize_one(text, spans, config, params, threads=threads, as_json=as_json)
     if as_json:
         output = json.dumps(result.to_dict(), indent=2, ensure_ascii=False)
     else:
@@ -161,21 +184,35 @@ def sanitize(input_path: str, spans_path: str | None, tagger: str, labels: str |
         emit_diagnostics([json.dumps({"diagnostics": result.diagnostics}, ensure_ascii=False)])
 
 
-def _sanitize_one(text: str, spans: list | None, params: dict[str, Any], *, threads: int | None, as_json: bool) -> Any:
+def _sanitize_one(text: str, spans: list | None, config: SanitizeConfig, params: dict[str, Any], *,
+                  threads: int | None, as_json: bool) -> Any:
     """One document: a line on stderr before anything slow (importing torch, loading the model,
     SmolLM2's one-time conversion with its own bar), then a bar of the tokens released out of T."""
     out = console()
-    prepare = {k: v for k, v in params.items() if k not in ("seed", "diagnostics")}
     tagging = "" if spans is not None else f" and tagger {params['tagger']}"
     with out.step(f"loading model {params['model']}{tagging}"), loading():
         quiet_libraries()
         use_threads(threads)
         from tokendp.jobs.sanitize import prepare_sanitize, run_sanitize
 
-        prepared = prepare_sanitize([text], spans=None if spans is None else [spans], **prepare)
+        prepared = prepare_sanitize([text], spans=None if spans is None else [spans], config=config,
+                                    tagger=params["tagger"], model=params["model"], device=params.get("device"),
+                                    dtype=params.get("dtype"))
     limit = prepared.documents[0].max_new_tokens
     with out.tokens(f"generating up to {limit} tokens", limit, desc="sanitize", as_json=as_json) as on_token:
-        return run_sanitize(prepared, seed=params["seed"], on_token=on_token, diagnostics=params["diagnostics"])[0]
+        result = run_sanitize(prepared, seed=params["seed"], on_token=on_token, diagnostics=params["diagnostics"])[0]
+    if result.report.incomplete:
+        out.warn(incomplete_note(result.report.tokens_generated, prepared.documents[0].context.document_tokens,
+                                 result.report.stop_reason))
+    return result
+
+
+def incomplete_note(generated: int, document_tokens: int | None, stop_reason: str) -> str:
+    """The warning for a rewrite that may not cover its document (public facts only)."""
+    why = "was cut at T (max_new_tokens)" if stop_reason == "max_new_tokens" else "ended early"
+    size = "" if document_tokens is None else f" for a document of {document_tokens}"
+    return (f"the rewrite {why}: {generated} tokens{size}; it may not cover the whole document "
+            "(docs/sanitize.md, \"Long documents\")")
 
 
 def _sanitize_corpus(input_path: str, params: dict[str, Any], out_path: str | None, engine: str, batch_size: int,

@@ -14,6 +14,7 @@ from tokendp.cli._console import console
 from tokendp.text.documents import is_jsonl, read_documents
 from tokendp.text.spans import Span
 from tokendp.text.taggers import TAGGER_NAMES, get_tagger
+from tokendp.text.taggers import tag as tag_text
 
 COLOURS = {"PERSON": "red", "CODE": "magenta", "LOC": "green", "ORG": "blue", "DEM": "cyan",
            "OCCUPATION": "bright_cyan", "DATE": "yellow", "DURATION": "bright_green", "DATETIME": "yellow",
@@ -79,7 +80,7 @@ def tag(input_path: Path, tagger_name: str, as_json: bool, html_path: Path | Non
     """
     tagger = get_tagger(tagger_name)  # first: a missing optional package fails before any reading
     documents = read_documents(input_path)
-    results = [(doc.id, doc.text, tagger.tag(doc.text)) for doc in documents]
+    results = [(doc.id, doc.text, tag_text(doc.text, tagger=tagger)) for doc in documents]
     if as_json and is_jsonl(input_path):
         for doc_id, _, spans in results:
             click.echo(json.dumps({"id": doc_id, "spans": [s.to_dict() for s in spans]}, ensure_ascii=False))

@@ -8,13 +8,14 @@ What ``tokendp sanitize CORPUS --engine local|ray`` runs (and, through
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
 from tokendp._optional import require
-from tokendp.engines.corpus import scan_corpus
+from tokendp.engines.corpus import Corpus, scan_corpus
 from tokendp.engines.job import Job
 from tokendp.engines.local import Batching, check_batching, run_local
 from tokendp.engines.ray import corpus_dataset, run_ray
@@ -22,7 +23,9 @@ from tokendp.engines.store import MemorySink, RunStore
 from tokendp.engines.summary import Summary
 from tokendp.engines.worker import SanitizeWorker
 from tokendp.errors import InvalidParameterError
-from tokendp.text.taggers import get_tagger
+from tokendp.jobs.config import SanitizeConfig
+from tokendp.text.taggers import get_tagger, spans_from_json
+from tokendp.text.taggers.labels import LabelChoice
 
 Engine = Literal["local", "ray"]
 # What may differ between the sessions of one resumable run: where and how fast it runs.
@@ -74,7 +77,9 @@ def sanitize_corpus(corpus_path: str | Path, params: Mapping[str, Any], *, out: 
     if engine != "local" and batching == "continuous":
         raise InvalidParameterError("continuous batching applies to the local engine only")
     check_engine(engine, ray_options)
+    config = SanitizeConfig.of(params)  # every parameter is checked before the input is read
     corpus = scan_corpus(corpus_path, require_ids=engine == "ray")
+    check_corpus_labels(corpus, config.label_choice)
     if corpus.needs_tagger and isinstance(params.get("tagger", "auto"), str):
         get_tagger(params.get("tagger", "auto"))  # a missing tagger package fails here, before any model loads
     job = Job("sanitize", "documents", corpus.path, corpus.ids, SanitizeWorker,
@@ -83,6 +88,20 @@ def sanitize_corpus(corpus_path: str | Path, params: Mapping[str, Any], *, out: 
               run=run_fingerprint("sanitize", params))
     return run_job(job, params, out=out, engine=engine, batch_size=batch_size, threads=threads, progress=progress,
                    batching=batching, **ray_options)
+
+
+def check_corpus_labels(corpus: Corpus, choice: LabelChoice) -> None:
+    """The label choice against the whole corpus, before any model loads: the labels of the spans
+    its records carry must each be protected or kept, and (when every record carries spans) each
+    protected name must match a span somewhere. Records without spans are tagged later, each
+    checked as it is prepared."""
+    if choice.protect is None:
+        return
+    labels = [s.label for r in corpus.records() if r.spans is not None
+              for s in spans_from_json(json.loads(r.spans), r.text)]
+    if corpus.needs_tagger:
+        choice.check_names(labels)
+    choice.check(labels, whole_input=not corpus.needs_tagger)
 
 
 def run_job(job: Job, params: Mapping[str, Any], *, out: str | Path | None, engine: Engine, batch_size: int,

@@ -40,7 +40,8 @@ from tokendp.engines.store import OutputRecord
 from tokendp.errors import TokenDPError
 from tokendp.fusion import Chunk
 from tokendp.generation import document_seed
-from tokendp.jobs.sanitize import prepare_sanitize, sanitize_batch, sanitize_stream
+from tokendp.jobs.config import SanitizeConfig
+from tokendp.jobs.sanitize import prepare_sanitize, run_sanitize, sanitize_stream
 from tokendp.jobs.synthesize import ReferenceBatch, Synthesizer
 from tokendp.text.taggers import get_tagger, spans_from_json
 
@@ -94,7 +95,8 @@ class SanitizeWorker(_Worker):
             params["speculative"] = False
         self.backend = load_backend(params.pop("model", "rewriter"), device=params.pop("device", None),
                                     dtype=params.pop("dtype", None))
-        self.params = params
+        self.diagnostics = bool(params.pop("diagnostics", False))
+        self.config = SanitizeConfig.of(params)
 
     @functools.cached_property
     def tagger(self) -> Any:
@@ -104,10 +106,7 @@ class SanitizeWorker(_Worker):
 
     def run(self, records: Sequence[CorpusRecord]) -> tuple[list[OutputRecord], int]:
         seeds = None if self.seed is None else [document_seed(self.seed, r.id) for r in records]
-        spans = [None if r.spans is None else spans_from_json(json.loads(r.spans), r.text) for r in records]
-        tagger = self.tagger if any(s is None for s in spans) else None
-        results = sanitize_batch([r.text for r in records], spans=spans, tagger=tagger, model=self.backend,
-                                 seed=seeds, **self.params)
+        results = run_sanitize(self._prepare(records), seed=seeds, diagnostics=self.diagnostics)
         return [_output(r, res) for r, res in zip(records, results)], sum(res.report.tokens_generated for res in results)
 
 
@@ -120,19 +119,17 @@ class SanitizeWorker(_Worker):
         speculative decoding asked for, a model whose cache cannot be joined (sliding window), or,
         with ``accelerator_only``, a model on the CPU."""
         on_cpu = self.backend.device.type == "cpu"
-        if self.params.get("speculative") or not self.backend.can_join or (accelerator_only and on_cpu):
+        if self.config.speculative or not self.backend.can_join or (accelerator_only and on_cpu):
             for batch in _batched(records, slots):
                 yield self(batch)
             return
-        diagnostics = bool(self.params.get("diagnostics"))
-        prepare = {k: v for k, v in self.params.items() if k not in ("diagnostics", "on_token")}
         in_flight: dict[str | int, CorpusRecord] = {}  # prepared, not yet written
         failed: list[CorpusRecord] = []  # the chunk whose preparation failed
 
         def chunks() -> Iterator[Chunk]:
             for batch in _batched(records, slots):
                 try:
-                    prepared = self._prepare(batch, prepare)
+                    prepared = self._prepare(batch)
                 except TokenDPError:
                     failed.extend(batch)
                     raise
@@ -142,7 +139,7 @@ class SanitizeWorker(_Worker):
 
         start = time.perf_counter()
         try:
-            for key, res in sanitize_stream(chunks(), slots=slots, diagnostics=diagnostics):
+            for key, res in sanitize_stream(chunks(), slots=slots, diagnostics=self.diagnostics):
                 record = in_flight.pop(key)
                 now = time.perf_counter()
                 yield BatchResult([_output(record, res)], res.report.tokens_generated, now - start, self.name)
@@ -150,10 +147,13 @@ class SanitizeWorker(_Worker):
         except TokenDPError as err:  # a chunk that cannot be prepared, or the documents decoding
             raise _naming(err, self.noun, failed or list(in_flight.values())) from None
 
-    def _prepare(self, records: Sequence[CorpusRecord], params: Mapping[str, Any]) -> Any:
+    def _prepare(self, records: Sequence[CorpusRecord]) -> Any:
+        """The records' job; the corpus's labels were checked as a whole by the runner, so a part
+        without some protected label is no typo (``whole_input=False``)."""
         spans = [None if r.spans is None else spans_from_json(json.loads(r.spans), r.text) for r in records]
         tagger = self.tagger if any(s is None for s in spans) else None
-        return prepare_sanitize([r.text for r in records], spans=spans, tagger=tagger, model=self.backend, **params)
+        return prepare_sanitize([r.text for r in records], spans=spans, config=self.config, tagger=tagger,
+                                model=self.backend, whole_input=False)
 
 
 def _batched(items: Iterable[Any], size: int) -> Iterator[list[Any]]:

@@ -29,8 +29,9 @@ from typing import Any, Literal
 
 from tokendp.backends import HFBackend, load_backend
 from tokendp.errors import InvalidInputError, InvalidParameterError
-from tokendp.fusion import (Budget, Decoding, FusionReport, Method, PreparedFusion, TextResult, check_fits_untagged,
-                            check_known_groups, check_params, prepare_documents, run_fusion, spans_of)
+from tokendp.fusion import (Decoding, FusionReport, PreparedFusion, TextResult, check_fits_untagged, check_known_groups,
+                            prepare_documents, run_fusion, spans_of)
+from tokendp.params import Budget, Method, check_params
 from tokendp.text.contexts import DocumentContexts, GroupSpec, placeholders, prompt_template
 from tokendp.text.prompts import (DEFAULT_GENERATE_INSTRUCTION, MAX_UNTRUSTED_TOKENS, STAND_IN, QuestionPlace,
                                   build_prompt_contexts)
@@ -244,7 +245,7 @@ def prepare_generate(
         if s is None:  # a document that cannot fit is refused before the tagger reads it
             check_fits_untagged(backend, t)
     room = None if backend.max_context is None else backend.max_context - max_new_tokens
-    contexts = [build_prompt_contexts(p, [(t, spans_of(t, s, tagger)) for t, s in d], c, tok, template=tpl,
+    contexts = [build_prompt_contexts(p, [spans_of(t, s, tagger) for t, s in d], c, tok, template=tpl,
                                       placeholder=ph, instruction=instruction, stand_in=stand_in, question=question,
                                       groups=groups, on_overlap=on_overlap, max_untrusted_tokens=max_untrusted_tokens,
                                       layout_limit=room)

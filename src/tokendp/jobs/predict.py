@@ -37,7 +37,8 @@ from tokendp.accounting import Ledger, pmixed_alpha, pmixed_beta, pmixed_epsilon
 from tokendp.backends import HFBackend, Row, RowSequence, is_model_object, load_model
 from tokendp.ensemble import Manifest, read_manifest
 from tokendp.errors import BudgetExceededError, InvalidInputError, InvalidParameterError
-from tokendp.generation import check_temperature, generate, make_generator
+from tokendp.generation import generate, make_generator
+from tokendp.params import check_temperature
 from tokendp.jobs._renamed import renamed_keywords
 from tokendp.mechanisms import MechanismStep, PMixED
 

@@ -27,24 +27,33 @@ from typing import Any, Literal
 
 from tokendp.backends import HFBackend, load_backend
 from tokendp.errors import InvalidInputError, InvalidParameterError
-from tokendp.fusion import (Budget, Chunk, Decoding, FusionReport, Method, PreparedDocument, PreparedFusion, TextResult,
-                            check_fits_untagged, check_params, prepare_documents, run_fusion, run_fusion_stream,
-                            spans_of)
+from tokendp.fusion import (Chunk, Decoding, FusionReport, PreparedDocument, PreparedFusion, TextResult,
+                            check_fits_untagged, prepare_documents, run_fusion, run_fusion_stream, spans_of)
 from tokendp.fusion import choose_alpha  # noqa: F401 (re-exported: tokendp.jobs.sanitize.choose_alpha)
 from tokendp.generation import Generated
+from tokendp.jobs.config import SanitizeConfig
+from tokendp.params import Budget, Method
 from tokendp.text.contexts import DocumentContexts, GroupSpec, build_contexts, placeholders, prompt_template
 from tokendp.text.spans import Span
-from tokendp.text.taggers.labels import choose_labels, is_private
+from tokendp.text.layout import BOM
+from tokendp.text.taggers.registry import tagger_name
 
 
 @dataclass(frozen=True)
 class SanitizeReport(FusionReport):
     """A rewrite's report: parameters and the guarantee per group (see docs/sanitize.md).
-    ``private_labels``: the labels whose spans were protected when the user chose them
-    (``labels=``), sorted; spans of other built-in labels were kept as plain text, with no
-    guarantee. None: every label was protected."""
+
+    ``private_labels``: the labels the user chose to protect (``labels=``), sorted; None: every
+    label not kept. ``kept_labels``: label -> how many spans of that label were released as plain
+    text (``keep=``), with no guarantee. ``spans_source``: ``"given"`` or the tagger that found
+    the spans (name and version). ``incomplete``: the rewrite may not cover the whole document,
+    because it was cut at T or ended at under half the document's length in tokens; both are
+    public (the release's own length and the document's layout)."""
 
     private_labels: tuple[str, ...] | None = None
+    kept_labels: dict[str, int] = dataclasses.field(default_factory=dict)
+    spans_source: str = "given"
+    incomplete: bool = False
 
 
 @dataclass(frozen=True)
@@ -56,13 +65,12 @@ class SanitizeResult(TextResult):
 
 # ---------------------------------------------------------------------------- the job
 def _default_tokens(backend: HFBackend, ctx: DocumentContexts, requested: int | None, limit: int | None) -> int:
-    """T: the requested value (checked against ``limit`` and the context), else 1.2x the
-    document + 16, within ``limit`` and the context."""
+    """T: the requested value (checked by :func:`_check_limit` and against the context), else
+    1.2x the document + 16, within ``limit`` and the context."""
     if requested is not None:
-        if isinstance(requested, bool) or not isinstance(requested, int) or requested < 1:
-            raise InvalidParameterError(f"max_new_tokens must be an integer >= 1, got {requested!r}")
-        if limit is not None and requested > limit:
-            raise InvalidParameterError(f"max_new_tokens {requested} is above the limit of {limit}; ask for fewer tokens")
+        if backend.max_context is not None and requested >= backend.max_context:
+            raise InvalidParameterError(f"max_new_tokens {requested} does not fit the model's context of "
+                                        f"{backend.max_context} tokens with any document; ask for fewer tokens")
         backend.check_fits(ctx.length, requested)
         return requested
     tokens = min(math.ceil(1.2 * ctx.document_tokens) + 16, limit or math.inf)
@@ -99,18 +107,15 @@ def sanitize(
     device: str | None = None, dtype: str | None = None, on_token: Callable[[int, int], None] | None = None,
     no_repeat_ngram_size: int = 0, repetition_penalty: float = 1.0,
     speculative: bool | None = None, draft_tokens: int = 8, diagnostics: bool = False,
-    labels: Sequence[str] | str | None = None,
+    labels: Sequence[str] | str | None = None, keep: Sequence[str] | str | None = None,
 ) -> SanitizeResult:
     """Rewrite one document (``tokendp.sanitize``): ``text`` with its ``spans`` (or None to run
-    ``tagger``). Every other parameter is as for :func:`sanitize_batch`, which this calls with a
-    batch of one (``on_token`` gets document index 0)."""
-    return sanitize_batch(
-        [text], spans=None if spans is None else [spans], tagger=tagger, model=model, tokenizer=tokenizer,
-        method=method, alpha=alpha, beta=beta, epsilon=epsilon, delta=delta, groups=groups,
-        max_new_tokens=max_new_tokens, temperature=temperature, seed=seed, instruction=instruction,
-        template=template, placeholder=placeholder, stop=stop, on_overlap=on_overlap, device=device, dtype=dtype,
-        on_token=on_token, no_repeat_ngram_size=no_repeat_ngram_size, repetition_penalty=repetition_penalty,
-        speculative=speculative, draft_tokens=draft_tokens, diagnostics=diagnostics, labels=labels)[0]
+    ``tagger``). Every other parameter is as for :func:`sanitize_batch` (``on_token`` gets
+    document index 0)."""
+    config = SanitizeConfig.of(locals())
+    prepared = prepare_sanitize([text], spans=None if spans is None else [spans], config=config, tagger=tagger,
+                                model=model, tokenizer=tokenizer, device=device, dtype=dtype)
+    return run_sanitize(prepared, seed=seed, on_token=on_token, diagnostics=diagnostics)[0]
 
 
 def sanitize_batch(
@@ -121,18 +126,22 @@ def sanitize_batch(
     groups: GroupSpec = "by-label", max_new_tokens: int | None = None, temperature: float = 0.7,
     seed: int | Sequence[int] | None = None, instruction: str | None = None, template: str | None = None,
     placeholder: str | None = None, stop: Sequence[str] = (), on_overlap: Literal["merge", "error"] = "merge",
-    device: str | None = None, dtype: str | None = None, labels: str | Sequence[str] | None = None,
-    on_token: Callable[[int, int], None] | None = None,
+    device: str | None = None, dtype: str | None = None, on_token: Callable[[int, int], None] | None = None,
     no_repeat_ngram_size: int = 0, repetition_penalty: float = 1.0,
     speculative: bool | None = None, draft_tokens: int = 8, diagnostics: bool = False,
+    labels: str | Sequence[str] | None = None, keep: str | Sequence[str] | None = None,
 ) -> list[SanitizeResult]:
     """Rewrite many documents in one batch (one forward pass per generated token for all, or
-    fewer with ``speculative``): :func:`prepare_sanitize`, then :func:`run_sanitize`.
+    fewer with ``speculative``): :func:`prepare_sanitize`, then :func:`run_sanitize`. The job's
+    settings are checked, as one :class:`~tokendp.jobs.config.SanitizeConfig`, before anything
+    is loaded.
 
     Args:
         texts: the documents.
         spans: per document, its spans (``Span`` or ``{start, end, label}`` with character
-            offsets), or None to run ``tagger`` on it.
+            offsets into the text exactly as given: a BOM and CRLF line ends count), or None to
+            run ``tagger`` on it. The model reads the text without its BOM and with LF line
+            ends, the spans mapped through (docs/sanitize.md, "Spans and line endings").
         tagger: a tagger name for ``tokendp.text.taggers.get_tagger`` or an object with ``tag``.
         model: a name (``"rewriter"``, the default: SmolLM2-135M-Instruct with tokendp's
             rewriter adapter; ``"smollm2"``; ``"tiny"``, the embedded 4.5M model), a local model
@@ -168,12 +177,15 @@ def sanitize_batch(
         on_overlap: spans of different labels that overlap are hidden in both groups' rows
             (``"merge"``) or rejected (``"error"``).
         device, dtype: where and how to run the model (defaults: GPU if any; float32 on CPU).
-        labels: the private labels (``"PERSON,CODE"`` or a list; None: every label). Spans of
-            the other built-in labels (:data:`tokendp.text.taggers.CHOOSABLE`) are kept as plain
-            text, read by every row and NOT protected; a parent names its finer labels
-            (DATETIME: DATE, DURATION; DEM: OCCUPATION); spans with a label of your own are
-            always private. An unknown name is an error before anything runs. The report's
-            ``private_labels`` says what was protected (docs/privacy.md, "Choosing labels").
+        labels: the labels to protect (``"PERSON,CODE"`` or a list; None: every label not in
+            ``keep``). With labels, every label present in the input must be named in ``labels``
+            or ``keep``, and each name in ``labels`` must match a span, or the job is refused
+            before it runs (a span is never released because its label was not named). A parent
+            covers its finer labels (DATETIME: DATE and DURATION; DEM: OCCUPATION); a span
+            labelled DATETIME is covered by DATETIME alone.
+        keep: the labels released as plain text, read by every row and NOT protected (e.g.
+            ``"DURATION"`` to keep "six weeks"). The report's ``kept_labels`` counts their spans
+            (docs/privacy.md, "Choosing labels").
         on_token: streaming callback ``(document index, token id)``.
         no_repeat_ngram_size, repetition_penalty: public decoding constraints (0 and 1: off),
             computed from the released tokens only and applied alike to every row before the
@@ -188,61 +200,83 @@ def sanitize_batch(
             lambda and divergence per group: data-dependent, NOT covered by the guarantee, so
             keep them apart from the rewrite (docs/privacy.md, "Common ground").
     """
-    prepared = prepare_sanitize(
-        texts, spans=spans, tagger=tagger, model=model, tokenizer=tokenizer, method=method, alpha=alpha, beta=beta,
-        epsilon=epsilon, delta=delta, groups=groups, max_new_tokens=max_new_tokens, temperature=temperature,
-        instruction=instruction, template=template, placeholder=placeholder, stop=stop, on_overlap=on_overlap,
-        device=device, dtype=dtype, labels=labels, no_repeat_ngram_size=no_repeat_ngram_size,
-        repetition_penalty=repetition_penalty, speculative=speculative, draft_tokens=draft_tokens)
+    config = SanitizeConfig.of(locals())
+    prepared = prepare_sanitize(texts, spans=spans, config=config, tagger=tagger, model=model, tokenizer=tokenizer,
+                                device=device, dtype=dtype)
     return run_sanitize(prepared, seed=seed, on_token=on_token, diagnostics=diagnostics)
 
 
 def prepare_sanitize(
-    texts: Sequence[str], *, spans: Sequence[Sequence[Span | Mapping] | None] | None = None,
+    texts: Sequence[str], *, config: SanitizeConfig, spans: Sequence[Sequence[Span | Mapping] | None] | None = None,
     tagger: str | Any = "auto", model: str | Path | HFBackend | Any | None = "rewriter", tokenizer: Any = None,
-    method: Method = "dp-fusion",
-    alpha: float | None = None, beta: Budget = None, epsilon: Budget = None, delta: float = 1e-5,
-    groups: GroupSpec = "by-label", max_new_tokens: int | None = None, max_new_tokens_limit: int | None = None,
-    temperature: float = 0.7, instruction: str | None = None, template: str | None = None,
-    placeholder: str | None = None, stop: Sequence[str] = (), on_overlap: Literal["merge", "error"] = "merge",
-    device: str | None = None, dtype: str | None = None, labels: str | Sequence[str] | None = None,
-    no_repeat_ngram_size: int = 0, repetition_penalty: float = 1.0, speculative: bool | None = None,
-    draft_tokens: int = 8,
+    device: str | None = None, dtype: str | None = None, max_new_tokens_limit: int | None = None,
+    whole_input: bool = True,
 ) -> PreparedFusion:
-    """Check every parameter, tag, build the rows and fix each document's certificate, without
-    generating anything (parameters as for :func:`sanitize_batch`; ``max_new_tokens_limit``:
-    the most T allowed, which caps the default and refuses a larger request). The result's
+    """Tag, build the rows and fix each document's certificate under ``config``, without
+    generating anything (the other parameters as for :func:`sanitize_batch`). Everything that
+    can be checked without the model is checked before it loads: the documents, the spans
+    given and the labels they carry. ``max_new_tokens_limit``: the most T allowed, which caps
+    the default and refuses a larger request. ``whole_input``: ``texts`` is the whole input, so
+    a protected label that matches no span is refused as a likely typo (a corpus engine, which
+    prepares a corpus in parts, passes False and checks the whole corpus itself). The result's
     ``documents[i].groups`` is document i's certificate, which :func:`run_sanitize` reports."""
-    check_params(method, alpha, delta, temperature, beta, epsilon)
-    chosen = choose_labels(labels)
-    decoding = Decoding(temperature, tuple(stop), no_repeat_ngram_size, repetition_penalty, speculative, draft_tokens)
+    choice = config.label_choice
+    if config.max_new_tokens is not None and max_new_tokens_limit is not None \
+            and config.max_new_tokens > max_new_tokens_limit:
+        raise InvalidParameterError(f"max_new_tokens {config.max_new_tokens} is above the limit of "
+                                    f"{max_new_tokens_limit}; ask for fewer tokens")
     if isinstance(texts, str):
         raise InvalidInputError("sanitize_batch takes a list of documents; use sanitize() for one")
     if spans is not None and len(spans) != len(texts):
         raise InvalidInputError(f"got {len(spans)} span lists for {len(texts)} documents; give one per document")
-    if spans is None or any(s is None for s in spans):
+    texts = [_checked_text(t, i) for i, t in enumerate(texts)]
+    given = [None] * len(texts) if spans is None else list(spans)
+    read = [None if g is None else spans_of(t, g, None) for t, g in zip(texts, given)]
+    tagging = any(r is None for r in read)
+    known = [s.label for r in read if r is not None for s in r[1]]
+    if tagging:
+        choice.check_names(known)
         # Before the model: a tagger whose package is missing fails at once (MissingDependencyError).
         from tokendp.text.taggers import get_tagger
 
         tagger = get_tagger(tagger) if isinstance(tagger, str) else tagger
+    else:
+        choice.check(known, whole_input=whole_input)
     backend = load_backend(model, tokenizer=tokenizer, device=device, dtype=dtype)
     tok, opts = backend.tokenizer, backend.options
-    tpl = prompt_template(tok, options=opts, instruction=instruction, template=template)
-    ph = placeholders(tok, options=opts, placeholder=placeholder)
-    contexts = []
-    for i, text in enumerate(texts):
-        given = None if spans is None else spans[i]
-        if given is None:  # a document that cannot fit is refused before the tagger reads it
-            check_fits_untagged(backend, text, len(tpl.before) + len(tpl.after))
-        body, found = trim_end(text, spans_of(text, given, tagger))
-        private = [s for s in found if is_private(s.label, chosen)]
-        contexts.append(build_contexts(body, private, tok, template=tpl, placeholder=ph, groups=groups,
-                                       on_overlap=on_overlap))
-    limits = [_default_tokens(backend, c, max_new_tokens, max_new_tokens_limit) for c in contexts]
-    documents = prepare_documents(method, alpha, delta, contexts, limits, beta=beta, epsilon=epsilon)
-    if chosen is not None:
-        documents = [dataclasses.replace(d, private_labels=tuple(sorted(chosen))) for d in documents]
-    return PreparedFusion(method, float(delta), backend, tuple(documents), decoding, ph)
+    tpl = prompt_template(tok, options=opts, instruction=config.instruction, template=config.template)
+    ph = placeholders(tok, options=opts, placeholder=config.placeholder)
+    if tagging:
+        for i, text in enumerate(texts):
+            if read[i] is None:  # a document that cannot fit is refused before the tagger reads it
+                check_fits_untagged(backend, text, len(tpl.before) + len(tpl.after))
+                read[i] = spans_of(text, None, tagger)
+        choice.check([s.label for _, found in read for s in found], whole_input=whole_input)
+    contexts, kept = [], []
+    for body, found in read:
+        body, found = trim_end(body, found)
+        kept.append(choice.kept(s.label for s in found))
+        contexts.append(build_contexts(body, [s for s in found if choice.is_private(s.label)], tok, template=tpl,
+                                       placeholder=ph, groups=config.groups, on_overlap=config.on_overlap))
+    limits = [_default_tokens(backend, c, config.max_new_tokens, max_new_tokens_limit) for c in contexts]
+    documents = prepare_documents(config.method, config.alpha, config.delta, contexts, limits, beta=config.beta,
+                                  epsilon=config.epsilon)
+    labels = None if choice.protect is None else tuple(sorted(choice.protect))
+    source = [("given" if g is not None else tagger_name(tagger)) for g in given]
+    documents = [dataclasses.replace(d, private_labels=labels, kept_labels=k, spans_source=src)
+                 for d, k, src in zip(documents, kept, source)]
+    decoding = Decoding(config.temperature, config.stop, config.no_repeat_ngram_size, config.repetition_penalty,
+                        config.speculative, config.draft_tokens)
+    return PreparedFusion(config.method, float(config.delta), backend, tuple(documents), decoding, ph)
+
+
+def _checked_text(text: Any, i: int) -> str:
+    """Document ``i``, which must be a string with some text (checked before anything loads)."""
+    if not isinstance(text, str):
+        raise InvalidInputError(f"document {i} is not a string ({type(text).__name__})")
+    if not text.lstrip(BOM).strip():
+        raise InvalidInputError(f"document {i} is empty: there is no text to rewrite")
+    return text
 
 
 def run_sanitize(prepared: PreparedFusion, *, seed: int | Sequence[int] | None = None,
@@ -269,10 +303,19 @@ def sanitize_stream(chunks: Iterable[Chunk], *, slots: int, bucket: int = 64, di
 
 def _result(prepared: PreparedFusion, doc: PreparedDocument, out: Generated, diagnostics: dict | None) -> SanitizeResult:
     """A document's rewrite and report under the job settings of ``prepared``."""
+    alpha = doc.alpha if prepared.method == "dp-fusion" else None  # the order of no bound is no parameter
     return SanitizeResult(out.text, SanitizeReport(
-        prepared.method, prepared.backend.name, doc.alpha, prepared.delta, doc.max_new_tokens,
+        prepared.method, prepared.backend.name, alpha, prepared.delta, doc.max_new_tokens,
         len(out.token_ids), out.stop_reason, _guarantee(prepared.method, doc.max_new_tokens), doc.groups,
-        prepared.decoding.constraints(), doc.private_labels), diagnostics)
+        prepared.decoding.constraints(), doc.private_labels, dict(doc.kept_labels), doc.spans_source,
+        incomplete(out, doc.context.document_tokens)), diagnostics)
+
+
+def incomplete(out: Generated, document_tokens: int) -> bool:
+    """Whether a rewrite may not cover its whole document: cut at T, or ended at under half the
+    document's length in tokens. Both are public: the release's own length and the document's
+    layout (docs/sanitize.md, "Long documents")."""
+    return out.stop_reason == "max_new_tokens" or 2 * len(out.token_ids) < document_tokens
 
 
 def _guarantee(method: str, limit: int) -> str:

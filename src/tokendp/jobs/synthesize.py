@@ -75,7 +75,8 @@ from tokendp.accounting import (
 )
 from tokendp.backends import HFBackend, RowSequence, is_model_object, load_backend, model_label
 from tokendp.errors import InvalidInputError, InvalidParameterError
-from tokendp.generation import Generated, check_temperature, document_seed, generate, make_generators
+from tokendp.generation import Generated, document_seed, generate, make_generators
+from tokendp.params import check_temperature
 from tokendp.jobs._renamed import renamed_keywords
 from tokendp.mechanisms import AminEtAl, InvisibleInk, SparseVectorSwitch
 from tokendp.mechanisms.base import MechanismStep

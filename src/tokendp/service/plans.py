@@ -36,6 +36,7 @@ from tokendp.backends import HFBackend
 from tokendp.errors import InvalidParameterError
 from tokendp.fusion import PreparedFusion
 from tokendp.jobs.generate import prepare_generate
+from tokendp.jobs.config import SanitizeConfig
 from tokendp.jobs.sanitize import prepare_sanitize
 from tokendp.service.composition import Charge
 from tokendp.service.schemas import GenerateRequest, SanitizeRequest, SynthesizeRequest
@@ -109,7 +110,8 @@ def _certificate(kind: str, report: dict[str, Any]) -> tuple:
         return tuple(report.get(k) for k in ("epsilon", "clip", "delta", "max_tokens", "batch_size"))
     rows = [*report.get("groups", ()), *report.get("untrusted", ())]  # span groups, then chunks: the prepared order
     return (report.get("alpha"), report.get("delta"), report.get("max_new_tokens"),
-            tuple((g.get("label", g.get("name")), g.get("beta"), g.get("epsilon")) for g in rows))
+            tuple((g.get("label", g.get("name")), g.get("beta"), g.get("epsilon_certified", g.get("epsilon")))
+                  for g in rows))
 
 
 def _fusion_options(req: SanitizeRequest | GenerateRequest) -> dict[str, Any]:
@@ -125,8 +127,9 @@ def _spans(spans: list | None) -> list[dict] | None:
 
 def plan_sanitize(req: SanitizeRequest, backend: HFBackend, tagger: Any, *, max_tokens: int) -> Plan:
     """One /v1/sanitize request: T given (at most ``max_tokens``) or 1.2x the document + 16."""
-    job = prepare_sanitize([req.text], spans=[_spans(req.spans)], tagger=tagger, model=backend, labels=req.labels,
-                           max_new_tokens=req.max_new_tokens, max_new_tokens_limit=max_tokens, **_fusion_options(req))
+    config = SanitizeConfig(labels=req.labels, keep=req.keep, max_new_tokens=req.max_new_tokens, **_fusion_options(req))
+    job = prepare_sanitize([req.text], spans=[_spans(req.spans)], config=config, tagger=tagger, model=backend,
+                           max_new_tokens_limit=max_tokens)
     return Plan("sanitize", req, job, charges_of("sanitize", req.id, job))
 
 

@@ -32,8 +32,10 @@ class SanitizeRequest(Strict):
     id: str = Id
     text: str = Field(min_length=1)
     spans: list[SpanIn] | None = Field(None, description="character spans; omitted: the server's tagger")
-    labels: list[str] | None = Field(None, max_length=32, description="the private labels (omitted: all); spans "
-                                     "of the other built-in labels are kept as plain text, not protected")
+    labels: list[str] | None = Field(None, max_length=32, description="the labels to protect (omitted: every "
+                                     "label not kept); with labels, every label of the spans must be in labels or "
+                                     "keep, or the request is refused before anything is charged")
+    keep: list[str] | None = Field(None, max_length=32, description="labels released as plain text, NOT protected")
     method: Literal["dp-fusion", "public"] = "dp-fusion"
     epsilon: Budget = Field(None, description="per group: one number, or {label: epsilon}")
     beta: Budget = None

@@ -99,4 +99,6 @@ def _warm(name: str) -> None:
 
 
 def _tag(name: str, text: str) -> list[dict[str, Any]]:
-    return [span.to_dict() for span in _load(name).tag(text)]
+    from tokendp.text.taggers import tag
+
+    return [span.to_dict() for span in tag(text, tagger=_load(name))]

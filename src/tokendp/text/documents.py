@@ -7,12 +7,14 @@ line or byte position and the problem, never the document's content.
 from __future__ import annotations
 
 import json
+import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from tokendp.errors import InvalidInputError
+from tokendp.text.layout import BOM
 
 JSONL_SUFFIXES = (".jsonl", ".ndjson")
 
@@ -28,32 +30,46 @@ def is_jsonl(path: str | Path) -> bool:
     return Path(path).suffix.lower() in JSONL_SUFFIXES
 
 
-def _decode(path: Path) -> str:
+def _decode(path: Path, *, keep_bom: bool = False) -> str:
     try:
         data = path.read_bytes()
     except FileNotFoundError:
         raise InvalidInputError(f"input file not found: {path}") from None
     except IsADirectoryError:
         raise InvalidInputError(f"input is a directory, not a file: {path}") from None
+    return decode_text(data, str(path), keep_bom=keep_bom)
+
+
+def decode_text(data: bytes, where: str, *, keep_bom: bool = True) -> str:
+    """UTF-8 bytes as text, every code point kept (a BOM too, unless not ``keep_bom``), line
+    ends untouched: span offsets count the text exactly as given (:mod:`tokendp.text.layout`)."""
     if b"\x00" in data[:8192]:
-        raise InvalidInputError(f"{path} looks like a binary file (it holds NUL bytes); give a UTF-8 text file")
+        raise InvalidInputError(f"{where} looks like a binary file (it holds NUL bytes); give a UTF-8 text file")
     try:
-        return data.decode("utf-8-sig")
+        return data.decode("utf-8" if keep_bom else "utf-8-sig")
     except UnicodeDecodeError as err:
-        raise InvalidInputError(f"{path} is not valid UTF-8 (bad byte at offset {err.start}); "
+        raise InvalidInputError(f"{where} is not valid UTF-8 (bad byte at offset {err.start}); "
                                 "convert it, e.g. iconv -t UTF-8") from None
 
 
 def _check_text(text: str, where: str) -> str:
-    if not text.strip():
+    if not text.lstrip(BOM).strip():
         raise InvalidInputError(f"{where} is empty: there is no text")
     return text
 
 
 def read_text_file(path: str | Path) -> str:
-    """The whole file as text (UTF-8, BOM allowed), which must not be empty."""
+    """The whole file as text, exactly as given (UTF-8; a BOM and CRLF line ends are kept, so
+    that span offsets into the file stay valid), which must not be empty."""
     path = Path(path)
-    return _check_text(_decode(path), str(path))
+    return _check_text(_decode(path, keep_bom=True), str(path))
+
+
+def read_text_input(path: str) -> str:
+    """:func:`read_text_file`, or standard input for ``-``."""
+    if path == "-":
+        return _check_text(decode_text(sys.stdin.buffer.read(), "standard input"), "standard input")
+    return read_text_file(path)
 
 
 def text_lines(path: str | Path) -> list[str]:

@@ -9,7 +9,9 @@ TAB's back to Presidio's entity names.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections import Counter
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 
 from tokendp.errors import InvalidInputError, InvalidParameterError
 from tokendp.text.taggers.subtypes import PARENT
@@ -117,37 +119,89 @@ def to_presidio(label: str) -> str:
     return TAB_TO_PRESIDIO[to_tab(label)]
 
 
-# ---------------------------------------------------------------------------- choosing private labels
-#: Labels a user may name as private: the built-in taggers' and TAB's (DATETIME, the parent of
-#: DATE and DURATION).
+# ---------------------------------------------------------------------------- what a job protects
+#: Labels a user may name: the built-in taggers' and TAB's DATETIME, the parent of DATE and
+#: DURATION (DEM, the parent of OCCUPATION, is both).
 CHOOSABLE: tuple[str, ...] = (*LABELS, "DATETIME")
 
 
-def choose_labels(labels: str | Sequence[str] | None) -> frozenset[str] | None:
-    """The private labels a user names (``"PERSON,CODE"`` or a list; any case), or None for all.
+def covers(name: str, label: str) -> bool:
+    """Whether the name ``name`` covers spans labelled ``label``: the same label, or its parent
+    (DATETIME covers DATE and DURATION, DEM covers OCCUPATION). A span labelled with the parent
+    itself (TAB's DATETIME, which may be a date or a duration) is covered by the parent alone."""
+    return label == name or PARENT.get(label) == name
 
-    A parent names its finer labels too (DATETIME: DATE and DURATION; DEM: OCCUPATION). Raises
-    :class:`InvalidParameterError` for a name outside :data:`CHOOSABLE` or an empty choice: a
-    misspelt name must not leave the spans it meant to protect in the clear.
-    """
-    if labels is None:
+
+def _names(value: str | Sequence[str] | None, what: str) -> frozenset[str] | None:
+    if value is None:
         return None
-    names = labels.split(",") if isinstance(labels, str) else list(labels)
+    names = value.split(",") if isinstance(value, str) else list(value)
     if not all(isinstance(n, str) for n in names):
-        raise InvalidParameterError(f"labels must be label names, e.g. ['PERSON', 'CODE']; got {labels!r}")
-    chosen = {n.strip().upper() for n in names if n.strip()}
-    if not chosen:
-        raise InvalidParameterError("labels names no label; name the private ones (e.g. PERSON,CODE) "
-                                    "or leave it out to protect every label")
-    unknown = sorted(chosen - set(CHOOSABLE))
-    if unknown:
-        raise InvalidParameterError(f"unknown label(s) {', '.join(unknown)} in labels; choose from "
-                                    f"{', '.join(CHOOSABLE)}")
-    return frozenset(chosen | {child for child, parent in PARENT.items() if parent in chosen})
+        raise InvalidParameterError(f"{what} must be label names, e.g. ['PERSON', 'CODE']; got {value!r}")
+    return frozenset(n.strip().upper() for n in names if n.strip())
 
 
-def is_private(label: str, chosen: frozenset[str] | None) -> bool:
-    """Whether a span labelled ``label`` stays private under the choice ``chosen``
-    (:func:`choose_labels`): every label when None; else a chosen label, or any label outside
-    :data:`CHOOSABLE` (a user's own label from spans they give, which cannot be kept public)."""
-    return chosen is None or label in chosen or label not in CHOOSABLE
+@dataclass(frozen=True)
+class LabelChoice:
+    """Which spans a job protects and which it releases as plain text (docs/privacy.md,
+    "Choosing labels"). Protecting is the default; keeping is explicit.
+
+    ``keep``: the labels released as plain text, read by every row with no guarantee.
+    ``protect``: None protects every label not kept. Otherwise the labels to protect, and then
+    every label present in the input must be protected or kept (:meth:`check`): a span whose
+    label the user named in neither list is refused, never silently released."""
+
+    protect: frozenset[str] | None = None
+    keep: frozenset[str] = frozenset()
+
+    @classmethod
+    def of(cls, labels: str | Sequence[str] | None = None, keep: str | Sequence[str] | None = None) -> LabelChoice:
+        """From the names a user gives (``"PERSON,CODE"`` or a list, any case)."""
+        protect, kept = _names(labels, "labels"), _names(keep, "keep") or frozenset()
+        if protect is not None and not protect:
+            raise InvalidParameterError("labels names no label; name the labels to protect (e.g. PERSON,CODE) "
+                                        "or leave it out to protect every label")
+        both = sorted((protect or frozenset()) & kept)
+        if both:
+            raise InvalidParameterError(f"{', '.join(both)} is both protected (labels) and kept (keep); choose one")
+        return cls(protect, kept)
+
+    def is_private(self, label: str) -> bool:
+        """Whether spans labelled ``label`` are protected (after :meth:`check` has passed)."""
+        return not any(covers(k, label) for k in self.keep)
+
+    def check_names(self, known: Iterable[str]) -> None:
+        """Refuse a name that can match no span: one outside :data:`CHOOSABLE` and ``known``
+        (the labels of spans a user gave), so that a typo fails before anything loads."""
+        unknown = sorted(((self.protect or frozenset()) | self.keep) - set(CHOOSABLE) - set(known))
+        if unknown:
+            raise InvalidParameterError(f"unknown label(s) {', '.join(unknown)}; choose from {', '.join(CHOOSABLE)} "
+                                        "or the labels of your spans")
+
+    def check(self, present: Iterable[str], *, whole_input: bool = True) -> None:
+        """Refuse an input whose labels (``present``: every span's) this choice leaves open: with
+        ``protect``, a label neither protected nor kept; and, when ``present`` is the whole input,
+        a protected name that matches no span (a likely typo: DATE where the spans say DATETIME)."""
+        if self.protect is None:
+            return
+        counts = Counter(present)
+        named = self.protect | self.keep
+        loose = sorted(label for label in counts if not any(covers(n, label) for n in named))
+        if loose:
+            parts = [f"{label} ({counts[label]} span{'s' if counts[label] != 1 else ''})" for label in loose]
+            raise InvalidParameterError(
+                f"spans labelled {', '.join(parts)} are neither protected (labels) nor kept (keep): add them to "
+                f"labels to protect them, or to keep to release them as plain text. {ALIASES_NOTE}")
+        unmatched = sorted(n for n in self.protect if not any(covers(n, label) for label in counts))
+        if whole_input and unmatched:
+            raise InvalidParameterError(
+                f"labels names {', '.join(unmatched)}, which matches no span of the input (a typo?); the spans' "
+                f"labels are {', '.join(sorted(counts)) or 'none'}. {ALIASES_NOTE}")
+
+    def kept(self, labels: Iterable[str]) -> dict[str, int]:
+        """How many spans of each kept label ``labels`` (every span's) hold, for the report."""
+        return dict(sorted(Counter(label for label in labels if not self.is_private(label)).items()))
+
+
+ALIASES_NOTE = ("DATETIME covers DATE and DURATION, DEM covers OCCUPATION; a span labelled DATETIME is covered "
+                "by DATETIME alone.")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from tokendp.errors import InvalidInputError, InvalidParameterError
+from tokendp.text.layout import clean
 from tokendp.text.spans import Span
 from tokendp.text.taggers.base import Tagger
 
@@ -40,7 +41,10 @@ def tag(text: str, *, tagger: str | Tagger = "auto") -> list[Span]:
 
     ``tagger`` is a name of :data:`TAGGER_NAMES` (built with :func:`get_tagger`; repeated calls
     build it again, so keep a ``get_tagger(name)`` object for many texts) or any object with
-    ``tag(text)``. Spans carry offsets and labels; printing them never needs the text.
+    ``tag(text)``. Spans carry offsets and labels; printing them never needs the text. The
+    offsets are into ``text`` exactly as given (a BOM and CRLF line ends count): the tagger reads
+    the clean text and its spans are mapped back (:mod:`tokendp.text.layout`), so they can be
+    passed to ``sanitize(text, spans=...)`` as they are.
     """
     if not isinstance(text, str):
         raise InvalidInputError(f"tag takes one text (a str), got {type(text).__name__}; tag a list one by one")
@@ -49,4 +53,15 @@ def tag(text: str, *, tagger: str | Tagger = "auto") -> list[Span]:
     elif not callable(getattr(tagger, "tag", None)):
         raise InvalidParameterError(f"tagger must be a name ({', '.join(TAGGER_NAMES)}) or an object with "
                                     f"tag(text), got {type(tagger).__name__}")
-    return list(tagger.tag(text))
+    body, layout = clean(text)
+    return layout.to_raw(tagger.tag(body))
+
+
+def tagger_name(tagger: Tagger) -> str:
+    """How a report names the tagger that found its spans: ``tagger NAME VERSION``, the version
+    being tokendp's for a built-in tagger, else the object's ``version`` attribute, if any."""
+    name = getattr(tagger, "name", None) or type(tagger).__name__
+    version = getattr(tagger, "version", None)
+    if version is None and type(tagger).__module__.startswith("tokendp."):
+        from tokendp import __version__ as version
+    return f"tagger {name}" + (f" {version}" if version else "")

@@ -1,0 +1,84 @@
+"""A sanitize job's settings in one object, checked when built (as transformers' GenerationConfig).
+
+:class:`SanitizeConfig` holds everything that decides a rewrite and its certificate apart from
+the documents, the model and the seed. Building one checks every value without importing torch,
+so that a bad parameter fails before anything is loaded, tagged or charged (the command line
+builds it first). ``tokendp.sanitize(text, epsilon=8, ...)`` builds it from its keywords;
+:func:`tokendp.jobs.sanitize.prepare_sanitize` takes it whole.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from tokendp.errors import InvalidParameterError
+from tokendp.params import Budget, Method, check_params, check_tokens, is_number
+from tokendp.text.contexts import GroupSpec
+from tokendp.text.taggers.labels import LabelChoice
+
+
+@dataclass(frozen=True)
+class SanitizeConfig:
+    """The settings of a sanitize job (the parameters of :func:`tokendp.sanitize`, documented
+    there and in docs/sanitize.md): privacy (``method`` to ``keep``), length (``max_new_tokens``),
+    decoding (``temperature`` to ``draft_tokens``) and prompt (``instruction`` to ``on_overlap``)."""
+
+    method: Method = "dp-fusion"
+    epsilon: Budget = None
+    beta: Budget = None
+    alpha: float | None = None
+    delta: float = 1e-5
+    groups: GroupSpec = "by-label"
+    labels: str | Sequence[str] | None = None
+    keep: str | Sequence[str] | None = None
+    max_new_tokens: int | None = None
+    temperature: float = 0.7
+    stop: Sequence[str] = ()
+    no_repeat_ngram_size: int = 0
+    repetition_penalty: float = 1.0
+    speculative: bool | None = None
+    draft_tokens: int = 8
+    instruction: str | None = None
+    template: str | None = None
+    placeholder: str | None = None
+    on_overlap: Literal["merge", "error"] = "merge"
+
+    def __post_init__(self) -> None:
+        check_params(self.method, self.alpha, self.delta, self.temperature, self.beta, self.epsilon)
+        check_tokens("max_new_tokens", self.max_new_tokens)
+        if not (self.groups in ("by-label", "single") or isinstance(self.groups, Mapping)):
+            raise InvalidParameterError(f"groups must be 'by-label', 'single' or a mapping label -> group, "
+                                        f"got {self.groups!r}")
+        if self.on_overlap not in ("merge", "error"):
+            raise InvalidParameterError(f"on_overlap must be 'merge' or 'error', got {self.on_overlap!r}")
+        if isinstance(self.stop, str) or not all(isinstance(s, str) and s for s in self.stop):
+            raise InvalidParameterError(f"stop must be a list of non-empty strings, got {self.stop!r}")
+        if isinstance(self.no_repeat_ngram_size, bool) or not isinstance(self.no_repeat_ngram_size, int) \
+                or self.no_repeat_ngram_size < 0:
+            raise InvalidParameterError(f"no_repeat_ngram_size must be an integer >= 0, got "
+                                        f"{self.no_repeat_ngram_size!r}")
+        if not (is_number(self.repetition_penalty) and self.repetition_penalty > 0):
+            raise InvalidParameterError(f"repetition_penalty must be a number > 0 (1: off), got "
+                                        f"{self.repetition_penalty!r}")
+        check_tokens("draft_tokens", self.draft_tokens)
+        object.__setattr__(self, "stop", tuple(self.stop))
+        self.label_choice  # noqa: B018 (checks labels and keep now)
+
+    @functools.cached_property
+    def label_choice(self) -> LabelChoice:
+        """What the job protects and what it keeps as plain text."""
+        return LabelChoice.of(self.labels, self.keep)
+
+    @classmethod
+    def of(cls, values: Mapping[str, Any]) -> SanitizeConfig:
+        """The config of a call's keyword arguments (``values``, e.g. ``locals()``): its fields
+        are taken by name, everything else (the documents, the model, the seed) is left out."""
+        return cls(**{f.name: values[f.name] for f in dataclasses.fields(cls) if f.name in values})
+
+    def replace(self, **changes: Any) -> SanitizeConfig:
+        """A copy with ``changes``, checked again."""
+        return dataclasses.replace(self, **changes)

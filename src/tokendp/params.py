@@ -1,0 +1,85 @@
+"""Checks of the jobs' public parameters, without torch: they run before anything is imported,
+loaded or charged, and their messages name the parameter and what to do."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from typing import Any, Literal
+
+from tokendp.errors import InvalidInputError, InvalidParameterError
+
+Method = Literal["dp-fusion", "original", "public"]
+METHODS = ("dp-fusion", "original", "public")
+Budget = float | Mapping[str, float] | None
+MAX_ALPHA = 1024.0  # above this, alpha * beta and (alpha - 1) * divergence leave float64's useful range
+MIN_TEMPERATURE = 1e-3  # below this, float32 logits / temperature overflow to inf and nothing can be sampled
+
+
+def is_number(value: Any) -> bool:
+    """A finite int or float (not a bool)."""
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def check_temperature(temperature: float, *, greedy: bool = True) -> None:
+    """A sampling temperature: a finite number >= :data:`MIN_TEMPERATURE`, or 0 (greedy) where
+    ``greedy`` allows it (a private method refuses 0 itself, with its reason)."""
+    if not (is_number(temperature) and (temperature >= MIN_TEMPERATURE or (greedy and temperature == 0))):
+        floor = f"{'0 (greedy) or ' if greedy else ''}a finite number >= {MIN_TEMPERATURE:g}"
+        raise InvalidParameterError(f"temperature must be {floor}, got {temperature!r}")
+
+
+def check_budget(value: Budget, what: str) -> None:
+    """A budget (beta or epsilon): None, a finite number >= 0, or a mapping group -> such a number."""
+    if value is None:
+        return
+    items = value.items() if isinstance(value, Mapping) else [(None, value)]
+    for name, v in items:
+        if not (is_number(v) and v >= 0):
+            where = "" if name is None else f" for group {name}"
+            raise InvalidParameterError(f"{what}{where} must be a finite number >= 0, got {v!r}")
+
+
+def check_params(method: str, alpha: float | None, delta: float, temperature: float,
+                 beta: Budget, epsilon: Budget) -> None:
+    """Validate a DP-Fusion job's privacy parameters (sanitize, generate)."""
+    if method not in METHODS:
+        raise InvalidParameterError(f"method must be one of {METHODS}, got {method!r}")
+    if alpha is not None and not (is_number(alpha) and 1 < alpha <= MAX_ALPHA):
+        raise InvalidParameterError(f"alpha (the Renyi order) must be a number in (1, {MAX_ALPHA:g}], got {alpha!r}; "
+                                    "typical choices are 2 to 10, or leave it out to let tokendp choose")
+    if not (is_number(delta) and 0 < delta < 1):
+        raise InvalidParameterError(f"delta must be in (0, 1), for example 1e-5; got {delta!r}")
+    check_temperature(temperature)
+    if method == "dp-fusion":
+        if (beta is None) == (epsilon is None):
+            raise InvalidParameterError("DP-Fusion needs exactly one of beta= or epsilon= "
+                                        "(epsilon per group, e.g. epsilon=8)")
+        check_budget(beta, "beta")
+        check_budget(epsilon, "epsilon")
+        if temperature == 0:
+            raise InvalidParameterError("temperature 0 (greedy decoding) gives no privacy guarantee; "
+                                        "use temperature > 0, or method='original' for a greedy comparison")
+
+
+def check_tokens(name: str, value: int | None) -> None:
+    """A token count: None (the default) or an integer >= 1."""
+    if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+        raise InvalidParameterError(f"{name} must be an integer >= 1, got {value!r}")
+
+
+def per_group(value: Budget, names: Sequence[str], what: str) -> list[float]:
+    """A scalar for every group, or a mapping that names each group of the document (names of
+    groups the document lacks are ignored: a corpus-wide mapping is checked per document, so a
+    document's result never depends on its batch)."""
+    if isinstance(value, Mapping):
+        missing = sorted(set(names) - set(value))
+        if missing:
+            raise InvalidInputError(f"{what} has no value for group(s) {missing}; give one per group")
+        values = [value[n] for n in names]
+    else:
+        values = [value] * len(names)
+    for n, v in zip(names, values):
+        if not (is_number(v) and v >= 0):
+            raise InvalidParameterError(f"{what} for group {n} must be a finite number >= 0, got {v!r}")
+    return [float(v) for v in values]
