@@ -220,3 +220,32 @@ def test_one_default_temperature_for_python_cli_service_page_and_demo():
     demo = makefile[makefile.index("\ndemo:"):].split("\n\n")[0]
     assert "tokendp sanitize" in demo
     assert all(float(t) == default for t in re.findall(r"--temperature\s+([0-9.]+)", demo))
+
+
+@pytest.mark.parametrize("args, code, message", [
+    (["--epsilon", "-1"], 2, "epsilon must be a finite number >= 0"),
+    ([], 2, "exactly one of beta= or epsilon="),
+    (["--epsilon", "8", "--labels", "PERSON", "--keep", "person"], 2, "both protected"),
+    (["--epsilon", "8", "--max-new-tokens", "0"], 2, "must be an integer >= 1"),
+])
+def test_parameters_are_checked_before_anything_loads(files, args, code, message):
+    """Issue 33, item 4: a bad or missing parameter fails before the model (here one that does
+    not exist) is loaded or the 'loading model' line is printed."""
+    res = _run(str(files / "doc.txt"), "--model", "no-such-model", *args)
+    assert res.exit_code == code and message in res.output, res.output
+    assert "loading model" not in res.output and "no-such-model" not in res.output
+
+
+def test_an_empty_document_is_bad_input_before_anything_loads(tmp_path):
+    for content in ("", "\ufeff \r\n\t"):
+        path = tmp_path / "empty.txt"
+        path.write_text(content, encoding="utf-8")
+        res = _run(str(path), "--model", "no-such-model", "--epsilon", "8")
+        assert res.exit_code == EXIT_BAD_INPUT and "is empty" in res.output and "loading model" not in res.output
+    res = _run("-", "--model", "no-such-model", "--epsilon", "8", input="")
+    assert res.exit_code == EXIT_BAD_INPUT and "standard input is empty" in res.output
+
+
+def test_a_length_beyond_the_model_context_is_a_usage_error(files):
+    res = _run(str(files / "doc.txt"), "--model", _model(), "--epsilon", "8", "--max-new-tokens", "9000")
+    assert res.exit_code == 2 and "does not fit the model's context" in res.output

@@ -87,7 +87,7 @@ def test_exit_codes_are_distinct_documented_and_in_the_top_level_help():
 
 def test_bad_input_and_usage_errors_have_their_own_codes(tmp_path):
     missing = run("sanitize", tmp_path / "nope.txt", "--epsilon", 8)
-    assert missing.exit_code == EXIT_BAD_INPUT and "cannot read" in missing.output
+    assert missing.exit_code == EXIT_BAD_INPUT and "not found" in missing.output
     unknown = run("sanitize", tmp_path / "nope.txt", "--no-such-option")
     assert unknown.exit_code == EXIT_USAGE and "No such option" in unknown.output
 

@@ -106,7 +106,7 @@ def test_a_worker_error_ends_the_run_with_its_message(local_ray, corpora, tmp_pa
     no text and no remote traceback; nothing is written for that batch."""
     out = tmp_path / "out.jsonl"
     res = CliRunner().invoke(main, ["sanitize", str(corpora[0]), "--model", model_dir(), "--beta", "0.1",
-                                    "--max-new-tokens", "600", "--engine", "ray", "--workers", "1", "--out", str(out)])
+                                    "--max-new-tokens", "500", "--engine", "ray", "--workers", "1", "--out", str(out)])
     assert res.exit_code == EXIT_BAD_INPUT, res.output
     # Ray's own log lines (the actor's shutdown) may arrive after the error line: look for it.
     errors = [line for line in res.output.splitlines() if line.startswith("Error: ")]

@@ -69,6 +69,8 @@ REFUSED = [
     ("/v1/sanitize", {**SANITIZE, "epsilon": None, "beta": 0.01, "alpha": 1e308}, 400),
     ("/v1/sanitize", {**SANITIZE, "epsilon": None, "beta": 0.01, "alpha": 1 + 1e-10}, 403),  # epsilon 1e11
     ("/v1/sanitize", {**SANITIZE, "max_new_tokens": 33}, 400),
+    ("/v1/sanitize", {**SANITIZE, "labels": ["DATE"]}, 400),  # the PERSON spans: neither protected nor kept
+    ("/v1/sanitize", {**SANITIZE, "labels": ["PERSON", "CODE"]}, 400),  # CODE matches no span: a typo
     ("/v1/sanitize", {"text": LETTER * 300, "epsilon": 1}, 400),  # past the context: refused before tagging
     ("/v1/generate", {"prompt": "Who?", "context": LETTER * 300, "epsilon": 1}, 400),
     ("/v1/generate", {**GENERATE, "epsilon": {"untrusted-1": 1}}, 400),

@@ -7,7 +7,7 @@ import pytest
 from tokendp.errors import InvalidParameterError
 from tokendp.text.spans import Span
 from tokendp.text.taggers import get_tagger, spans_from_json, to_tab
-from tokendp.text.taggers.labels import CHOOSABLE, choose_labels, is_private
+from tokendp.text.taggers.labels import CHOOSABLE, LabelChoice, covers
 from tokendp.text.taggers.subtypes import datetime_kind, dem_kind, refine_labels
 
 
@@ -62,16 +62,28 @@ def test_json_spans_keep_the_finer_labels():
     assert [s.label for s in spans] == ["DATE", "DURATION", "OCCUPATION", "DATETIME"]
 
 
-def test_choosing_labels():
-    assert choose_labels(None) is None
-    assert choose_labels("person, code") == {"PERSON", "CODE"}
-    assert choose_labels(["DATETIME"]) == {"DATETIME", "DATE", "DURATION"}
-    assert choose_labels("DEM") == {"DEM", "OCCUPATION"}
-    assert choose_labels("OCCUPATION") == {"OCCUPATION"}
-    for bad, what in (("PERSN", "unknown label"), ("", "no label"), ([1], "label names")):
+def test_a_label_choice_protects_by_default_and_keeps_only_what_is_named():
+    """LabelChoice (docs/privacy.md, "Choosing labels"): a parent covers its finer labels but a
+    finer name never covers the parent's spans; with labels=, every label present must be named
+    in labels or keep, and each protected name must match a span of the whole input."""
+    assert covers("DATETIME", "DATE") and covers("DATETIME", "DURATION") and covers("DEM", "OCCUPATION")
+    assert not covers("DATE", "DATETIME") and not covers("OCCUPATION", "DEM") and covers("WARD", "WARD")
+    default = LabelChoice.of()
+    assert default.protect is None and all(default.is_private(x) for x in ("PERSON", "DURATION", "WARD"))
+    kept = LabelChoice.of(keep="duration, loc")
+    assert not kept.is_private("DURATION") and not kept.is_private("LOC") and kept.is_private("DATE")
+    assert kept.kept(["DURATION", "PERSON", "LOC", "DURATION"]) == {"DURATION": 2, "LOC": 1}
+    assert not LabelChoice.of(keep="DATETIME").is_private("DATE")  # the parent keeps its finer labels
+    strict = LabelChoice.of("PERSON,DATE", keep="LOC")
+    strict.check(["PERSON", "DATE", "LOC"])
+    with pytest.raises(InvalidParameterError, match=r"DATETIME \(2 spans\) are neither"):
+        strict.check(["PERSON", "DATETIME", "DATETIME", "LOC"])
+    with pytest.raises(InvalidParameterError, match="DATE, which matches no span"):
+        strict.check(["PERSON", "LOC"])
+    strict.check(["PERSON", "LOC"], whole_input=False)  # part of a corpus: no typo check
+    for labels, keep, what in (("PERSN", None, "unknown label"), ("", None, "no label"), ([1], None, "label names"),
+                               ("PERSON", "person", "both protected")):
         with pytest.raises(InvalidParameterError, match=what):
-            choose_labels(bad)
-    chosen = choose_labels("PERSON")
-    assert is_private("PERSON", chosen) and not is_private("DURATION", chosen)
-    assert is_private("WARD", chosen) and is_private("DURATION", None)  # a user's own label: always private
+            LabelChoice.of(labels, keep).check_names([])
+    LabelChoice.of("WARD").check_names(["WARD"])  # a label of the user's own spans
     assert set(CHOOSABLE) >= {"DATE", "DURATION", "OCCUPATION", "DATETIME"}

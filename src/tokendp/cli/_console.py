@@ -40,8 +40,9 @@ class Console:
             click.echo(f"tokendp: {message}", err=True)
 
     def warn(self, message: str) -> None:
-        """A line about the result that the user must see (not silenced by -q)."""
-        click.echo(f"tokendp: warning: {message}", err=True)
+        """A warning about the result (silenced by -q, like every note: the report says it too)."""
+        if not self.quiet:
+            click.echo(f"tokendp: warning: {message}", err=True)
 
     def detail(self, message: str) -> None:
         """A line only -v asks for (timings, rates)."""
