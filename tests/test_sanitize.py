@@ -302,3 +302,10 @@ def test_the_source_ends_on_its_last_word(copier):
     assert res.text == LETTER and res.report.stop_reason == "eos"
     with pytest.raises(InvalidInputError, match="past the end"):
         sanitize(text, spans=[Span(121, len(text) + 1, "PERSON")], model=copier, beta=0.1)
+
+
+def test_the_public_and_original_reports_name_no_order(copier):
+    """Issue 33, item 8: alpha is a parameter of the DP-Fusion bound only."""
+    for method in ("public", "original"):
+        res = sanitize(LETTER, spans=SPANS, model=copier, method=method, temperature=0)
+        assert res.report.alpha is None and res.report.to_dict()["alpha"] is None

@@ -25,8 +25,8 @@ def _json(*args: str) -> dict:
 
 def test_dp_fusion_epsilon_json():
     out = _json("dp-fusion", "--alpha", "2", "--beta", "0.005", "--groups", "1", "--max-new-tokens", "900", "--delta", "1e-3")
-    assert set(out) == {"mechanism", "alpha", "alpha_source", "beta", "cap", "groups", "max_tokens", "delta", "rdp_per_token",
-                        "epsilon"}
+    assert set(out) == {"mechanism", "alpha", "alpha_source", "beta", "cap", "groups", "max_new_tokens", "delta",
+                        "rdp_per_token", "epsilon", "max_tokens", "deprecated_keys"}
     assert out["mechanism"] == "dp-fusion"
     assert out["cap"] == pytest.approx(0.01)
     assert out["epsilon"] == pytest.approx(14.5215, abs=1e-4)
@@ -40,7 +40,8 @@ def test_dp_fusion_calibration_json():
 
 def test_invisibleink_both_ways():
     out = _json("invisibleink", "--clip", "1.5", "--references-per-text", "8", "--temperature", "1.2", "--max-new-tokens", "300", "--delta", "1e-6")
-    assert set(out) == {"mechanism", "clip", "batch_size", "temperature", "max_tokens", "delta", "rho", "epsilon"}
+    assert set(out) == {"mechanism", "clip", "references_per_text", "temperature", "max_new_tokens", "delta", "rho",
+                        "epsilon", "batch_size", "max_tokens", "deprecated_keys"}
     assert out["rho"] == pytest.approx(300 * 1.5**2 / (2 * 64 * 1.44))
     back = _json("invisibleink", "--epsilon", str(out["epsilon"]), "--references-per-text", "8", "--temperature", "1.2", "--max-new-tokens", "300", "--delta", "1e-6")
     assert back["clip"] == pytest.approx(1.5, rel=1e-9)
@@ -48,7 +49,8 @@ def test_invisibleink_both_ways():
 
 def test_amin_both_ways_with_and_without_the_switch():
     plain = _json("amin", "--epsilon", "6", "--references-per-text", "8", "--temperature", "1", "--max-new-tokens", "100", "--delta", "1e-6")
-    assert set(plain) == {"mechanism", "clip", "batch_size", "temperature", "max_tokens", "delta", "rho", "epsilon"}
+    assert set(plain) == {"mechanism", "clip", "references_per_text", "temperature", "max_new_tokens", "delta", "rho",
+                          "epsilon", "batch_size", "max_tokens", "deprecated_keys"}
     assert plain["clip"] == acc.amin_clip(epsilon=6.0, delta=1e-6, batch_size=8, temperature=1.0, max_tokens=100)
     assert plain["rho"] == pytest.approx(100 * 2 * plain["clip"] ** 2 / 64)
     switch_args = ("--references-per-text", "8", "--temperature", "1", "--max-new-tokens", "100", "--delta", "1e-6",
@@ -144,3 +146,28 @@ def test_dpsgd_both_directions_agree_with_opacus():
     assert back["epsilon"] <= 1.0 and back_rdp["epsilon"] <= 1.0 and back["noise_multiplier"] < back_rdp["noise_multiplier"]
     assert _run("dpsgd", "--sample-rate", "0.01", "--steps", "1000", "--delta", "1e-5").exit_code == 2
     assert _run("dpsgd", "--sample-rate", "2", "--noise-multiplier", "1", "--steps", "10", "--delta", "1e-5").exit_code == 2
+
+
+def test_json_speaks_the_cli_words_and_keeps_the_old_keys_one_release():
+    """Issue 33, item 8: T and B under the flags' names; the old keys stay, said deprecated."""
+    res = CliRunner().invoke(main, ["account", "invisibleink", "--epsilon", "10", "--references-per-text", "8",
+                                    "--temperature", "1", "--max-new-tokens", "100", "--delta", "1e-5", "--json"])
+    assert res.exit_code == 0, res.output
+    out = json.loads(res.stdout)
+    assert out["references_per_text"] == out["batch_size"] == 8 and out["max_new_tokens"] == out["max_tokens"] == 100
+    assert out["deprecated_keys"] == {"batch_size": "references_per_text", "max_tokens": "max_new_tokens"}
+    readable = CliRunner().invoke(main, ["account", "dp-decoding", "--lam", "0.9", "--vocab-size", "100",
+                                         "--max-new-tokens", "10"])
+    assert "max_new_tokens" in readable.output and "max_tokens " not in readable.output
+
+
+def test_a_beta_retyped_from_the_readable_report_never_certifies_more():
+    """The readable table rounds beta down (it printed 0.0344 for 0.034412..., whose retyping
+    certified 8.0003 against a target of 8)."""
+    from tokendp.cli.sanitize import _fmt_down
+
+    for groups, tokens in ((6, 186), (1, 900), (3, 50)):
+        beta = acc.dp_fusion_beta(epsilon=8, alpha=3.5, groups=groups, max_tokens=tokens, delta=1e-5)
+        shown = float(_fmt_down(beta))
+        assert shown <= beta and acc.dp_fusion_epsilon(alpha=3.5, beta=shown, groups=groups, max_tokens=tokens,
+                                                       delta=1e-5) <= 8

@@ -13,7 +13,8 @@ from tokendp.cli._exit import EXIT_BAD_INPUT
 
 KEYS = {"text", "epsilon", "clip", "rho", "batch_size", "max_tokens", "topk_plus_mean", "delta", "method",
         "temperature", "top_k", "tokens_generated", "stop_reason", "references", "model", "svt_epsilon",
-        "max_private_tokens", "switch_threshold", "private_tokens", "max_reference_tokens"}
+        "max_private_tokens", "switch_threshold", "private_tokens", "max_reference_tokens", "references_per_text",
+        "max_new_tokens", "deprecated_keys"}
 
 
 @pytest.fixture()
@@ -41,7 +42,8 @@ def test_json_records_and_clip_equal_to_tokendp_account(refs):
     certificate = json.loads(account.stdout)
     for r in records:
         assert r["clip"] == certificate["clip"] and r["epsilon"] == certificate["epsilon"]
-        assert (r["batch_size"], r["max_tokens"], r["top_k"]) == (2, 4, 20)
+        assert (r["references_per_text"], r["max_new_tokens"], r["top_k"]) == (2, 4, 20)
+        assert (r["batch_size"], r["max_tokens"]) == (2, 4) and set(r["deprecated_keys"]) == {"batch_size", "max_tokens"}
 
 
 def test_amin_switch_end_to_end_matches_tokendp_account(refs):

@@ -1,8 +1,9 @@
 """`tokendp account`: what epsilon do I get, and what parameter do I need?
 
 A thin shell over :mod:`tokendp.accounting`; every number comes from the library. The output's
-keys are the accounting functions' keyword names (``max_tokens`` is T, ``batch_size`` is B), so a
-JSON result can be passed back to them. Where the Renyi order alpha is not given, it is chosen
+keys are the command line's words (``max_new_tokens`` is T, ``references_per_text`` is B); the
+accounting functions' older names ``max_tokens`` and ``batch_size`` stay beside them in the JSON
+for one release, listed under ``deprecated_keys``. Where the Renyi order alpha is not given, it is chosen
 from the public parameters as ``sanitize`` and ``predict`` choose it, and ``alpha_source`` says so.
 """
 
@@ -14,6 +15,7 @@ import click
 
 from tokendp import accounting
 from tokendp.cli._common import CLIError, echo_json, library_errors, renamed
+from tokendp.jobs._renamed import RENAMED_KEYS, with_cli_keys
 
 _JSON = click.option("--json", "as_json", is_flag=True, help="Print one JSON object (indented) instead of a table.")
 _OLD_MAX_TOKENS = renamed("--max-tokens", "max_tokens")
@@ -30,8 +32,9 @@ _DELTA = click.option(
 
 def _emit(result: Mapping[str, object], as_json: bool) -> None:
     if as_json:
-        echo_json(dict(result))
+        echo_json(with_cli_keys(dict(result)))
         return
+    result = {RENAMED_KEYS.get(k, k): v for k, v in result.items()}
     width = max(len(key) for key in result)
     for key, value in result.items():
         text = f"{value:.6g}" if isinstance(value, float) else str(value)

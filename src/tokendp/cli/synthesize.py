@@ -132,7 +132,8 @@ def _run(path: Path, params: dict, num: int | None, concurrency: int, threads: i
         if batches:
             synthesizer.check_fits()
     total = len(batches) * synthesizer.max_tokens
-    with out.tokens(f"generating {len(batches)} texts of {synthesizer.max_tokens} tokens", total, desc="synthesize",
+    texts = f"{len(batches)} text{'' if len(batches) == 1 else 's'}"
+    with out.tokens(f"generating {texts} of {synthesizer.max_tokens} tokens", total, desc="synthesize",
                     as_json=as_json) as on_token:
         return synthesizer(batches, seed=params["seed"], on_token=on_token)
 

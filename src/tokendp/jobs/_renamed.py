@@ -37,3 +37,21 @@ def renamed_keywords(**renames: str) -> Callable[[F], F]:
         return wrapper  # type: ignore[return-value]
 
     return decorate
+
+
+#: JSON keys renamed to the command line's words; the old key stays beside the new one for one
+#: release, listed under ``"deprecated_keys"`` (old -> new).
+RENAMED_KEYS: dict[str, str] = {"batch_size": "references_per_text", "max_tokens": "max_new_tokens"}
+
+
+def with_cli_keys(record: dict[str, Any]) -> dict[str, Any]:
+    """``record`` with each key of :data:`RENAMED_KEYS` under its new name (in its place), the old
+    key kept after it, and ``deprecated_keys`` naming the old ones (README "One vocabulary")."""
+    out: dict[str, Any] = {}
+    old = {k: v for k, v in RENAMED_KEYS.items() if k in record}
+    for key, value in record.items():
+        out[RENAMED_KEYS.get(key, key)] = value
+    out.update({k: record[k] for k in old})
+    if old:
+        out["deprecated_keys"] = old
+    return out

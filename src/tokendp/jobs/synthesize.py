@@ -77,7 +77,7 @@ from tokendp.backends import HFBackend, RowSequence, is_model_object, load_backe
 from tokendp.errors import InvalidInputError, InvalidParameterError
 from tokendp.generation import Generated, document_seed, generate, make_generators
 from tokendp.params import check_temperature
-from tokendp.jobs._renamed import renamed_keywords
+from tokendp.jobs._renamed import renamed_keywords, with_cli_keys
 from tokendp.mechanisms import AminEtAl, InvisibleInk, SparseVectorSwitch
 from tokendp.mechanisms.base import MechanismStep
 from tokendp.text.prompt_pair import PromptPair, synthesis_prompts
@@ -129,9 +129,11 @@ class SyntheticText:
     max_reference_tokens: int = MAX_REFERENCE_TOKENS
 
     def to_dict(self) -> dict[str, Any]:
+        """The record as JSON: B and T under the CLI's names ``references_per_text`` and
+        ``max_new_tokens`` (``batch_size`` and ``max_tokens`` kept one release, deprecated)."""
         out = asdict(self)
         out["references"] = list(self.references)
-        return out
+        return with_cli_keys(out)
 
 
 # ---------------------------------------------------------------------------- parameters
