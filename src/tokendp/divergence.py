@@ -266,19 +266,22 @@ def _prepare(logp_priv: Tensor, logp_pub: Tensor, alpha: float, cap: Tensor) -> 
                     normalisation_bound(logp_pub.shape[-1]), rel, forced_zero, None, scratch)
 
 
-def _with_search_data(prob: _Problem, logp_priv: Tensor, logp_pub: Tensor) -> _Problem:
+def _with_search_data(prob: _Problem, logp_priv: Tensor, logp_pub: Tensor, public_cap: Tensor | None = None) -> _Problem:
     """At orders other than 2, ``prob`` with the search's extras: the moments A and B and the
-    skew (first guesses), and the float32 copies and lower level when a float32 search may run."""
+    skew (first guesses), and the float32 copies and lower level when a float32 search may run
+    (decided from ``public_cap``, default the caps, :func:`_float32_search`). The level never goes below half a
+    group's cap (a cap far below the public ones may carry a larger float32 margin: the
+    certificate then steps down, which costs optimality, never feasibility)."""
     if prob.alpha == 2.0:
         return prob
     r = prob.rho - 1.0  # (..., m, V)
     moments = torch.stack((torch.ones_like(prob.norm), _q_sum(prob.rho * prob.rho, prob.q)), -1)  # (..., m, 2): A = 1, B
     skew = _q_sum(r * r * r, prob.q)  # sum_y Q r^3: for the first guess only
     float32, level = None, prob.level
-    if _float32_search(logp_priv, logp_pub, prob.alpha, prob.cap):
+    if _float32_search(logp_priv, logp_pub, prob.alpha, prob.cap if public_cap is None else public_cap):
         r32 = r.to(torch.float32)
         float32 = _Float32Copies(r32 + 1.0, r32, prob.q.to(torch.float32))
-        level = level * (1.0 - _AIM32 - _float32_margin(prob.alpha, prob.cap))
+        level = level * (1.0 - _AIM32 - _float32_margin(prob.alpha, prob.cap)).clamp_min(0.5)
     return replace(prob, level=level, moments=moments, skew=skew, float32=float32)
 
 
@@ -743,7 +746,7 @@ class Mollification:
     """
 
     lam: Tensor  # (..., m) in the dtype of logp_priv: every one meets its cap
-    divergence: Tensor  # (..., m) float64: a rigorous upper bound on the symmetric divergence at lam (diagnostic)
+    divergence: Tensor  # (..., m) float64: a rigorous upper bound on the symmetric divergence at lam (the filter charges it)
     log_q: Tensor  # (..., V) float64: log Q
     ratios: Tensor  # (..., m, V) float64: e_i = P_i / Q up to the factor norm_i
     norm: Tensor  # (..., m) float64
@@ -820,10 +823,17 @@ def mollify_checked(
     *,
     alpha: float,
     cap: Tensor,  # (..., m) float64, finite and >= 0: the caller has checked
+    public_cap: Tensor | None = None,  # broadcastable to (..., m): decides a float32 search (default cap)
 ) -> Mollification:
     """:func:`mollify_detailed` for caps the caller has validated where it built them (finite
     and >= 0; ``alpha`` a valid order), so that the decoding step reads nothing back from the
     device (:mod:`tokendp._device`). The results are those of :func:`mollify_detailed`.
+
+    Whether the search runs in float32 is decided for the whole batch (:func:`_float32_search`),
+    so it must depend on public data only: pass ``public_cap`` when the caps are not public (the
+    Rényi filter's caps come from the ledgers; its public pacing caps decide instead), else a
+    group's cap would move every other group's answer (docs/privacy.md, "DP-Fusion with a
+    per-group Rényi filter", Lemma 1).
     """
     lead = torch.broadcast_shapes(logp_priv.shape[:-2], logp_pub.shape[:-1])
     group_shape = torch.Size((*lead, logp_priv.shape[-2]))
@@ -833,7 +843,8 @@ def mollify_checked(
     prob = _prepare(logp_priv, logp_pub, alpha, torch.broadcast_to(cap.to(torch.float64), group_shape))
     whole = _whole(prob)
     if whole is not None and (not _device.reads_are_free(whole) or not bool(whole.isfinite().all())):
-        prob = _with_search_data(prob, logp_priv, logp_pub)
+        decide = None if public_cap is None else torch.broadcast_to(public_cap.to(torch.float64), group_shape)
+        prob = _with_search_data(prob, logp_priv, logp_pub, decide)
         lam, divergence = _search(prob, out_dtype)
         if prob.float32 is not None:
             lam, divergence = _certify(prob, lam, out_dtype)

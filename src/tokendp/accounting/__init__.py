@@ -18,6 +18,12 @@ from tokendp.accounting.dpsgd import (
     schedule_noise_multipliers,
 )
 from tokendp.accounting.events import PrivacyEvent, PureDpEvent, RdpEvent, SubsampledGaussianEvent, ZcdpEvent
+from tokendp.accounting.filter import (
+    dp_fusion_filter_budget,
+    dp_fusion_filter_cap,
+    dp_fusion_filter_charge,
+    dp_fusion_filter_epsilon,
+)
 from tokendp.accounting.ledger import Ledger
 from tokendp.accounting.mechanisms import (
     amin_clip,
@@ -103,6 +109,10 @@ __all__ = [
     "dp_decoding_lam",
     "dp_fusion_beta",
     "dp_fusion_epsilon",
+    "dp_fusion_filter_budget",
+    "dp_fusion_filter_cap",
+    "dp_fusion_filter_charge",
+    "dp_fusion_filter_epsilon",
     "dp_fusion_rdp_per_token",
     "dp_prompt_epsilon",
     "dp_prompt_epsilon_per_token",

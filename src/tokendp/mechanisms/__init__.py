@@ -4,6 +4,7 @@ from tokendp.mechanisms.amin import AminEtAl
 from tokendp.mechanisms.base import Mechanism, MechanismStep, NoGuaranteeError
 from tokendp.mechanisms.dp_decoding import DPDecoding
 from tokendp.mechanisms.dp_fusion import DPFusion
+from tokendp.mechanisms.dp_fusion_filter import DPFusionFilter, FilterStep, RenyiFilter
 from tokendp.mechanisms.dp_prompt import DPPrompt
 from tokendp.mechanisms.invisibleink import InvisibleInk
 from tokendp.mechanisms.pmixed import PMixED
@@ -14,13 +15,16 @@ __all__ = [
     "AminEtAl",
     "DPDecoding",
     "DPFusion",
+    "DPFusionFilter",
     "DPPrompt",
+    "FilterStep",
     "InvisibleInk",
     "Mechanism",
     "MechanismStep",
     "NoGuaranteeError",
     "Original",
     "PMixED",
+    "RenyiFilter",
     "Public",
     "SparseVectorSwitch",
 ]

@@ -1,0 +1,119 @@
+"""DP-Fusion with a per-group Rényi filter: the budget, its certificate, the per-step charge
+and its inverse (docs/privacy.md, "DP-Fusion with a per-group Rényi filter").
+
+Adjacency and unit are DP-Fusion's (documents that differ only in group i's span tokens; one
+privacy group). Each group i spends an RDP budget B_i at a fixed order alpha, fixed before
+generation from (epsilon_i, delta, alpha) alone, so the certificate does not depend on the
+number of tokens. Each step charges group i
+
+    chi = rho(d) + A,   rho(d) = log(1 + (exp((alpha-1) d) - 1) / m) / (alpha - 1),
+
+d a rigorous upper bound on the symmetric divergence of group i's component at the mixing
+weight chosen (joint convexity of exp((a-1) D_a), as for the fixed accounting), A the release
+allowance (added by the mechanism). The filter theorem (Feldman and Zrnic, "Individual Privacy
+Accounting via a Rényi Filter", NeurIPS 2021, Thm. 3.1; a self-contained proof is in the docs)
+makes the whole output (alpha, B_i)-RDP when the charges never sum past B_i on any path.
+
+Every value is rounded in the safe direction (:mod:`tokendp.accounting._rounding`): charges
+and epsilons up, budgets and caps down.
+"""
+
+from __future__ import annotations
+
+import math
+from fractions import Fraction
+
+from tokendp.accounting._checks import check_count, check_delta, check_nonnegative, check_order
+from tokendp.accounting._rounding import ceil_float
+from tokendp.accounting.mechanisms import _mixture_cap, _mixture_rdp, _step_down_until
+from tokendp.accounting.rdp import conversion_offset, epsilon_sum, offset_terms
+from tokendp.errors import InvalidParameterError
+
+__all__ = ["dp_fusion_filter_budget", "dp_fusion_filter_cap", "dp_fusion_filter_charge", "dp_fusion_filter_epsilon"]
+
+_STEPS_UP = 64
+"""Ulps :func:`dp_fusion_filter_cap` may climb above its closed form while the charge still fits."""
+
+
+def dp_fusion_filter_epsilon(*, budget: float, alpha: float, delta: float) -> float:
+    """The certified epsilon of a group whose filter budget is ``budget`` = B at order ``alpha``.
+
+    eps = B + log((alpha-1)/alpha) - (log delta + log alpha)/(alpha-1)   (Canonne, Kamath,
+    Steinke 2020, Prop. 12; Balle et al. 2020, Thm. 21), the conversion of (alpha, B)-RDP;
+    exactly 0 when B = 0 (the output then does not depend on the group); a negative value is
+    reported as 0. Rounded up (:func:`~tokendp.accounting.rdp.epsilon_sum`).
+    """
+    budget = check_nonnegative("budget", budget)
+    alpha = check_order(alpha)
+    delta = check_delta(delta)
+    if budget == 0:
+        return 0.0
+    return max(0.0, epsilon_sum([budget], offset_terms(alpha, delta)))
+
+
+def dp_fusion_filter_budget(*, epsilon: float, alpha: float, delta: float) -> float:
+    """The largest filter budget B whose :func:`dp_fusion_filter_epsilon` is <= ``epsilon``.
+
+    B = epsilon - offset(alpha, delta) in closed form (the conversion of
+    :func:`dp_fusion_filter_epsilon` inverted), then stepped down until the rounded-up
+    certificate meets ``epsilon``: so the exact conversion of B is below ``epsilon`` too.
+    epsilon = 0 gives B = 0 (the group is never read). Refused when epsilon is positive but at
+    or below the conversion's offset, where only B = 0 meets it. From public parameters only.
+    """
+    epsilon = check_nonnegative("epsilon", epsilon)
+    alpha = check_order(alpha)
+    delta = check_delta(delta)
+    if epsilon == 0:
+        return 0.0
+    offset = conversion_offset(alpha, delta)
+    if epsilon <= epsilon_sum([], offset_terms(alpha, delta)):
+        raise InvalidParameterError(
+            f"epsilon {epsilon:g} is not above {offset:.4g}, the cost of converting RDP at alpha={alpha:g} to "
+            f"delta={delta:g}; raise epsilon or delta, or try another alpha")
+    return _step_down_until(
+        lambda b: dp_fusion_filter_epsilon(budget=b, alpha=alpha, delta=delta) <= epsilon, epsilon - offset)
+
+
+def dp_fusion_filter_charge(*, divergence: float, groups: int, alpha: float) -> float:
+    """rho(d) = log(1 + (exp((alpha-1) d) - 1) / m) / (alpha - 1), rounded up: the RDP at order
+    alpha that one step costs a group whose component moves within symmetric divergence d of
+    the public distribution, m = ``groups`` components averaged (joint convexity of
+    exp((a-1) D_a); docs/privacy.md, "DP-Fusion (document sanitization)", proof sketch).
+
+    Rounded up: (alpha-1) d and 1/m exactly in rational arithmetic and rounded up, then the
+    error bound of the fixed accounting's per-token value (19 U). rho(d) <= d (the average
+    cannot move more than its component: log(1 + (e^x - 1)/m) <= x), so the result is at most d.
+    """
+    d = check_nonnegative("divergence", divergence) if not math.isinf(divergence) else math.inf
+    alpha = check_order(alpha)
+    m = check_count("groups", groups)
+    if d == 0 or math.isinf(d):
+        return d
+    x = ceil_float((Fraction(alpha) - 1) * Fraction(d))
+    return min(_mixture_rdp(alpha, x, ceil_float(Fraction(1, m))), d)
+
+
+def dp_fusion_filter_cap(*, remaining: float, groups: int, alpha: float) -> float:
+    """The largest divergence cap d whose :func:`dp_fusion_filter_charge` fits ``remaining``.
+
+    The inverse of rho in closed form, rho^-1(r) = log(1 + m (exp((alpha-1) r) - 1)) / (alpha-1),
+    then moved by ulps until charge(d) <= r holds and charge(next float) does not (or 64 ulps
+    up). 0 when nothing remains. The mechanism's step computes the same on the device as a
+    proposal and checks the charge it ends up with (docs/privacy.md, step 3 of the filter).
+    """
+    r = check_nonnegative("remaining", remaining)
+    alpha = check_order(alpha)
+    m = check_count("groups", groups)
+    if r == 0:
+        return 0.0
+
+    def fits(d: float) -> bool:
+        return dp_fusion_filter_charge(divergence=d, groups=m, alpha=alpha) <= r
+
+    d = _step_down_until(fits, _mixture_cap(alpha, r, 1.0 / m))
+    for _ in range(_STEPS_UP):
+        above = math.nextafter(d, math.inf)
+        if not fits(above):
+            break
+        d = above
+    return d
