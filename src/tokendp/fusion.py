@@ -34,7 +34,8 @@ from typing import Any
 
 import torch
 
-from tokendp.accounting import Ledger, dp_fusion_beta, dp_fusion_epsilon, dp_fusion_rdp_per_token
+from tokendp.accounting import (Ledger, dp_fusion_beta, dp_fusion_epsilon, dp_fusion_filter_budget,
+                                dp_fusion_filter_epsilon, dp_fusion_rdp_per_token)
 from tokendp.accounting.mechanisms import DP_FUSION_ORDERS, dp_fusion_alpha
 from tokendp.backends import HFBackend, RowSequence
 from tokendp.drafts import PromptLookup
@@ -42,8 +43,8 @@ from tokendp.errors import InvalidInputError, InvalidParameterError
 from tokendp.generation import (Generated, Pending, generate, generate_continuous, make_generator,
                                 make_generators)
 from tokendp.logits_processors import PublicLogitsProcessor
-from tokendp.params import Budget, per_group
-from tokendp.mechanisms import DPFusion, MechanismStep
+from tokendp.params import DEFAULT_PACE, Accounting, Budget, per_group
+from tokendp.mechanisms import DPFusion, DPFusionFilter, FilterStep, MechanismStep, RenyiFilter
 from tokendp.text.contexts import DocumentContexts, Placeholders
 from tokendp.text.layout import clean
 from tokendp.text.spans import Span
@@ -80,14 +81,16 @@ class GroupReport:
     beta: float | None
     epsilon: float | None
     target: float | None = None
+    budget: float | None = None  # the filter accounting's RDP budget B_i at alpha (None: fixed accounting)
 
     def to_dict(self) -> dict[str, Any]:
         """As the report shows it: ``epsilon`` is the target when the certificate meets it (the
         exact certified value can sit a rounding below: 7.9999999999999325 for 8), else the
         certified value; ``epsilon_certified`` is always the exact certified value."""
         met = self.target is not None and self.epsilon is not None and self.epsilon <= self.target
-        return {"label": self.label, "n_spans": self.n_spans, "n_tokens": self.n_tokens, "beta": self.beta,
-                "epsilon": self.target if met else self.epsilon, "epsilon_certified": self.epsilon}
+        out = {"label": self.label, "n_spans": self.n_spans, "n_tokens": self.n_tokens, "beta": self.beta,
+               "epsilon": self.target if met else self.epsilon, "epsilon_certified": self.epsilon}
+        return out if self.budget is None else {**out, "budget": self.budget}
 
 
 @dataclass(frozen=True)
@@ -107,6 +110,7 @@ class FusionReport:
     guarantee: str
     groups: tuple[GroupReport, ...]
     decoding: dict[str, Any]  # public decoding constraints applied to every row
+    accounting: str = "fixed"  # DP-Fusion's accounting: "fixed" or "filter" (docs/privacy.md)
 
     def to_dict(self) -> dict[str, Any]:
         out = asdict(self)
@@ -175,34 +179,66 @@ def spans_of(text: str, spans: Sequence[Span | Mapping] | None, tagger: Any) -> 
 @dataclass(frozen=True)
 class PreparedDocument:
     """One document ready to decode: its rows, T, the order alpha and, per group, beta_i and the
-    certified epsilon_i, all fixed from public parameters before the first token."""
+    certified epsilon_i, all fixed from public parameters before the first token. Under the
+    filter accounting beta_i is the per-step pacing cap over alpha and ``budgets`` holds B_i."""
 
     context: DocumentContexts
     max_new_tokens: int
     alpha: float
     betas: tuple[float, ...] | None  # None: original or public, which run no mechanism
     groups: tuple[GroupReport, ...]  # the certificate, one entry per group of ``context``
+    budgets: tuple[float, ...] | None = None  # the filter's B_i per group (None: the fixed accounting)
     private_labels: tuple[str, ...] | None = None  # sanitize's chosen labels (None: every label not kept)
     kept_labels: Mapping[str, int] = dataclasses.field(default_factory=dict)  # label -> spans kept as plain text
     spans_source: str = "given"  # "given", or the tagger that found the spans
 
     def rdp(self) -> tuple[float | None, ...]:
         """Per group, the Renyi divergence at order alpha that all T tokens may cost it:
-        T r_i (:func:`~tokendp.accounting.dp_fusion_rdp_per_token`); 0 when no token reads the
-        group (``public``), None when there is no guarantee (``original``)."""
+        T r_i (:func:`~tokendp.accounting.dp_fusion_rdp_per_token`), or the filter's budget B_i;
+        0 when no token reads the group (``public``), None when there is no guarantee (``original``)."""
         if self.betas is None:
             return tuple(None if g.epsilon is None else 0.0 for g in self.groups)
+        if self.budgets is not None:
+            return self.budgets
         m = len(self.betas)
         return tuple(self.max_new_tokens * dp_fusion_rdp_per_token(alpha=self.alpha, beta=b, groups=m)
                      for b in self.betas)
 
 
 def prepare_documents(method: str, alpha: float | None, delta: float, contexts: Sequence[DocumentContexts],
-                      limits: Sequence[int], *, beta: Budget, epsilon: Budget) -> list[PreparedDocument]:
+                      limits: Sequence[int], *, beta: Budget, epsilon: Budget, accounting: Accounting = "fixed",
+                      pace: float = DEFAULT_PACE) -> list[PreparedDocument]:
     """Each document's order, betas and certificate (module docstring); every value the
-    guarantee rests on is checked here, before anything runs."""
+    guarantee rests on is checked here, before anything runs. ``accounting="filter"``: each
+    group's budget B_i from (epsilon_i, delta, alpha) and a pacing cap ``pace`` times the fixed
+    accounting's per-token cap at the document's T (:func:`_prepare_filter`)."""
     alphas = resolve_alphas(method, alpha, contexts, limits, epsilon, delta=delta)
+    if accounting == "filter" and method == "dp-fusion":
+        return [_prepare_filter(a, delta, c, t, epsilon, pace) for c, a, t in zip(contexts, alphas, limits)]
     return [_prepare(method, a, delta, c, t, beta, epsilon) for c, a, t in zip(contexts, alphas, limits)]
+
+
+def _prepare_filter(alpha: float, delta: float, ctx: DocumentContexts, t: int, epsilon: Budget,
+                    pace: float) -> PreparedDocument:
+    """A document under the per-group Renyi filter (docs/privacy.md, "DP-Fusion with a per-group
+    Renyi filter"): B_i = dp_fusion_filter_budget(epsilon_i, alpha, delta), its certificate
+    dp_fusion_filter_epsilon(B_i) (at most epsilon_i, whatever the length), and the public
+    per-step cap alpha * beta_i with beta_i = ``pace`` times the fixed accounting's beta for
+    (epsilon_i, m, T): the pace keeps one token from spending a whole budget."""
+    names = [g.name for g in ctx.groups]
+    targets = per_group(epsilon, names, "epsilon")
+    fixed = group_betas(ctx, alpha=alpha, delta=delta, max_tokens=t, beta=None, epsilon=epsilon)
+    budgets = [0.0 if e == 0 else dp_fusion_filter_budget(epsilon=e, alpha=alpha, delta=delta) for e in targets]
+    betas = [pace * b for b in fixed]
+    reports = tuple(GroupReport(g.name, g.n_spans, g.n_tokens, b, dp_fusion_filter_epsilon(budget=B, alpha=alpha,
+                                                                                           delta=delta), e, B)
+                    for g, b, B, e in zip(ctx.groups, betas, budgets, targets))
+    return PreparedDocument(ctx, t, float(alpha), tuple(betas), reports, budgets=tuple(budgets))
+
+
+def reported_alpha(method: str, doc: PreparedDocument) -> float | None:
+    """The order a report names: the document's under DP-Fusion, None where no mechanism ran."""
+    return doc.alpha if method == "dp-fusion" else None
 
 
 def _prepare(method: str, alpha: float, delta: float, ctx: DocumentContexts, t: int, beta: Budget,
@@ -262,10 +298,12 @@ class PreparedFusion:
     documents: tuple[PreparedDocument, ...]
     decoding: Decoding
     placeholder: int | Placeholders  # the token(s) that hide a private token (never guessed by the drafter)
+    accounting: Accounting = "fixed"
 
     def settings(self) -> tuple:
         """Everything but the documents: equal settings may share a batch."""
-        return (type(self), self.method, self.delta, id(self.backend), self.decoding, self.placeholder)
+        return (type(self), self.method, self.delta, id(self.backend), self.decoding, self.placeholder,
+                self.accounting)
 
     @classmethod
     def concat(cls, jobs: Sequence[PreparedFusion]) -> PreparedFusion:
@@ -279,7 +317,7 @@ def run_fusion(prepared: PreparedFusion, *, seed: int | Sequence[int] | None = N
                on_token: Callable[[int, int], None] | None = None) -> tuple[FusionJob, list[Generated]]:
     """Decode the prepared documents; the job (its ledgers and diagnostics) and the outputs."""
     backend, d, n = prepared.backend, prepared.decoding, len(prepared.documents)
-    job = FusionJob(prepared.method, prepared.delta, prepared.documents)
+    job = FusionJob(prepared.method, prepared.delta, prepared.documents, accounting=prepared.accounting)
     outputs = generate(backend, job.sequences(), job.step, max_new_tokens=[doc.max_new_tokens for doc in job.documents],
                        temperature=d.temperature, generator=make_generators(seed, n), eos_ids=backend.eos_token_ids,
                        stop_strings=[*backend.options.get("stop", []), *d.stop], charge=job.charge, on_token=on_token,
@@ -352,7 +390,7 @@ def run_fusion_stream(chunks: Iterable[Chunk], *, slots: int, bucket: int = 64,
     if first is None:
         return
     settings, p = first.prepared.settings(), first.prepared
-    job = FusionJob(p.method, p.delta, (), size=slots)
+    job = FusionJob(p.method, p.delta, (), size=slots, accounting=p.accounting)
     seated: dict[int, int] = {}  # pending index -> slot
     documents: dict[int, tuple[Any, PreparedFusion, PreparedDocument]] = {}  # pending index -> ..., until done
     counter = itertools.count()
@@ -398,13 +436,19 @@ class FusionJob:
     Under continuous batching (``size``: that many places, :meth:`admit` seats a document in
     one), place i holds the document decoding in slot i.
 
-    Document i has its own Renyi order; the documents of one order share one
-    :class:`~tokendp.mechanisms.DPFusion`, and a step runs each order's mechanism on its documents.
+    Document i has its own Renyi order; the documents of one order share one mechanism, and a
+    step runs each order's mechanism on its documents. ``accounting="fixed"``: the mechanism is
+    :class:`~tokendp.mechanisms.DPFusion` and each document's :class:`~tokendp.accounting.Ledger`
+    is charged its certified per-token event. ``"filter"``: the mechanism is
+    :class:`~tokendp.mechanisms.DPFusionFilter`, and a :class:`~tokendp.mechanisms.RenyiFilter`
+    holds each place's remaining budget per group; each step's charges, computed at the step's
+    own prefix, are spent in :meth:`charge`, once per released token, before it is sampled.
     """
 
     def __init__(self, method: str, delta: float, documents: Sequence[PreparedDocument], *,
-                 size: int | None = None) -> None:
+                 size: int | None = None, accounting: Accounting = "fixed") -> None:
         self.method, self.delta = method, float(delta)
+        self.filtered = accounting == "filter" and method == "dp-fusion"
         n = len(documents) if size is None else max(size, len(documents))  # size: places (slots)
         self.documents: list[PreparedDocument | None] = [None] * n
         self.alphas: list[float] = [DEFAULT_ALPHA] * n
@@ -412,38 +456,51 @@ class FusionJob:
         self.ledgers: list[Ledger | None] = [None] * n
         self.events: list[dict] = [{}] * n
         # one mechanism per distinct order, in sorted order (admit adds the orders of later documents)
-        orders = sorted({d.alpha for d in documents})
-        self.mechanisms = [DPFusion(alpha=a) for a in orders] if method == "dp-fusion" else []
+        self.mechanisms: list[DPFusion | DPFusionFilter] = []
         self.order_of = torch.zeros(n, dtype=torch.long)  # (N,): index into mechanisms
         width = max([1, *(len(d.context.groups) for d in documents)])
         # float64, the accountant's beta exactly: a float32 beta can round up, above the charged cap
         self.beta_t = torch.zeros((n, width), dtype=torch.float64)  # (N, m_max)
         self.mask_t = torch.zeros((n, width), dtype=torch.bool)  # (N, m_max)
+        self.filter = RenyiFilter(torch.zeros((n, width), dtype=torch.float64)) if self.filtered else None
+        self._spending: tuple[torch.Tensor, torch.Tensor] | None = None  # (docs, charges) of the last step
         self.padded = True
+        for a in sorted({d.alpha for d in documents}):
+            self._mechanism(a)
         for i, d in enumerate(documents):
             self.admit(i, d)
 
+    def _mechanism(self, alpha: float) -> int:
+        """The index of the mechanism at order ``alpha`` (made on first use)."""
+        known = [mech.alpha for mech in self.mechanisms]
+        if alpha not in known:
+            self.mechanisms.append(DPFusionFilter(alpha=alpha) if self.filtered else DPFusion(alpha=alpha))
+            known.append(alpha)
+        return known.index(alpha)
+
     def admit(self, i: int, doc: PreparedDocument) -> None:
         """Seat ``doc`` in place i (its slot, under continuous batching): its order, a fresh ledger
-        holding its certificate, its event and betas. Nothing of the document it replaces stays."""
+        (or filter row) holding its certificate, its event and betas. Nothing of the document it
+        replaces stays."""
         self.documents[i], self.alphas[i], self.contexts[i] = doc, doc.alpha, doc.context
-        self.ledgers[i] = self._ledger(doc)
+        self.ledgers[i] = None if self.filtered else self._ledger(doc)
         if self.method == "dp-fusion":
-            known = [mech.alpha for mech in self.mechanisms]
-            if doc.alpha not in known:
-                self.mechanisms.append(DPFusion(alpha=doc.alpha))
-                known.append(doc.alpha)
-            self.order_of[i] = known.index(doc.alpha)
+            self.order_of[i] = self._mechanism(doc.alpha)
         self.events[i] = (self.mechanisms[int(self.order_of[i])].event(
-            betas={g.name: x for g, x in zip(doc.context.groups, doc.betas)}) if doc.betas else {})
+            betas={g.name: x for g, x in zip(doc.context.groups, doc.betas)}) if doc.betas and not self.filtered
+            else {})
         m = len(doc.betas or ())
         if m > self.beta_t.shape[1]:
             self.beta_t = torch.nn.functional.pad(self.beta_t, (0, m - self.beta_t.shape[1]))
             self.mask_t = torch.nn.functional.pad(self.mask_t, (0, m - self.mask_t.shape[1]))
         self.beta_t[i], self.mask_t[i] = 0.0, False
         if doc.betas:
-            self.beta_t[i, :m] = torch.tensor(doc.betas, dtype=torch.float64)
+            # the filter's pace is a divergence cap: alpha * beta_i, like the fixed accounting's cap
+            scale = doc.alpha if self.filtered else 1.0
+            self.beta_t[i, :m] = torch.tensor(doc.betas, dtype=torch.float64) * scale
             self.mask_t[i, :m] = True
+        if self.filter is not None:
+            self.filter.admit(i, doc.budgets or ())
         self.padded = not bool(self.mask_t.all())  # else the mechanism needs no group mask
         self._tables: dict[torch.device, tuple[torch.Tensor, torch.Tensor]] = {}  # beta_t, mask_t per device
         self._parts: tuple[weakref.ref, list[tuple[int, torch.Tensor]]] | None = None  # see _partition
@@ -466,16 +523,30 @@ class FusionJob:
         if docs.device not in self._tables:  # copied once per device, not per step (no host read)
             self._tables[docs.device] = (self.beta_t.to(docs.device), self.mask_t.to(docs.device))
         beta_t, mask_t = self._tables[docs.device]
-        betas = beta_t[docs][:, :logits.shape[1] - 1].to(logits.device)  # (Na, m)
-        mask = mask_t[docs][:, :logits.shape[1] - 1].to(logits.device)  # (Na, m)
+        m = logits.shape[1] - 1
+        betas = beta_t[docs][:, :m].to(logits.device)  # (Na, m): beta_i, or the filter's pace
+        mask = mask_t[docs][:, :m].to(logits.device)  # (Na, m)
         orders = [(0, docs)] if len(self.mechanisms) == 1 else self._partition(docs, logits.device)
         if len(orders) == 1:  # one order among the active documents: one call, nothing to gather
-            return self.mechanisms[orders[0][0]].step(logits, betas=betas, group_mask=mask if self.padded else None,
-                                                      temperature=temperature)
-        parts = [(rows, self.mechanisms[k].step(logits[rows], betas=betas[rows], group_mask=mask[rows],
-                                                temperature=temperature))
-                 for k, rows in orders]
-        return _gather_steps(parts, len(docs))
+            out = self._run(orders[0][0], logits, docs, betas, mask if self.padded else None, temperature)
+        else:
+            out = _gather_steps([(rows, self._run(k, logits[rows], docs[rows], betas[rows], mask[rows], temperature))
+                                 for k, rows in orders], len(docs))
+        if self.filtered:
+            self._spending = (docs, out.charges)
+        return out
+
+    def _run(self, k: int, logits: torch.Tensor, docs: torch.Tensor, betas: torch.Tensor, mask: torch.Tensor | None,
+             temperature: float) -> MechanismStep:
+        """Mechanism k's step on ``logits # (n, R, V)`` of the documents ``docs # (n,)``."""
+        mech = self.mechanisms[k]
+        if not self.filtered:
+            return mech.step(logits, betas=betas, group_mask=mask, temperature=temperature)
+        assert self.filter is not None
+        if self.filter.remaining.device != logits.device:
+            self.filter.to(logits.device)
+        remaining = self.filter.remaining[docs.to(logits.device)][:, :betas.shape[-1]]  # (n, m)
+        return mech.step(logits, remaining=remaining, pace=betas, group_mask=mask, temperature=temperature)
 
     def _partition(self, docs: torch.Tensor, device: torch.device) -> list[tuple[int, torch.Tensor]]:
         """(mechanism index, positions in ``docs`` # (n_k,) on ``device``) for each order among
@@ -489,7 +560,13 @@ class FusionJob:
         return self._parts[1]
 
     def charge(self, docs: list[int]) -> None:
-        """Charge each active document's ledger for one token, before it is sampled."""
+        """Charge each active document for one token, before it is sampled: its ledger the
+        certified event (fixed), or its filter row the charges of the step just taken (filter)."""
+        if self.filter is not None:
+            if self._spending is not None:
+                self.filter.spend(*self._spending)
+                self._spending = None
+            return
         for i in docs:
             if self.ledgers[i] is not None:
                 self.ledgers[i].charge(self.events[i])
@@ -512,11 +589,16 @@ def _gather_steps(parts: Sequence[tuple[torch.Tensor, MechanismStep]], n: int) -
     first = parts[0][1]
     logprobs = first.logprobs.new_empty((n, first.logprobs.shape[-1]))  # (Na, V)
     diagnostics = {key: value.new_zeros((n, *value.shape[1:])) for key, value in first.diagnostics.items()}
+    charges = first.charges.new_zeros((n, *first.charges.shape[1:])) if isinstance(first, FilterStep) else None
     for rows, part in parts:
         logprobs[rows] = part.logprobs
         for key, value in part.diagnostics.items():
             diagnostics[key][rows] = value
-    return MechanismStep(logprobs, diagnostics)
+        if charges is not None:
+            charges[rows] = part.charges
+    if charges is None:
+        return MechanismStep(logprobs, diagnostics)
+    return FilterStep(logprobs, diagnostics, charges=charges)
 
 
 def drafter(speculative: bool | None, draft_tokens: int, documents: int,

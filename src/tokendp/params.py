@@ -11,6 +11,11 @@ from tokendp.errors import InvalidInputError, InvalidParameterError
 
 Method = Literal["dp-fusion", "original", "public"]
 METHODS = ("dp-fusion", "original", "public")
+Accounting = Literal["fixed", "filter"]
+ACCOUNTINGS = ("fixed", "filter")
+#: The filter accounting's per-step cap, as a multiple of the fixed accounting's per-token cap
+#: for the same (epsilon, m, T) (docs/sanitize.md, "Accounting: fixed or filter").
+DEFAULT_PACE = 4.0
 Budget = float | Mapping[str, float] | None
 MAX_ALPHA = 1024.0  # above this, alpha * beta and (alpha - 1) * divergence leave float64's useful range
 MIN_TEMPERATURE = 1e-3  # below this, float32 logits / temperature overflow to inf and nothing can be sampled
@@ -60,6 +65,19 @@ def check_params(method: str, alpha: float | None, delta: float, temperature: fl
         if temperature == 0:
             raise InvalidParameterError("temperature 0 (greedy decoding) gives no privacy guarantee; "
                                         "use temperature > 0, or method='original' for a greedy comparison")
+
+
+def check_accounting(accounting: str, pace: float, method: str, beta: Budget) -> None:
+    """DP-Fusion's accounting: ``"fixed"`` (every token charged the cap) or ``"filter"`` (each
+    group's budget spent where its text matters), with a pace >= 1 and epsilon targets."""
+    if accounting not in ACCOUNTINGS:
+        raise InvalidParameterError(f"accounting must be one of {ACCOUNTINGS}, got {accounting!r}")
+    if not (is_number(pace) and pace >= 1):
+        raise InvalidParameterError(f"pace must be a number >= 1 (a multiple of the fixed accounting's per-token "
+                                    f"cap), got {pace!r}")
+    if accounting == "filter" and method == "dp-fusion" and beta is not None:
+        raise InvalidParameterError("the filter accounting spends a budget per group: give epsilon= (beta= is the "
+                                    "fixed accounting's per-token cap)")
 
 
 def check_tokens(name: str, value: int | None) -> None:

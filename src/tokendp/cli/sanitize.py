@@ -53,6 +53,7 @@ def plain_summary(report: dict[str, Any]) -> str:
 
 def format_report(report: dict[str, Any]) -> str:
     """A small readable table of a sanitize report, under one plain-language line."""
+    filtered = report.get("accounting") == "filter"
     lines = [
         "-- privacy report " + "-" * 42,
         plain_summary(report),
@@ -60,12 +61,13 @@ def format_report(report: dict[str, Any]) -> str:
         + (f"   temperature {report['decoding']['temperature']:g}" if "temperature" in report.get("decoding", {}) else ""),
         ("" if report["alpha"] is None else f"alpha {report['alpha']:g}   ")
         + f"delta {report['delta']:g}   max_new_tokens (T) {report['max_new_tokens']}"
-        f"   generated {report['tokens_generated']} ({report['stop_reason']})",
-        f"{'group':<14}{'spans':>6}{'tokens':>8}{'beta':>12}{'epsilon':>10}",
+        f"   generated {report['tokens_generated']} ({report['stop_reason']})"
+        + ("   accounting filter (beta: the per-step cap; budget: B at alpha)" if filtered else ""),
+        f"{'group':<14}{'spans':>6}{'tokens':>8}{'beta':>12}{'epsilon':>10}" + (f"{'budget':>10}" if filtered else ""),
     ]
     for g in report["groups"]:
         lines.append(f"{g['label']:<14}{g['n_spans']:>6}{g['n_tokens']:>8}{_fmt_down(g['beta']):>12}"
-                     f"{_fmt(g['epsilon']):>10}")
+                     f"{_fmt(g['epsilon']):>10}" + (f"{_fmt_down(g.get('budget')):>10}" if filtered else ""))
     if not report["groups"]:
         lines.append("(no sensitive spans found)")
     if report.get("private_labels") is not None:
@@ -104,6 +106,13 @@ def format_report(report: dict[str, Any]) -> str:
               help="Divergence cap per group. One of --epsilon or --beta is required (with --method dp-fusion).")
 @click.option("--epsilon", type=float, default=None,
               help="Target epsilon per group. One of --epsilon or --beta is required (with --method dp-fusion).")
+@click.option("--accounting", type=click.Choice(["fixed", "filter"]), default="fixed", show_default=True,
+              help="fixed: every one of the T tokens is charged the per-token cap. filter: each group spends an RDP "
+                   "budget fixed from --epsilon alone, charged per token what it actually moved (a per-group "
+                   "Renyi filter), so the certificate does not depend on T (docs/privacy.md).")
+@click.option("--pace", type=click.FloatRange(min=1), default=4.0, show_default=True,
+              help="With --accounting filter: the most one token may spend, as a multiple of the fixed "
+                   "accounting's per-token cap (public).")
 @click.option("--delta", type=float, default=1e-5, show_default=True,
               help="Delta of the (epsilon, delta) guarantee, in (0, 1); keep it below 1/(number of people).")
 @click.option("--groups", type=click.Choice(["by-label", "single"]), default="by-label", show_default=True,
@@ -135,8 +144,8 @@ def format_report(report: dict[str, Any]) -> str:
 @library_errors
 def sanitize(input_path: str, spans_path: str | None, tagger: str, labels: str | None, keep: str | None,
              model: str | None,
-             alpha: float | None,
-             beta: float | None, epsilon: float | None, delta: float, groups: str,
+             alpha: float | None, beta: float | None, epsilon: float | None, accounting: str, pace: float,
+             delta: float, groups: str,
              max_new_tokens: int | None, temperature: float, seed: int | None,
              no_repeat_ngram_size: int, repetition_penalty: float, speculative: bool | None, draft_tokens: int, method: str,
              concurrency: int, batching: str, device: str | None, dtype: str | None, engine: str, address: str | None, workers: int | None,
@@ -153,7 +162,8 @@ def sanitize(input_path: str, spans_path: str | None, tagger: str, labels: str |
     One of --epsilon or --beta is required (with --method dp-fusion).
     """
     params = dict(tagger=tagger, labels=labels, keep=keep, model=model, method=method, alpha=alpha, beta=beta,
-                  epsilon=epsilon, delta=delta, groups=groups, max_new_tokens=max_new_tokens, temperature=temperature,
+                  epsilon=epsilon, accounting=accounting, pace=pace, delta=delta, groups=groups,
+                  max_new_tokens=max_new_tokens, temperature=temperature,
                   seed=seed, no_repeat_ngram_size=no_repeat_ngram_size, repetition_penalty=repetition_penalty,
                   speculative=speculative, draft_tokens=draft_tokens, diagnostics=diagnostics)
     config = SanitizeConfig.of(params)  # every parameter is checked here, before anything loads

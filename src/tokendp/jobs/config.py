@@ -16,7 +16,8 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from tokendp.errors import InvalidParameterError
-from tokendp.params import Budget, Method, check_params, check_tokens, is_number
+from tokendp.params import (DEFAULT_PACE, Accounting, Budget, Method, check_accounting, check_params, check_tokens,
+                            is_number)
 from tokendp.text.contexts import GroupSpec
 from tokendp.text.taggers.labels import LabelChoice
 
@@ -25,7 +26,8 @@ from tokendp.text.taggers.labels import LabelChoice
 class SanitizeConfig:
     """The settings of a sanitize job (the parameters of :func:`tokendp.sanitize`, documented
     there and in docs/sanitize.md): privacy (``method`` to ``keep``), length (``max_new_tokens``),
-    decoding (``temperature`` to ``draft_tokens``) and prompt (``instruction`` to ``on_overlap``)."""
+    decoding (``temperature`` to ``draft_tokens``), prompt (``instruction`` to ``on_overlap``) and
+    DP-Fusion's accounting (``accounting``, ``pace``)."""
 
     method: Method = "dp-fusion"
     epsilon: Budget = None
@@ -46,9 +48,12 @@ class SanitizeConfig:
     template: str | None = None
     placeholder: str | None = None
     on_overlap: Literal["merge", "error"] = "merge"
+    accounting: Accounting = "fixed"
+    pace: float = DEFAULT_PACE
 
     def __post_init__(self) -> None:
         check_params(self.method, self.alpha, self.delta, self.temperature, self.beta, self.epsilon)
+        check_accounting(self.accounting, self.pace, self.method, self.beta)
         check_tokens("max_new_tokens", self.max_new_tokens)
         if not (self.groups in ("by-label", "single") or isinstance(self.groups, Mapping)):
             raise InvalidParameterError(f"groups must be 'by-label', 'single' or a mapping label -> group, "

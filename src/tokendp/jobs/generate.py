@@ -30,7 +30,7 @@ from typing import Any, Literal
 from tokendp.backends import HFBackend, load_backend
 from tokendp.errors import InvalidInputError, InvalidParameterError
 from tokendp.fusion import (Decoding, FusionReport, PreparedFusion, TextResult, check_fits_untagged, check_known_groups,
-                            prepare_documents, run_fusion, spans_of)
+                            prepare_documents, reported_alpha, run_fusion, spans_of)
 from tokendp.params import Budget, Method, check_params
 from tokendp.text.contexts import DocumentContexts, GroupSpec, placeholders, prompt_template
 from tokendp.text.prompts import (DEFAULT_GENERATE_INSTRUCTION, MAX_UNTRUSTED_TOKENS, STAND_IN, QuestionPlace,
@@ -268,11 +268,11 @@ def run_generate(prepared: PreparedGenerate, *, seed: int | Sequence[int] | None
     for i, (doc, out) in enumerate(zip(prepared.documents, outputs)):
         untrusted = [info.untrusted for info in doc.context.groups]
         report = GenerateReport(
-            prepared.method, prepared.backend.name, doc.alpha, prepared.delta, doc.max_new_tokens, len(out.token_ids),
-            out.stop_reason, _guarantee(prepared.method, doc.max_new_tokens),
+            prepared.method, prepared.backend.name, reported_alpha(prepared.method, doc), prepared.delta,
+            doc.max_new_tokens, len(out.token_ids), out.stop_reason, _guarantee(prepared.method, doc.max_new_tokens),
             tuple(g for g, u in zip(doc.groups, untrusted) if not u), prepared.decoding.constraints(),
-            tuple(UntrustedReport(g.label, g.beta, g.epsilon) for g, u in zip(doc.groups, untrusted) if u),
-            prepared.stand_in, doc.context.max_untrusted_tokens)
+            untrusted=tuple(UntrustedReport(g.label, g.beta, g.epsilon) for g, u in zip(doc.groups, untrusted) if u),
+            stand_in=prepared.stand_in, max_untrusted_tokens=doc.context.max_untrusted_tokens)
         results.append(GenerateResult(out.text, report, job.diagnostics(i, out.diagnostics) if diagnostics else None))
     return results
 

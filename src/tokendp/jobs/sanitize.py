@@ -28,11 +28,12 @@ from typing import Any, Literal
 from tokendp.backends import HFBackend, load_backend
 from tokendp.errors import InvalidInputError, InvalidParameterError
 from tokendp.fusion import (Chunk, Decoding, FusionReport, PreparedDocument, PreparedFusion, TextResult,
-                            check_fits_untagged, prepare_documents, run_fusion, run_fusion_stream, spans_of)
+                            check_fits_untagged, prepare_documents, reported_alpha, run_fusion, run_fusion_stream,
+                            spans_of)
 from tokendp.fusion import choose_alpha  # noqa: F401 (re-exported: tokendp.jobs.sanitize.choose_alpha)
 from tokendp.generation import Generated
 from tokendp.jobs.config import SanitizeConfig
-from tokendp.params import Budget, Method
+from tokendp.params import DEFAULT_PACE, Accounting, Budget, Method
 from tokendp.text.contexts import DocumentContexts, GroupSpec, build_contexts, placeholders, prompt_template
 from tokendp.text.spans import Span
 from tokendp.text.layout import BOM
@@ -108,6 +109,7 @@ def sanitize(
     no_repeat_ngram_size: int = 0, repetition_penalty: float = 1.0,
     speculative: bool | None = None, draft_tokens: int = 8, diagnostics: bool = False,
     labels: Sequence[str] | str | None = None, keep: Sequence[str] | str | None = None,
+    accounting: Accounting = "fixed", pace: float = DEFAULT_PACE,
 ) -> SanitizeResult:
     """Rewrite one document (``tokendp.sanitize``): ``text`` with its ``spans`` (or None to run
     ``tagger``). Every other parameter is as for :func:`sanitize_batch` (``on_token`` gets
@@ -130,6 +132,7 @@ def sanitize_batch(
     no_repeat_ngram_size: int = 0, repetition_penalty: float = 1.0,
     speculative: bool | None = None, draft_tokens: int = 8, diagnostics: bool = False,
     labels: str | Sequence[str] | None = None, keep: str | Sequence[str] | None = None,
+    accounting: Accounting = "fixed", pace: float = DEFAULT_PACE,
 ) -> list[SanitizeResult]:
     """Rewrite many documents in one batch (one forward pass per generated token for all, or
     fewer with ``speculative``): :func:`prepare_sanitize`, then :func:`run_sanitize`. The job's
@@ -186,6 +189,14 @@ def sanitize_batch(
         keep: the labels released as plain text, read by every row and NOT protected (e.g.
             ``"DURATION"`` to keep "six weeks"). The report's ``kept_labels`` counts their spans
             (docs/privacy.md, "Choosing labels").
+        accounting: ``"fixed"`` (every one of the T tokens charged the per-token cap, as in the
+            DP-Fusion paper's analysis) or ``"filter"`` (each group spends an RDP budget B_i fixed
+            from epsilon_i, delta and alpha alone, charged per token what its component actually
+            moved, through a per-group Renyi filter: the certificate does not depend on T;
+            docs/privacy.md, "DP-Fusion with a per-group Rényi filter"). The filter needs
+            ``epsilon``.
+        pace: under the filter, the most one token may spend, as a multiple (>= 1) of the fixed
+            accounting's per-token cap for the same epsilon, groups and T (public).
         on_token: streaming callback ``(document index, token id)``.
         no_repeat_ngram_size, repetition_penalty: public decoding constraints (0 and 1: off),
             computed from the released tokens only and applied alike to every row before the
@@ -260,14 +271,15 @@ def prepare_sanitize(
                                        placeholder=ph, groups=config.groups, on_overlap=config.on_overlap))
     limits = [_default_tokens(backend, c, config.max_new_tokens, max_new_tokens_limit) for c in contexts]
     documents = prepare_documents(config.method, config.alpha, config.delta, contexts, limits, beta=config.beta,
-                                  epsilon=config.epsilon)
+                                  epsilon=config.epsilon, accounting=config.accounting, pace=config.pace)
     labels = None if choice.protect is None else tuple(sorted(choice.protect))
     source = [("given" if g is not None else tagger_name(tagger)) for g in given]
     documents = [dataclasses.replace(d, private_labels=labels, kept_labels=k, spans_source=src)
                  for d, k, src in zip(documents, kept, source)]
     decoding = Decoding(config.temperature, config.stop, config.no_repeat_ngram_size, config.repetition_penalty,
                         config.speculative, config.draft_tokens)
-    return PreparedFusion(config.method, float(config.delta), backend, tuple(documents), decoding, ph)
+    return PreparedFusion(config.method, float(config.delta), backend, tuple(documents), decoding, ph,
+                          accounting=config.accounting)
 
 
 def _checked_text(text: Any, i: int) -> str:
@@ -303,12 +315,14 @@ def sanitize_stream(chunks: Iterable[Chunk], *, slots: int, bucket: int = 64, di
 
 def _result(prepared: PreparedFusion, doc: PreparedDocument, out: Generated, diagnostics: dict | None) -> SanitizeResult:
     """A document's rewrite and report under the job settings of ``prepared``."""
-    alpha = doc.alpha if prepared.method == "dp-fusion" else None  # the order of no bound is no parameter
+    filtered = prepared.accounting == "filter" and prepared.method == "dp-fusion"
     return SanitizeResult(out.text, SanitizeReport(
-        prepared.method, prepared.backend.name, alpha, prepared.delta, doc.max_new_tokens,
-        len(out.token_ids), out.stop_reason, _guarantee(prepared.method, doc.max_new_tokens), doc.groups,
-        prepared.decoding.constraints(), doc.private_labels, dict(doc.kept_labels), doc.spans_source,
-        incomplete(out, doc.context.document_tokens)), diagnostics)
+        prepared.method, prepared.backend.name, reported_alpha(prepared.method, doc), prepared.delta,
+        doc.max_new_tokens, len(out.token_ids), out.stop_reason,
+        _guarantee(prepared.method, doc.max_new_tokens, filtered), doc.groups, prepared.decoding.constraints(),
+        accounting="filter" if filtered else "fixed", private_labels=doc.private_labels,
+        kept_labels=dict(doc.kept_labels), spans_source=doc.spans_source,
+        incomplete=incomplete(out, doc.context.document_tokens)), diagnostics)
 
 
 def incomplete(out: Generated, document_tokens: int) -> bool:
@@ -318,11 +332,15 @@ def incomplete(out: Generated, document_tokens: int) -> bool:
     return out.stop_reason == "max_new_tokens" or 2 * len(out.token_ids) < document_tokens
 
 
-def _guarantee(method: str, limit: int) -> str:
+def _guarantee(method: str, limit: int, filtered: bool = False) -> str:
     if method == "original":
         return "none: the original document was read with every span visible"
     if method == "public":
         return "epsilon 0 for every group: only the public context (every span hidden) was read"
+    if filtered:
+        return ("(epsilon_i, delta)-DP per privacy group i, for documents that differ only in group i's span "
+                "tokens, whatever the length: each group spends its RDP budget B_i at order alpha through a "
+                "Renyi filter (tokendp.accounting.dp_fusion_filter_epsilon, proof in docs/privacy.md)")
     return (f"(epsilon_i, delta)-DP per privacy group i, for documents that differ only in group i's "
             f"span tokens, over all {limit} possible generated tokens (DP-Fusion's RDP bound: "
             "tokendp.accounting.dp_fusion_epsilon, proof in docs/privacy.md)")

@@ -187,6 +187,11 @@ class RenyiFilter:
         self._spends = torch.zeros(budgets.shape[0], dtype=torch.int64, device=budgets.device)  # (N,): this round
         self._journal: list[tuple[Tensor, Tensor, Tensor]] | None = None  # (docs, before, position) per spend
 
+    def to(self, device: torch.device) -> None:
+        """Move the ledgers to ``device``, where the steps run (once, before the first step there)."""
+        self.remaining, self._overdrawn, self._spends = (t.to(device) for t in (self.remaining, self._overdrawn,
+                                                                                self._spends))
+
     def admit(self, slot: int, budgets: Sequence[float] | Tensor) -> None:
         """Seat a document in ``slot`` with its budgets (m,) (continuous batching): a fresh ledger;
         nothing of the slot's previous document stays. Widens the table for more groups."""

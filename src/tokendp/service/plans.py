@@ -34,7 +34,7 @@ from typing import Any
 
 from tokendp.backends import HFBackend
 from tokendp.errors import InvalidParameterError
-from tokendp.fusion import PreparedFusion
+from tokendp.fusion import PreparedFusion, reported_alpha
 from tokendp.jobs.generate import prepare_generate
 from tokendp.jobs.config import SanitizeConfig
 from tokendp.jobs.sanitize import prepare_sanitize
@@ -101,8 +101,8 @@ def expected_certificates(kind: str, job: PreparedFusion | PreparedSynthesis) ->
     if kind == "synthesize":
         s = job.synthesizer
         return [(s.certified, s.clip, s.delta, s.max_tokens, s.batch_size)] * len(job.batches)
-    return [(d.alpha, job.delta, d.max_new_tokens, tuple((g.label, g.beta, g.epsilon) for g in d.groups))
-            for d in job.documents]
+    return [(reported_alpha(job.method, d), job.delta, d.max_new_tokens,
+             tuple((g.label, g.beta, g.epsilon) for g in d.groups)) for d in job.documents]
 
 
 def _certificate(kind: str, report: dict[str, Any]) -> tuple:
@@ -127,7 +127,8 @@ def _spans(spans: list | None) -> list[dict] | None:
 
 def plan_sanitize(req: SanitizeRequest, backend: HFBackend, tagger: Any, *, max_tokens: int) -> Plan:
     """One /v1/sanitize request: T given (at most ``max_tokens``) or 1.2x the document + 16."""
-    config = SanitizeConfig(labels=req.labels, keep=req.keep, max_new_tokens=req.max_new_tokens, **_fusion_options(req))
+    config = SanitizeConfig(labels=req.labels, keep=req.keep, max_new_tokens=req.max_new_tokens,
+                            accounting=req.accounting, pace=req.pace, **_fusion_options(req))
     job = prepare_sanitize([req.text], spans=[_spans(req.spans)], config=config, tagger=tagger, model=backend,
                            max_new_tokens_limit=max_tokens)
     return Plan("sanitize", req, job, charges_of("sanitize", req.id, job))

@@ -36,6 +36,11 @@ class SanitizeRequest(Strict):
                                      "label not kept); with labels, every label of the spans must be in labels or "
                                      "keep, or the request is refused before anything is charged")
     keep: list[str] | None = Field(None, max_length=32, description="labels released as plain text, NOT protected")
+    accounting: Literal["fixed", "filter"] = Field("fixed", description="DP-Fusion's accounting: every token "
+                                                   "charged the cap (fixed) or each group's budget spent where its "
+                                                   "text matters (filter, needs epsilon)")
+    pace: float = Field(4.0, ge=1, description="with the filter: the most one token may spend, as a multiple of "
+                                               "the fixed accounting's per-token cap")
     method: Literal["dp-fusion", "public"] = "dp-fusion"
     epsilon: Budget = Field(None, description="per group: one number, or {label: epsilon}")
     beta: Budget = None
