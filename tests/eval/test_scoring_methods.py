@@ -89,3 +89,24 @@ def test_settings_are_calibrated_to_their_targets(backend, rows):
             assert eps is None
         else:
             assert eps > 0
+
+
+def test_the_filter_method_is_calibrated_and_spends_position_by_position(backend, rows):
+    """dp-fusion-filter (issue 34): its epsilon is the filter's certificate at the target; teacher
+    forcing walks the positions in order, each on what the positions before it left, so a
+    budget of 0 gives the public distribution and a large one is spent (the perplexity moves
+    from the public one toward the fixed accounting's at the same epsilon)."""
+    from tokendp.accounting import dp_fusion_filter_budget, dp_fusion_filter_epsilon
+
+    (setting,) = make_settings(["dp-fusion-filter"], epsilons=[8.0], paper=True, vocab_size=backend.vocab_size,
+                               max_new_tokens=16, delta=1e-5)
+    bound = BoundMethod(setting, [rows], vocab_size=backend.vocab_size, max_new_tokens=16, delta=1e-5)
+    budget = dp_fusion_filter_budget(epsilon=8.0, alpha=setting.alpha, delta=1e-5)
+    assert bound.epsilon(rows) == dp_fusion_filter_epsilon(budget=budget, alpha=setting.alpha, delta=1e-5) <= 8
+    assert bound.rows(rows) == [rows.public, *rows.groups]
+    ppl_public, _ = _ppl(backend, Setting("public", "-"), rows)
+    ppl_empty, _ = _ppl(backend, Setting("dp-fusion-filter", "zero", alpha=2.0, target=0.0), rows)
+    assert ppl_empty == pytest.approx(ppl_public, rel=1e-3)
+    ppl_filter, _ = _ppl(backend, setting, rows)
+    ppl_fixed, _ = _ppl(backend, Setting("dp-fusion", "eps=8", alpha=setting.alpha, target=8.0), rows)
+    assert ppl_filter != ppl_public and ppl_fixed != ppl_public

@@ -15,7 +15,10 @@ dp-prompt       the document                          the whole document: logits
                                                       width w, softmax at temperature tau (Utpala
                                                       et al. 2023), pure DP per token
 dp-fusion       public + one row per privacy group    each group's spans, with its own epsilon
-                                                      (Thareja et al., ICLR 2026)
+                                                      (Thareja et al., ICLR 2026), every token
+                                                      charged the per-token cap (fixed accounting)
+dp-fusion-      the same rows                         the same, each group spending an RDP budget
+filter                                                through a per-group Renyi filter
 ==============  ====================================  =========================================
 
 A :class:`Setting` fixes a method's parameters. :func:`make_settings` calibrates the private
@@ -33,15 +36,18 @@ from typing import Any
 import torch
 
 from tokendp.accounting import (dp_decoding_epsilon, dp_decoding_lam, dp_fusion_beta, dp_fusion_epsilon,
-                                dp_prompt_epsilon, dp_prompt_temperature)
+                                dp_fusion_filter_budget, dp_fusion_filter_epsilon, dp_prompt_epsilon,
+                                dp_prompt_temperature)
 from tokendp.errors import InvalidParameterError
-from tokendp.mechanisms import DPDecoding, DPFusion, DPPrompt, MechanismStep, Original, Public
+from tokendp.mechanisms import DPDecoding, DPFusion, DPFusionFilter, DPPrompt, MechanismStep, Original, Public, RenyiFilter
+from tokendp.params import DEFAULT_PACE
 from tokendp.fusion import choose_alpha
 from tokendp.text.contexts import Placeholders, PromptTemplate, build_contexts
 from tokendp.text.spans import Span
 
-METHODS = ("original", "public", "scrub", "dp-decoding", "dp-prompt", "dp-fusion")
-PRIVATE_METHODS = ("dp-decoding", "dp-prompt", "dp-fusion")
+METHODS = ("original", "public", "scrub", "dp-decoding", "dp-prompt", "dp-fusion", "dp-fusion-filter")
+PRIVATE_METHODS = ("dp-decoding", "dp-prompt", "dp-fusion", "dp-fusion-filter")
+FUSION_METHODS = ("dp-fusion", "dp-fusion-filter")
 PAPER_DP_DECODING_LAM = 0.9
 PAPER_DP_PROMPT = (50.0, 1.75)  # clip width w, temperature tau
 PAPER_DP_FUSION_CAPS = (0.01, 0.1)  # alpha * beta
@@ -94,6 +100,7 @@ class Setting:
     alpha: float | None = None
     cap: float | None = None  # DP-Fusion alpha * beta when fixed (paper settings)
     target: float | None = None
+    pace: float = DEFAULT_PACE  # dp-fusion-filter: the per-step cap over the fixed accounting's
 
     @property
     def key(self) -> str:
@@ -137,6 +144,8 @@ def _calibrated(method: str, eps: float, vocab_size: int, tokens: int, delta: fl
 
 
 def _paper(method: str) -> list[Setting]:
+    if method == "dp-fusion-filter":
+        return []  # the paper has no filter
     if method == "dp-decoding":
         return [Setting(method, f"lambda={PAPER_DP_DECODING_LAM:g}", lam=PAPER_DP_DECODING_LAM)]
     if method == "dp-prompt":
@@ -157,7 +166,7 @@ class BoundMethod:
                  max_new_tokens: int, delta: float) -> None:
         self.setting, self.docs = setting, list(docs)
         self.tokens, self.delta, self.vocab_size = max_new_tokens, delta, vocab_size
-        if setting.method == "dp-fusion":
+        if setting.method in FUSION_METHODS:
             self._bind_fusion()
         elif setting.method == "dp-decoding":
             self.mechanism = DPDecoding(lam=setting.lam)
@@ -176,18 +185,21 @@ class BoundMethod:
             return [doc.public]
         if method == "scrub":
             return [doc.scrub]
-        if method == "dp-fusion":
+        if method in FUSION_METHODS:
             return [doc.public, *(doc.groups or (doc.public,))]  # no group: one masked dummy row
         return [doc.original]
 
     # ------------------------------------------------------------------ step
     def step(self, logits: torch.Tensor, docs: torch.Tensor, temperature: float = 1.0) -> MechanismStep:
         method = self.setting.method
-        if method == "dp-fusion":
+        if method in FUSION_METHODS:
             width = logits.shape[-2] - 1
             betas = self.betas[docs.cpu(), :width].to(logits.device)  # (N, m)
             mask = self.group_mask[docs.cpu(), :width].to(logits.device)  # (N, m)
-            return self.fusion.step(logits, betas=betas, group_mask=mask, temperature=temperature, realised_divergence=False)
+            if method == "dp-fusion":
+                return self.fusion.step(logits, betas=betas, group_mask=mask, temperature=temperature,
+                                        realised_divergence=False)
+            return self._filtered(self.filter, logits, docs, betas, mask, temperature)
         if method == "public":
             return self.mechanism.step(logits[..., :1, :], temperature=temperature)
         # The other mechanisms read the private row 1 and ignore row 0; the one row these methods
@@ -197,22 +209,56 @@ class BoundMethod:
             return self.mechanism.step(view)
         return self.mechanism.step(view, temperature=temperature)
 
+    def teacher_forced(self, logits: torch.Tensor, i: int) -> torch.Tensor:
+        """Log-probs ``# (n, V)`` of document i's steps at the n positions of ``logits # (n, R, V)``
+        (the prefixes of one forced text): vectorised over positions, except under the filter,
+        whose budget at each position is what the positions before it left (a fresh filter row)."""
+        docs = torch.full((logits.shape[0],), i, dtype=torch.long)
+        if self.setting.method != "dp-fusion-filter":
+            return self.step(logits, docs).logprobs
+        width = logits.shape[-2] - 1
+        one = docs[:1]
+        betas, mask = self.betas[one, :width], self.group_mask[one, :width]  # (1, m)
+        ledger = RenyiFilter(self.budgets[one, :width].clone())
+        return torch.cat([self._filtered(ledger, logits[t:t + 1], torch.zeros(1, dtype=torch.long), betas, mask, 1.0)
+                          .logprobs for t in range(logits.shape[0])])  # (n, V)
+
+    def _filtered(self, ledger: RenyiFilter, logits: torch.Tensor, rows: torch.Tensor, pace: torch.Tensor,
+                  mask: torch.Tensor, temperature: float) -> MechanismStep:
+        """The filter's step for ``rows`` of ``ledger`` (one per sequence), spent at once."""
+        width = logits.shape[-2] - 1
+        out = self.fusion.step(logits, remaining=ledger.remaining[rows.cpu(), :width].to(logits.device), pace=pace,
+                               group_mask=mask, temperature=temperature)
+        ledger.spend(rows.cpu(), out.charges.cpu())
+        return out
+
     def _bind_fusion(self) -> None:
         s = self.setting
-        self.fusion = DPFusion(alpha=s.alpha)
+        filtered = s.method == "dp-fusion-filter"
+        self.fusion = DPFusionFilter(alpha=s.alpha) if filtered else DPFusion(alpha=s.alpha)
         counts = [len(d.groups) for d in self.docs]
         width = max([1, *counts])
         self.betas = torch.zeros((len(self.docs), width), dtype=torch.float64)  # (N, m_max); float32 could round beta up
+        self.budgets = torch.zeros((len(self.docs), width), dtype=torch.float64)  # (N, m_max): the filter's B
         self.group_mask = torch.zeros((len(self.docs), width), dtype=torch.bool)  # (N, m_max)
         for i, m in enumerate(counts):
             if m:
-                self.betas[i, :m] = self._beta(m)
+                # the filter's pace is a divergence cap: pace * alpha * beta of the fixed accounting
+                self.betas[i, :m] = self._beta(m) * (s.pace * s.alpha if filtered else 1.0)
+                self.budgets[i, :m] = self._budget() if filtered else 0.0
                 self.group_mask[i, :m] = True
+        self.filter = RenyiFilter(self.budgets.clone()) if filtered else None
+
+    def _budget(self) -> float:
+        s = self.setting
+        return dp_fusion_filter_budget(epsilon=s.target, alpha=s.alpha, delta=self.delta)
 
     def _beta(self, groups: int) -> float:
         s = self.setting
         if s.cap is not None:
             return s.cap / s.alpha
+        if s.target == 0:
+            return 0.0
         return dp_fusion_beta(epsilon=s.target, alpha=s.alpha, groups=groups, max_tokens=self.tokens,
                               delta=self.delta)
 
@@ -233,4 +279,7 @@ class BoundMethod:
             m = len(doc.groups)
             return dp_fusion_epsilon(alpha=s.alpha, beta=self._beta(m), groups=m, max_tokens=t,
                                      delta=self.delta) if m else 0.0
+        if s.method == "dp-fusion-filter":
+            return dp_fusion_filter_epsilon(budget=self._budget(), alpha=s.alpha, delta=self.delta) if doc.groups \
+                else 0.0
         return None

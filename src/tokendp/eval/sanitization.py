@@ -134,8 +134,8 @@ def _perplexities(backend: HFBackend, bounds: Sequence[BoundMethod], i: int) -> 
     out = []
     for bound in bounds:
         index = torch.tensor([views.index(r) for r in bound.rows(doc)], device=logits.device)
-        step = bound.step(logits[index].transpose(0, 1), torch.full((n,), i, dtype=torch.long))  # (n, V)
-        out.append((float(-target_logprobs(step.logprobs, target).double().sum()), n))
+        logprobs = bound.teacher_forced(logits[index].transpose(0, 1), i)  # (n, V)
+        out.append((float(-target_logprobs(logprobs, target).double().sum()), n))
     return out
 
 
