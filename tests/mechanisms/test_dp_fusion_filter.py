@@ -18,7 +18,7 @@ from tokendp.mechanisms import DPFusionFilter, RenyiFilter
 from tokendp.mechanisms.dp_fusion_filter import cap_proposal, charge_upper
 from tokendp.mechanisms.mixture import release_allowance
 
-pytestmark = pytest.mark.usefixtures("step_path")  # every test on the CPU path and the accelerator path (tests/host_reads.py)
+pytestmark = pytest.mark.usefixtures("step_path")  # the CPU's path and the accelerator's (tests/host_reads.py)
 
 
 def _budgets(n: int, m: int, gen: torch.Generator) -> torch.Tensor:
@@ -176,7 +176,8 @@ def test_charge_upper_is_never_below_the_exact_rho() -> None:
             with mpmath.workdps(60):
                 a = mpmath.mpf(alpha)
                 for x, g in zip(d.tolist(), got.tolist()):
-                    exact = mpmath.log1p(mpmath.expm1((a - 1) * mpmath.mpf(x)) / m) / (a - 1) if math.isfinite(x) else mpmath.inf
+                    exact = (mpmath.log1p(mpmath.expm1((a - 1) * mpmath.mpf(x)) / m) / (a - 1) if math.isfinite(x)
+                             else mpmath.inf)
                     assert g >= exact * (1 - mpmath.mpf(10) ** -50), (alpha, m, x, g)  # m = 1: rho(d) = d
                     assert g <= x
 
@@ -192,7 +193,8 @@ def test_cap_proposal_leaves_room_for_the_charge() -> None:
             used = charge_upper(cap, groups, alpha)
             assert bool((used <= r).all())
             assert bool((used >= r * (1 - 1e-9)).all())
-    assert float(cap_proposal(torch.tensor([0.0, -1.0], dtype=torch.float64), torch.tensor([2]), 2.0).abs().max()) == 0.0
+    none = cap_proposal(torch.tensor([0.0, -1.0], dtype=torch.float64), torch.tensor([2]), 2.0)
+    assert float(none.abs().max()) == 0.0
 
 
 # ---------------------------------------------------------------------------- the ledgers

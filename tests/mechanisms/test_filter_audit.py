@@ -60,7 +60,8 @@ class Policy:
     def stops(self, after: torch.Tensor, allowance: float) -> torch.Tensor:  # (N,) bool
         return torch.zeros(after.shape[0], dtype=torch.bool)
 
-    def child(self, prefix: tuple[int, ...], token: int, before: torch.Tensor, after: torch.Tensor, public: torch.Tensor):
+    def child(self, prefix: tuple[int, ...], token: int, before: torch.Tensor, after: torch.Tensor,
+              public: torch.Tensor) -> torch.Tensor:
         return after
 
 
@@ -125,7 +126,8 @@ class MixtureCharge(Policy):
         m = logits.shape[1] - 1
         probs = torch.softmax(logits.to(torch.float64), -1)  # (N, 1+m, V)
         pub, priv = probs[:, :1], probs[:, 1:]
-        base_lam = DPFusionFilter(alpha).step(logits, remaining=remaining, pace=pace).diagnostics["lam"].to(torch.float64)
+        base = DPFusionFilter(alpha).step(logits, remaining=remaining, pace=pace)
+        base_lam = base.diagnostics["lam"].to(torch.float64)
         limit = torch.minimum(pace, remaining)  # (N, m)
 
         def charge(lam_i, lams, i):  # the mixture's divergence from the mixture without group i
@@ -297,13 +299,15 @@ def audit_cases() -> list[Case]:
     for seed in range(8):  # random tables, m = 1..3, budgets binding at different steps
         m = 1 + seed % 3
         cases.append(Case(f"random {seed}", random_model(seed, m, tiny_public=seed % 2 == 1),
-                          tuple(0.05 * (1 + seed % 4) * (1 + i) for i in range(m)), tuple([0.04 + 0.02 * (seed % 3)] * m),
+                          tuple(0.05 * (1 + seed % 4) * (1 + i) for i in range(m)),
+                          tuple([0.04 + 0.02 * (seed % 3)] * m),
                           (2.0, 3.5, 8.0)[seed % 3]))
     cases += [
         Case("one group, budget spent at step 1", fixed_model([UNIFORM, PEAKED]), (0.3,), (10.0,), 2.0),
         Case("one group, budget binding at step 3", fixed_model([UNIFORM, PEAKED]), (0.25,), (0.1,), 3.5),
         Case("tiny public probability", fixed_model([TINY_ONE, UNIFORM]), (0.2,), (0.08,), 2.0),
-        Case("three groups, budgets binding at steps 1, 2, 4", fixed_model([UNIFORM, PEAKED, TINY_ONE, [2.0, 0.0, 0.0, 0.0]]),
+        Case("three groups, budgets binding at steps 1, 2, 4",
+             fixed_model([UNIFORM, PEAKED, TINY_ONE, [2.0, 0.0, 0.0, 0.0]]),
              (0.05, 0.12, 0.5), (0.1, 0.1, 0.1), 2.0),
         Case("identical private and public rows", fixed_model([PEAKED, PEAKED, UNIFORM]), (0.1, 0.1), (0.2, 0.2), 2.0),
     ]
@@ -325,7 +329,8 @@ def mutation_cases() -> list[Case]:
         Case("budget binding at step 2", fixed_model([UNIFORM, PEAKED]), (0.2,), (0.1,), 2.0),
         Case("a spendthrift group beside a small budget", fixed_model([UNIFORM, PEAKED, [-4.0, -4.0, 4.0, -4.0]]),
              (0.01, 0.6), (1.0, 0.4), 2.0),
-        Case("two groups, budget binding at step 2", fixed_model([UNIFORM, [0.0, 2.0, 2.0, 0.0], [0.0, 3.0, -3.0, 0.0]]),
+        Case("two groups, budget binding at step 2",
+             fixed_model([UNIFORM, [0.0, 2.0, 2.0, 0.0], [0.0, 3.0, -3.0, 0.0]]),
              (0.02, 0.3), (1.0, 0.2), 8.0),
     ]
     for seed in range(12):
@@ -355,9 +360,11 @@ def test_the_reference_is_the_production_step() -> None:
     charges bit for bit what DPFusionFilter does."""
     for case in audit_cases()[:4] + audit_cases()[-3:]:
         logits = torch.stack([case.model(p) for p in [(), (1,), (2, 3), (3, 3, 1)]])
-        remaining = torch.tensor(case.budgets, dtype=torch.float64).expand(4, -1) * torch.tensor([[1.0], [0.5], [0.01], [0.0]], dtype=torch.float64)
+        share = torch.tensor([[1.0], [0.5], [0.01], [0.0]], dtype=torch.float64)  # ample to spent
+        remaining = torch.tensor(case.budgets, dtype=torch.float64).expand(4, -1) * share
         pace = torch.tensor(case.pace, dtype=torch.float64).expand(4, -1)
-        want, got = Policy().step(logits, remaining, pace, case.alpha), Reference().step(logits, remaining, pace, case.alpha)
+        want = Policy().step(logits, remaining, pace, case.alpha)
+        got = Reference().step(logits, remaining, pace, case.alpha)
         assert torch.equal(want[0], got[0]) and torch.equal(want[1], got[1]), case.name
 
 

@@ -137,12 +137,15 @@ class DPFusionFilter:
         m, vocab = logits.shape[-2] - 1, logits.shape[-1]
         for name, value in (("remaining", remaining), ("pace", pace)):
             if not isinstance(value, Tensor) or value.shape[-1:] != (m,):
-                raise InvalidInputError(f"{name} must be a tensor (..., m) with m = {m} groups (rows after the public one)")
+                raise InvalidInputError(
+                    f"{name} must be a tensor (..., m) with m = {m} groups (rows after the public one)")
         device = logits.device
-        mask = torch.ones(remaining.shape, dtype=torch.bool, device=device) if group_mask is None else group_mask.to(torch.bool)
+        mask = (torch.ones(remaining.shape, dtype=torch.bool, device=device) if group_mask is None
+                else group_mask.to(torch.bool))  # (..., m)
         remaining = remaining.to(device=device, dtype=torch.float64)  # (..., m)
         pace = pace.to(device=device, dtype=torch.float64)  # (..., m)
-        valid = (torch.isfinite(remaining) & (remaining >= 0) & torch.isfinite(pace) & (pace >= 0)) | ~mask
+        pace_ok = torch.isfinite(pace) & (pace >= 0)  # (..., m): public
+        valid = (torch.isfinite(remaining) & (remaining >= 0) & pace_ok) | ~mask
         if _device.reads_are_free(valid) and not bool(valid.all()):
             raise InvalidParameterError("remaining budgets and pacing caps must be finite and >= 0; "
                                         "build them with RenyiFilter and a non-negative pace")
@@ -151,8 +154,9 @@ class DPFusionFilter:
         same = (logits[..., 1:, :] == logits[..., :1, :]).all(-1)  # (..., m): the neighbour's row i
         cap = torch.minimum(pace, cap_proposal(remaining - allowance, groups, self.alpha))
         cap = torch.where(mask & valid & ~same, cap, 0.0)  # (..., m)
-        public = torch.where(mask & valid, pace, 0.0)  # (..., m): decides a float32 search
-        search = search_rows(logits, alpha=self.alpha, caps=cap, mask=mask, temperature=temperature, public_caps=public)
+        public = torch.where(mask & pace_ok, pace, 0.0)  # (..., m): decides a float32 search, never the ledgers
+        search = search_rows(logits, alpha=self.alpha, caps=cap, mask=mask, temperature=temperature,
+                             public_caps=public)
         lam = torch.where(search.mask, search.found.lam, 0.0).to(torch.float64)  # (..., w)
         charge = charge_upper(search.found.divergence, groups, self.alpha) + allowance
         charge = torch.nextafter(charge, torch.full_like(charge, math.inf))  # (..., w): >= rho(d) + A
