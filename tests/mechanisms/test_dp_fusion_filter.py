@@ -82,10 +82,14 @@ def test_each_group_depends_on_its_own_row_and_ledger_only(alpha) -> None:
     break it)."""
     gen = torch.Generator().manual_seed(11)
     n, m, vocab = 24, 3, 300
-    logits = logits_batch(n, 1 + m, vocab, gen)
-    remaining = _budgets(n, m, gen)
-    pace = torch.full((n, m), 0.2, dtype=torch.float64)
-    mech = DPFusionFilter(alpha=alpha)
+    adversarial = logits_batch(n, 1 + m, vocab, gen)  # zero public probabilities: a float64 search
+    moderate = (torch.randn(n, 1 + m, vocab, generator=gen) * 2.0).float()  # where the CPU searches in float32
+    for logits in (adversarial, moderate):
+        _check_separable(DPFusionFilter(alpha=alpha), logits, _budgets(n, m, gen) + 0.5, m)
+
+
+def _check_separable(mech: DPFusionFilter, logits: torch.Tensor, remaining: torch.Tensor, m: int) -> None:
+    pace = torch.full(remaining.shape, 0.2, dtype=torch.float64)
     base = mech.step(logits, remaining=remaining, pace=pace)
     for i in range(m):
         for change in ("blank", "spent", "ample", "tiny"):
