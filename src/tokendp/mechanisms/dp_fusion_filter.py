@@ -5,8 +5,9 @@ Claim (docs/privacy.md, "DP-Fusion with a per-group Rényi filter").
   Adjacency: DP-Fusion's (documents that differ only in group i's span tokens; the neighbour
   holds placeholders there, so its row i is the public row). Unit: the privacy group.
   Per step, for each group i with remaining budget R_i and public pacing cap pace_i:
-      c_i = min(pace_i, rho^-1(R_i - A)), 0 when row i equals the public row;
-      lam_i = mollify(p_i, p_pub, c_i), d_i its rigorous symmetric-divergence bound at lam_i;
+      c_i = min(pace_i, rho^-1(R_i - A));
+      lam_i = mollify(p_i, p_pub, c_i) (0 when row i equals the public row), d_i its rigorous
+      symmetric-divergence bound at lam_i;
       charge chi_i = rho(d_i) + A rounded up if lam_i > 0, else 0 (lam_i = 0 and chi_i = 0 if
       chi_i would exceed R_i);
       release (1/m) sum over ALL m groups of lam_j p_j + (1 - lam_j) p_pub;
@@ -151,13 +152,13 @@ class DPFusionFilter:
                                         "build them with RenyiFilter and a non-negative pace")
         allowance = release_allowance(self.alpha, groups=m, vocab=vocab)
         groups = mask.sum(-1, keepdim=True).clamp_min(1)  # (..., 1): m of each document
-        same = (logits[..., 1:, :] == logits[..., :1, :]).all(-1)  # (..., m): the neighbour's row i
         cap = torch.minimum(pace, cap_proposal(remaining - allowance, groups, self.alpha))
-        cap = torch.where(mask & valid & ~same, cap, 0.0)  # (..., m)
+        cap = torch.where(mask & valid, cap, 0.0)  # (..., m)
         public = torch.where(mask & pace_ok, pace, 0.0)  # (..., m): decides a float32 search, never the ledgers
         search = search_rows(logits, alpha=self.alpha, caps=cap, mask=mask, temperature=temperature,
                              public_caps=public)
-        lam = torch.where(search.mask, search.found.lam, 0.0).to(torch.float64)  # (..., w)
+        # A row equal to the public row (the neighbour's row i) mixes nothing: lam = 0, as when spent.
+        lam = torch.where(search.mask & ~search.same, search.found.lam, 0.0).to(torch.float64)  # (..., w)
         charge = charge_upper(search.found.divergence, groups, self.alpha) + allowance
         charge = torch.nextafter(charge, torch.full_like(charge, math.inf))  # (..., w): >= rho(d) + A
         lam = torch.where(charge <= search.gather(remaining), lam, 0.0)  # step 3: never past R
