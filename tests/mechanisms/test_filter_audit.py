@@ -69,8 +69,10 @@ class Reference(Policy):
     """The production step re-implemented from its parts, with switches for the variants; with
     the defaults it releases and charges exactly what DPFusionFilter does (checked below)."""
 
-    def __init__(self, *, direction: str = "both", charge_groups: int = 0, budget_caps: bool = True) -> None:
+    def __init__(self, *, direction: str = "both", charge_groups: int = 0, budget_caps: bool = True,
+                 charge_at_cap: bool = False) -> None:
         self.direction, self.charge_groups, self.budget_caps = direction, charge_groups, budget_caps
+        self.charge_at_cap = charge_at_cap
 
     def step(self, logits, remaining, pace, alpha):
         n, rows, vocab = logits.shape
@@ -87,7 +89,7 @@ class Reference(Policy):
         else:  # ratios from a search with positive caps; lam by bisection on one direction only
             search = search_rows(logits, alpha=alpha, caps=torch.where(cap > 0, 1.0, 0.0), mask=mask, temperature=1.0)
             lam, div = _one_direction(logits, cap, alpha, forward=self.direction == "forward")
-        charge = charge_upper(div, groups, alpha) + allowance
+        charge = charge_upper(cap if self.charge_at_cap else div, groups, alpha) + allowance
         charge = torch.nextafter(charge, torch.full_like(charge, math.inf))
         if not self.budget_caps:
             charge = torch.minimum(charge, remaining)  # the ledger is kept "in budget"
@@ -366,6 +368,13 @@ def test_the_reference_is_the_production_step() -> None:
         want = Policy().step(logits, remaining, pace, case.alpha)
         got = Reference().step(logits, remaining, pace, case.alpha)
         assert torch.equal(want[0], got[0]) and torch.equal(want[1], got[1]), case.name
+
+
+def test_charging_at_the_cap_is_sound_only_wasteful() -> None:
+    """Charging rho(cap) instead of rho(d) at the lam chosen over-charges (d <= cap): the audit
+    passes, with budget left unused."""
+    for case in audit_cases()[:3] + mutation_cases()[:4]:
+        assert max(audit(case, Reference(charge_at_cap=True))) <= 1.0, case.name
 
 
 # ---------------------------------------------------------------------------- the mutations
