@@ -266,7 +266,8 @@ def _prepare(logp_priv: Tensor, logp_pub: Tensor, alpha: float, cap: Tensor) -> 
                     normalisation_bound(logp_pub.shape[-1]), rel, forced_zero, None, scratch)
 
 
-def _with_search_data(prob: _Problem, logp_priv: Tensor, logp_pub: Tensor, public_cap: Tensor | None = None) -> _Problem:
+def _with_search_data(prob: _Problem, logp_priv: Tensor, logp_pub: Tensor,
+                      public_cap: Tensor | None = None) -> _Problem:
     """At orders other than 2, ``prob`` with the search's extras: the moments A and B and the
     skew (first guesses), and the float32 copies and lower level when a float32 search may run
     (decided from ``public_cap``, default the caps, :func:`_float32_search`). The level never goes below half a
@@ -281,7 +282,7 @@ def _with_search_data(prob: _Problem, logp_priv: Tensor, logp_pub: Tensor, publi
     if _float32_search(logp_priv, logp_pub, prob.alpha, prob.cap if public_cap is None else public_cap):
         r32 = r.to(torch.float32)
         float32 = _Float32Copies(r32 + 1.0, r32, prob.q.to(torch.float32))
-        level = level * (1.0 - _AIM32 - _float32_margin(prob.alpha, prob.cap)).clamp_min(0.5)
+        level = level * (1.0 - _AIM32 - _float32_margin(prob.alpha, prob.cap)).clamp_min(0.5)  # (..., m)
     return replace(prob, level=level, moments=moments, skew=skew, float32=float32)
 
 

@@ -32,7 +32,8 @@ def _cases(n: int, seed: int):
     for i in range(n):
         d = float(10.0 ** rng.uniform(-300, 3)) if i % 3 else float(10.0 ** rng.uniform(-6, 1))
         m = int(rng.choice([1, 2, 3, 6, 8, 64, 1000]))
-        alpha = float(rng.choice([1.0001, 1.25, 1.5, 2.0, 3.5, 10.0, 64.0, 1024.0])) if i % 2 else float(1 + 10.0 ** rng.uniform(-3, 2))
+        grid = [1.0001, 1.25, 1.5, 2.0, 3.5, 10.0, 64.0, 1024.0]
+        alpha = float(rng.choice(grid)) if i % 2 else float(1 + 10.0 ** rng.uniform(-3, 2))
         yield d, m, alpha
 
 

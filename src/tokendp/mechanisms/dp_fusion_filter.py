@@ -5,8 +5,9 @@ Claim (docs/privacy.md, "DP-Fusion with a per-group Rényi filter").
   Adjacency: DP-Fusion's (documents that differ only in group i's span tokens; the neighbour
   holds placeholders there, so its row i is the public row). Unit: the privacy group.
   Per step, for each group i with remaining budget R_i and public pacing cap pace_i:
-      c_i = min(pace_i, rho^-1(R_i - A)), 0 when row i equals the public row;
-      lam_i = mollify(p_i, p_pub, c_i), d_i its rigorous symmetric-divergence bound at lam_i;
+      c_i = min(pace_i, rho^-1(R_i - A));
+      lam_i = mollify(p_i, p_pub, c_i) (0 when row i equals the public row), d_i its rigorous
+      symmetric-divergence bound at lam_i;
       charge chi_i = rho(d_i) + A rounded up if lam_i > 0, else 0 (lam_i = 0 and chi_i = 0 if
       chi_i would exceed R_i);
       release (1/m) sum over ALL m groups of lam_j p_j + (1 - lam_j) p_pub;
@@ -137,23 +138,27 @@ class DPFusionFilter:
         m, vocab = logits.shape[-2] - 1, logits.shape[-1]
         for name, value in (("remaining", remaining), ("pace", pace)):
             if not isinstance(value, Tensor) or value.shape[-1:] != (m,):
-                raise InvalidInputError(f"{name} must be a tensor (..., m) with m = {m} groups (rows after the public one)")
+                raise InvalidInputError(
+                    f"{name} must be a tensor (..., m) with m = {m} groups (rows after the public one)")
         device = logits.device
-        mask = torch.ones(remaining.shape, dtype=torch.bool, device=device) if group_mask is None else group_mask.to(torch.bool)
+        mask = (torch.ones(remaining.shape, dtype=torch.bool, device=device) if group_mask is None
+                else group_mask.to(torch.bool))  # (..., m)
         remaining = remaining.to(device=device, dtype=torch.float64)  # (..., m)
         pace = pace.to(device=device, dtype=torch.float64)  # (..., m)
-        valid = (torch.isfinite(remaining) & (remaining >= 0) & torch.isfinite(pace) & (pace >= 0)) | ~mask
+        pace_ok = torch.isfinite(pace) & (pace >= 0)  # (..., m): public
+        valid = (torch.isfinite(remaining) & (remaining >= 0) & pace_ok) | ~mask
         if _device.reads_are_free(valid) and not bool(valid.all()):
             raise InvalidParameterError("remaining budgets and pacing caps must be finite and >= 0; "
                                         "build them with RenyiFilter and a non-negative pace")
         allowance = release_allowance(self.alpha, groups=m, vocab=vocab)
         groups = mask.sum(-1, keepdim=True).clamp_min(1)  # (..., 1): m of each document
-        same = (logits[..., 1:, :] == logits[..., :1, :]).all(-1)  # (..., m): the neighbour's row i
         cap = torch.minimum(pace, cap_proposal(remaining - allowance, groups, self.alpha))
-        cap = torch.where(mask & valid & ~same, cap, 0.0)  # (..., m)
-        public = torch.where(mask & valid, pace, 0.0)  # (..., m): decides a float32 search
-        search = search_rows(logits, alpha=self.alpha, caps=cap, mask=mask, temperature=temperature, public_caps=public)
-        lam = torch.where(search.mask, search.found.lam, 0.0).to(torch.float64)  # (..., w)
+        cap = torch.where(mask & valid, cap, 0.0)  # (..., m)
+        public = torch.where(mask & pace_ok, pace, 0.0)  # (..., m): decides a float32 search, never the ledgers
+        search = search_rows(logits, alpha=self.alpha, caps=cap, mask=mask, temperature=temperature,
+                             public_caps=public)
+        # A row equal to the public row (the neighbour's row i) mixes nothing: lam = 0, as when spent.
+        lam = torch.where(search.mask & ~search.same, search.found.lam, 0.0).to(torch.float64)  # (..., w)
         charge = charge_upper(search.found.divergence, groups, self.alpha) + allowance
         charge = torch.nextafter(charge, torch.full_like(charge, math.inf))  # (..., w): >= rho(d) + A
         lam = torch.where(charge <= search.gather(remaining), lam, 0.0)  # step 3: never past R

@@ -62,6 +62,7 @@ class RowSearch:
     found: Mollification  # lam, divergence, norm (..., w); ratios (..., w, V); log_q (..., V)
     rows: Tensor  # (..., w) int64: which of the m rows each searched row is
     mask: Tensor  # (..., w) bool: a row averaged (False: a stand-in that the compaction added)
+    same: Tensor  # (..., w) bool: the row's logits equal the public row's (its ratios are exactly 1)
     count: Tensor  # (..., 1) int64: k, the number of rows averaged
     groups: int  # m
 
@@ -112,7 +113,7 @@ def search_rows(
     sub_priv = priv.gather(-2, rows.unsqueeze(-1).expand(*rows.shape, priv.shape[-1]))  # (..., w, V)
     sub_public = None if public_caps is None else public_caps.gather(-1, rows)
     found = mollify_checked(sub_priv, pub, alpha=alpha, cap=caps.gather(-1, rows), public_cap=sub_public)
-    return RowSearch(found, rows, mask.gather(-1, rows), count, m)
+    return RowSearch(found, rows, mask.gather(-1, rows), same.squeeze(-1).gather(-1, rows), count, m)
 
 
 def average_rows(search: RowSearch, lam: Tensor) -> Tensor:
