@@ -92,8 +92,8 @@ def model_dir(options: str = "") -> Path:
 class CopyLM(torch.nn.Module):
     """A "perfect copier" causal LM for leakage tests.
 
-    For a row ``[... <|doc|> d_1 .. d_n <|rewrite|> g_1 .. g_k]`` its next token is d_{k+1}
-    (EOS after d_n) with probability ~1: it rewrites whatever document its row shows, so a
+    For a row ``[... <|doc|> d_1 .. d_n <|rewrite|> g_1 .. g_k]`` (its last such exchange) its
+    next token is d_{k+1} (EOS after d_n) with probability ~1: it rewrites whatever document its row shows, so a
     private token can reach the output only through a row that shows it. Its "KV cache" is
     the token ids themselves (stored as layer-0 keys), so batching, padding, prefix sharing
     and cache selection all go through the real DynamicCache code paths.
@@ -125,7 +125,9 @@ class CopyLM(torch.nn.Module):
                 real = ids[b, :end][attention_mask[b, :end].bool()].tolist()
                 if self.rewrite not in real:  # a prefill pass over a shared prefix: logits unused
                     continue
-                start, stop = real.index(self.doc) + 1, real.index(self.rewrite)
+                # the last exchange: a passage read after an earlier one and its rewrite copies itself
+                start = len(real) - real[::-1].index(self.doc)
+                stop = len(real) - 1 - real[::-1].index(self.rewrite)
                 k = start + len(real) - stop - 1
                 logits[b, q, real[k] if k < stop else self.eos] = 20.0
         from types import SimpleNamespace

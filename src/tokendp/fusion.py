@@ -45,7 +45,8 @@ from tokendp.generation import (Generated, Pending, generate, generate_continuou
 from tokendp.logits_processors import PublicLogitsProcessor
 from tokendp.params import DEFAULT_PACE, Accounting, Budget, per_group
 from tokendp.mechanisms import DPFusion, DPFusionFilter, FilterStep, MechanismStep, RenyiFilter
-from tokendp.text.contexts import DocumentContexts, Placeholders
+from tokendp.long_documents import LongDocument, run_passages
+from tokendp.text.contexts import DocumentContexts, HistoryTemplate, Placeholders
 from tokendp.text.layout import clean
 from tokendp.text.spans import Span
 
@@ -188,6 +189,7 @@ class PreparedDocument:
     betas: tuple[float, ...] | None  # None: original or public, which run no mechanism
     groups: tuple[GroupReport, ...]  # the certificate, one entry per group of ``context``
     budgets: tuple[float, ...] | None = None  # the filter's B_i per group (None: the fixed accounting)
+    long: LongDocument | None = None  # its passages, when it is rewritten passage by passage
     private_labels: tuple[str, ...] | None = None  # sanitize's chosen labels (None: every label not kept)
     kept_labels: Mapping[str, int] = dataclasses.field(default_factory=dict)  # label -> spans kept as plain text
     spans_source: str = "given"  # "given", or the tagger that found the spans
@@ -299,6 +301,7 @@ class PreparedFusion:
     decoding: Decoding
     placeholder: int | Placeholders  # the token(s) that hide a private token (never guessed by the drafter)
     accounting: Accounting = "fixed"
+    history: HistoryTemplate | None = None  # the prompt of a long document's later passages
 
     def settings(self) -> tuple:
         """Everything but the documents: equal settings may share a batch."""
@@ -317,12 +320,18 @@ def run_fusion(prepared: PreparedFusion, *, seed: int | Sequence[int] | None = N
                on_token: Callable[[int, int], None] | None = None) -> tuple[FusionJob, list[Generated]]:
     """Decode the prepared documents; the job (its ledgers and diagnostics) and the outputs."""
     backend, d, n = prepared.backend, prepared.decoding, len(prepared.documents)
+    decode = dict(temperature=d.temperature, eos_ids=backend.eos_token_ids,
+                  stop_strings=[*backend.options.get("stop", []), *d.stop], logits_processor=d.processor(),
+                  drafter=drafter(d.speculative, d.draft_tokens, n, prepared.placeholder))
+    if any(doc.long is not None for doc in prepared.documents):  # documents of any length: in passages
+        assert prepared.history is not None
+        return run_passages(lambda docs: FusionJob(prepared.method, prepared.delta, docs,
+                                                   accounting=prepared.accounting),
+                            prepared.documents, backend=backend, history=prepared.history,
+                            placeholder=prepared.placeholder, seed=seed, decode=decode, on_token=on_token)
     job = FusionJob(prepared.method, prepared.delta, prepared.documents, accounting=prepared.accounting)
     outputs = generate(backend, job.sequences(), job.step, max_new_tokens=[doc.max_new_tokens for doc in job.documents],
-                       temperature=d.temperature, generator=make_generators(seed, n), eos_ids=backend.eos_token_ids,
-                       stop_strings=[*backend.options.get("stop", []), *d.stop], charge=job.charge, on_token=on_token,
-                       logits_processor=d.processor(),
-                       drafter=drafter(d.speculative, d.draft_tokens, n, prepared.placeholder))
+                       generator=make_generators(seed, n), charge=job.charge, on_token=on_token, **decode)
     return job, outputs
 
 
@@ -383,7 +392,9 @@ def run_fusion_stream(chunks: Iterable[Chunk], *, slots: int, bucket: int = 64,
     certificate when it takes a slot, charged once per released token before it is sampled,
     exactly as in :func:`run_fusion`, and its own stream ``make_generator(seed)``, so with a seed
     its output does not depend on its slot or its batchmates (up to float32 rounding,
-    docs/design.md "Determinism"). No speculative decoding (one position per pass).
+    docs/design.md "Determinism"). No speculative decoding (one position per pass). A document
+    long enough for passages (:mod:`tokendp.long_documents`) is decoded alone, passage by passage,
+    when its turn to join comes, and yielded with the next finished document.
     """
     chunks = iter(chunks)
     first = next(chunks, None)
@@ -394,6 +405,7 @@ def run_fusion_stream(chunks: Iterable[Chunk], *, slots: int, bucket: int = 64,
     seated: dict[int, int] = {}  # pending index -> slot
     documents: dict[int, tuple[Any, PreparedFusion, PreparedDocument]] = {}  # pending index -> ..., until done
     counter = itertools.count()
+    alone: list[Finished] = []  # long documents, decoded in passages, waiting to be yielded
 
     def pending() -> Iterator[Pending]:
         for chunk in itertools.chain([first], chunks):
@@ -403,6 +415,13 @@ def run_fusion_stream(chunks: Iterable[Chunk], *, slots: int, bucket: int = 64,
                 raise ValueError("a chunk needs one key and one seed per document")
             docs = chunk.prepared.documents
             for i in length_order(p.method, docs, bucket):
+                if docs[i].long is not None:
+                    one = dataclasses.replace(chunk.prepared, documents=(docs[i],))
+                    passages, (out,) = run_fusion(one, seed=[chunk.seeds[i]], on_token=None if on_token is None else
+                                                  (lambda _, tok, key=chunk.keys[i]: on_token(key, tok)))
+                    alone.append(Finished(chunk.keys[i], chunk.prepared, docs[i], out,
+                                          passages.diagnostics(0, out.diagnostics)))
+                    continue
                 n = next(counter)
                 documents[n] = (chunk.keys[i], chunk.prepared, docs[i])
                 yield Pending(document_rows(p.method, docs[i].context), docs[i].max_new_tokens,
@@ -420,6 +439,10 @@ def run_fusion_stream(chunks: Iterable[Chunk], *, slots: int, bucket: int = 64,
                                       charge=job.charge, on_token=stream, logits_processor=d.processor()):
         key, prepared, doc = documents.pop(n)
         yield Finished(key, prepared, doc, out, job.diagnostics(seated.pop(n), out.diagnostics))
+        while alone:
+            yield alone.pop(0)
+    while alone:
+        yield alone.pop(0)
 
 
 def check_fits_untagged(backend: HFBackend, text: str, around: int = 0) -> None:

@@ -16,6 +16,9 @@ ACCOUNTINGS = ("fixed", "filter")
 #: The filter accounting's per-step cap, as a multiple of the fixed accounting's per-token cap
 #: for the same (epsilon, m, T) (docs/sanitize.md, "Accounting: fixed or filter").
 DEFAULT_PACE = 4.0
+#: The most document tokens one passage holds: longer documents are rewritten passage by passage
+#: (docs/sanitize.md, "Long documents"); the rewriter was trained on passages of up to about 300.
+DEFAULT_PASSAGE_TOKENS = 320
 Budget = float | Mapping[str, float] | None
 MAX_ALPHA = 1024.0  # above this, alpha * beta and (alpha - 1) * divergence leave float64's useful range
 MIN_TEMPERATURE = 1e-3  # below this, float32 logits / temperature overflow to inf and nothing can be sampled

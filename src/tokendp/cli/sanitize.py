@@ -113,6 +113,11 @@ def format_report(report: dict[str, Any]) -> str:
 @click.option("--pace", type=click.FloatRange(min=1), default=4.0, show_default=True,
               help="With --accounting filter: the most one token may spend, as a multiple of the fixed "
                    "accounting's per-token cap (public).")
+@click.option("--passage-tokens", type=click.IntRange(min=16), default=320, show_default=True,
+              help="A document of more tokens is rewritten passage by passage (cut at line breaks outside the spans, "
+                   "each passage reading the previous one and its rewrite), with one certificate for the whole "
+                   "document (docs/sanitize.md, \"Long documents\").")
+@click.option("--no-passages", is_flag=True, help="Rewrite every document in one passage, which must fit the model.")
 @click.option("--delta", type=float, default=1e-5, show_default=True,
               help="Delta of the (epsilon, delta) guarantee, in (0, 1); keep it below 1/(number of people).")
 @click.option("--groups", type=click.Choice(["by-label", "single"]), default="by-label", show_default=True,
@@ -145,7 +150,7 @@ def format_report(report: dict[str, Any]) -> str:
 def sanitize(input_path: str, spans_path: str | None, tagger: str, labels: str | None, keep: str | None,
              model: str | None,
              alpha: float | None, beta: float | None, epsilon: float | None, accounting: str, pace: float,
-             delta: float, groups: str,
+             passage_tokens: int, no_passages: bool, delta: float, groups: str,
              max_new_tokens: int | None, temperature: float, seed: int | None,
              no_repeat_ngram_size: int, repetition_penalty: float, speculative: bool | None, draft_tokens: int, method: str,
              concurrency: int, batching: str, device: str | None, dtype: str | None, engine: str, address: str | None, workers: int | None,
@@ -162,7 +167,8 @@ def sanitize(input_path: str, spans_path: str | None, tagger: str, labels: str |
     One of --epsilon or --beta is required (with --method dp-fusion).
     """
     params = dict(tagger=tagger, labels=labels, keep=keep, model=model, method=method, alpha=alpha, beta=beta,
-                  epsilon=epsilon, accounting=accounting, pace=pace, delta=delta, groups=groups,
+                  epsilon=epsilon, accounting=accounting, pace=pace,
+                  passage_tokens=None if no_passages else passage_tokens, delta=delta, groups=groups,
                   max_new_tokens=max_new_tokens, temperature=temperature,
                   seed=seed, no_repeat_ngram_size=no_repeat_ngram_size, repetition_penalty=repetition_penalty,
                   speculative=speculative, draft_tokens=draft_tokens, diagnostics=diagnostics)

@@ -53,6 +53,7 @@ PAPER_DP_PROMPT = (50.0, 1.75)  # clip width w, temperature tau
 PAPER_DP_FUSION_CAPS = (0.01, 0.1)  # alpha * beta
 PAPER_DP_FUSION_ALPHA = 2.0
 DP_PROMPT_WIDTH = PAPER_DP_PROMPT[0]
+POSITIONS = 32  # teacher-forced positions per mechanism call
 
 
 @dataclass(frozen=True)
@@ -211,11 +212,13 @@ class BoundMethod:
 
     def teacher_forced(self, logits: torch.Tensor, i: int) -> torch.Tensor:
         """Log-probs ``# (n, V)`` of document i's steps at the n positions of ``logits # (n, R, V)``
-        (the prefixes of one forced text): vectorised over positions, except under the filter,
+        (the prefixes of one forced text): vectorised over positions, :data:`POSITIONS` at a time
+        (the float64 search holds several (positions, R, V) tensors), except under the filter,
         whose budget at each position is what the positions before it left (a fresh filter row)."""
         docs = torch.full((logits.shape[0],), i, dtype=torch.long)
         if self.setting.method != "dp-fusion-filter":
-            return self.step(logits, docs).logprobs
+            return torch.cat([self.step(logits[t:t + POSITIONS], docs[t:t + POSITIONS]).logprobs
+                              for t in range(0, logits.shape[0], POSITIONS)])
         width = logits.shape[-2] - 1
         one = docs[:1]
         betas, mask = self.betas[one, :width], self.group_mask[one, :width]  # (1, m)

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from tokendp.errors import InvalidParameterError
-from tokendp.params import (DEFAULT_PACE, Accounting, Budget, Method, check_accounting, check_params, check_tokens,
+from tokendp.params import (DEFAULT_PACE, DEFAULT_PASSAGE_TOKENS, Accounting, Budget, Method, check_accounting, check_params, check_tokens,
                             is_number)
 from tokendp.text.contexts import GroupSpec
 from tokendp.text.taggers.labels import LabelChoice
@@ -50,6 +50,7 @@ class SanitizeConfig:
     on_overlap: Literal["merge", "error"] = "merge"
     accounting: Accounting = "fixed"
     pace: float = DEFAULT_PACE
+    passage_tokens: int | None = DEFAULT_PASSAGE_TOKENS
 
     def __post_init__(self) -> None:
         check_params(self.method, self.alpha, self.delta, self.temperature, self.beta, self.epsilon)
@@ -70,6 +71,11 @@ class SanitizeConfig:
             raise InvalidParameterError(f"repetition_penalty must be a number > 0 (1: off), got "
                                         f"{self.repetition_penalty!r}")
         check_tokens("draft_tokens", self.draft_tokens)
+        if self.passage_tokens is not None:
+            check_tokens("passage_tokens", self.passage_tokens)
+            if self.passage_tokens < 16:
+                raise InvalidParameterError(f"passage_tokens must be at least 16 (or None: one passage), got "
+                                            f"{self.passage_tokens}")
         object.__setattr__(self, "stop", tuple(self.stop))
         self.label_choice  # noqa: B018 (checks labels and keep now)
 

@@ -33,8 +33,10 @@ from tokendp.fusion import (Chunk, Decoding, FusionReport, PreparedDocument, Pre
 from tokendp.fusion import choose_alpha  # noqa: F401 (re-exported: tokendp.jobs.sanitize.choose_alpha)
 from tokendp.generation import Generated
 from tokendp.jobs.config import SanitizeConfig
-from tokendp.params import DEFAULT_PACE, Accounting, Budget, Method
-from tokendp.text.contexts import DocumentContexts, GroupSpec, build_contexts, placeholders, prompt_template
+from tokendp.params import DEFAULT_PACE, DEFAULT_PASSAGE_TOKENS, Accounting, Budget, Method
+from tokendp.long_documents import plan_passages
+from tokendp.text.contexts import (DocumentContexts, GroupSpec, build_contexts, history_template, placeholders,
+                                   prompt_template)
 from tokendp.text.spans import Span
 from tokendp.text.layout import BOM
 from tokendp.text.taggers.registry import tagger_name
@@ -49,12 +51,14 @@ class SanitizeReport(FusionReport):
     text (``keep=``), with no guarantee. ``spans_source``: ``"given"`` or the tagger that found
     the spans (name and version). ``incomplete``: the rewrite may not cover the whole document,
     because it was cut at T or ended at under half the document's length in tokens; both are
-    public (the release's own length and the document's layout)."""
+    public (the release's own length and the document's layout). ``passages``: how many passages
+    the document was rewritten in (docs/sanitize.md, "Long documents")."""
 
     private_labels: tuple[str, ...] | None = None
     kept_labels: dict[str, int] = dataclasses.field(default_factory=dict)
     spans_source: str = "given"
     incomplete: bool = False
+    passages: int = 1
 
 
 @dataclass(frozen=True)
@@ -109,7 +113,7 @@ def sanitize(
     no_repeat_ngram_size: int = 0, repetition_penalty: float = 1.0,
     speculative: bool | None = None, draft_tokens: int = 8, diagnostics: bool = False,
     labels: Sequence[str] | str | None = None, keep: Sequence[str] | str | None = None,
-    accounting: Accounting = "fixed", pace: float = DEFAULT_PACE,
+    accounting: Accounting = "fixed", pace: float = DEFAULT_PACE, passage_tokens: int | None = DEFAULT_PASSAGE_TOKENS,
 ) -> SanitizeResult:
     """Rewrite one document (``tokendp.sanitize``): ``text`` with its ``spans`` (or None to run
     ``tagger``). Every other parameter is as for :func:`sanitize_batch` (``on_token`` gets
@@ -132,7 +136,7 @@ def sanitize_batch(
     no_repeat_ngram_size: int = 0, repetition_penalty: float = 1.0,
     speculative: bool | None = None, draft_tokens: int = 8, diagnostics: bool = False,
     labels: str | Sequence[str] | None = None, keep: str | Sequence[str] | None = None,
-    accounting: Accounting = "fixed", pace: float = DEFAULT_PACE,
+    accounting: Accounting = "fixed", pace: float = DEFAULT_PACE, passage_tokens: int | None = DEFAULT_PASSAGE_TOKENS,
 ) -> list[SanitizeResult]:
     """Rewrite many documents in one batch (one forward pass per generated token for all, or
     fewer with ``speculative``): :func:`prepare_sanitize`, then :func:`run_sanitize`. The job's
@@ -197,6 +201,10 @@ def sanitize_batch(
             ``epsilon``.
         pace: under the filter, the most one token may spend, as a multiple (>= 1) of the fixed
             accounting's per-token cap for the same epsilon, groups and T (public).
+        passage_tokens: a document of more tokens is rewritten passage by passage, cut at line
+            breaks outside the spans, each passage reading the previous one and its rewrite; one
+            certificate covers the whole document (docs/sanitize.md, "Long documents"). None:
+            one passage, which must fit the model's context.
         on_token: streaming callback ``(document index, token id)``.
         no_repeat_ngram_size, repetition_penalty: public decoding constraints (0 and 1: off),
             computed from the released tokens only and applied alike to every row before the
@@ -259,27 +267,49 @@ def prepare_sanitize(
     ph = placeholders(tok, options=opts, placeholder=config.placeholder)
     if tagging:
         for i, text in enumerate(texts):
-            if read[i] is None:  # a document that cannot fit is refused before the tagger reads it
-                check_fits_untagged(backend, text, len(tpl.before) + len(tpl.after))
+            if read[i] is None:  # a document too long for the job is refused before the tagger reads it
+                if config.passage_tokens is None:
+                    check_fits_untagged(backend, text, len(tpl.before) + len(tpl.after))
+                elif max_new_tokens_limit is not None and config.max_new_tokens is None:
+                    _check_default_tokens(backend, text, max_new_tokens_limit)
                 read[i] = spans_of(text, None, tagger)
         choice.check([s.label for _, found in read for s in found], whole_input=whole_input)
-    contexts, kept = [], []
+    history = history_template(tok, options=opts, instruction=config.instruction, template=config.template)
+    contexts, kept, longs = [], [], []
     for body, found in read:
         body, found = trim_end(body, found)
         kept.append(choice.kept(s.label for s in found))
-        contexts.append(build_contexts(body, [s for s in found if choice.is_private(s.label)], tok, template=tpl,
-                                       placeholder=ph, groups=config.groups, on_overlap=config.on_overlap))
-    limits = [_default_tokens(backend, c, config.max_new_tokens, max_new_tokens_limit) for c in contexts]
+        private = [s for s in found if choice.is_private(s.label)]
+        ctx = build_contexts(body, private, tok, template=tpl, placeholder=ph, groups=config.groups,
+                             on_overlap=config.on_overlap)
+        contexts.append(ctx)
+        longs.append(plan_passages(body, private, ctx, tok, history, passage_tokens=config.passage_tokens,
+                                   max_new_tokens=config.max_new_tokens, max_context=backend.max_context,
+                                   groups=config.groups, on_overlap=config.on_overlap))
+    limits = [sum(long.tokens) if long else _default_tokens(backend, c, config.max_new_tokens, max_new_tokens_limit)
+              for c, long in zip(contexts, longs)]
+    if max_new_tokens_limit is not None and max(limits) > max_new_tokens_limit:
+        raise InvalidParameterError(f"a document needs T = {max(limits)} tokens over its passages, above the limit "
+                                    f"of {max_new_tokens_limit}; shorten it or ask for fewer tokens")
     documents = prepare_documents(config.method, config.alpha, config.delta, contexts, limits, beta=config.beta,
                                   epsilon=config.epsilon, accounting=config.accounting, pace=config.pace)
     labels = None if choice.protect is None else tuple(sorted(choice.protect))
     source = [("given" if g is not None else tagger_name(tagger)) for g in given]
-    documents = [dataclasses.replace(d, private_labels=labels, kept_labels=k, spans_source=src)
-                 for d, k, src in zip(documents, kept, source)]
+    documents = [dataclasses.replace(d, private_labels=labels, kept_labels=k, spans_source=src, long=long)
+                 for d, k, src, long in zip(documents, kept, source, longs)]
     decoding = Decoding(config.temperature, config.stop, config.no_repeat_ngram_size, config.repetition_penalty,
                         config.speculative, config.draft_tokens)
     return PreparedFusion(config.method, float(config.delta), backend, tuple(documents), decoding, ph,
-                          accounting=config.accounting)
+                          accounting=config.accounting, history=history)
+
+
+def _check_default_tokens(backend: HFBackend, text: str, limit: int) -> None:
+    """Refuse, before tagging, a document whose default T (1.2x its tokens + 16, over all its
+    passages at least that) is above ``limit``: the tagger reads no more than a job may write."""
+    tokens = math.ceil(1.2 * len(backend.tokenizer(text, add_special_tokens=False)["input_ids"])) + 16
+    if tokens > limit:
+        raise InvalidParameterError(f"the document needs T = {tokens} tokens or more, above the limit of {limit}; "
+                                    "shorten it")
 
 
 def _checked_text(text: Any, i: int) -> str:
@@ -322,7 +352,8 @@ def _result(prepared: PreparedFusion, doc: PreparedDocument, out: Generated, dia
         _guarantee(prepared.method, doc.max_new_tokens, filtered), doc.groups, prepared.decoding.constraints(),
         accounting="filter" if filtered else "fixed", private_labels=doc.private_labels,
         kept_labels=dict(doc.kept_labels), spans_source=doc.spans_source,
-        incomplete=incomplete(out, doc.context.document_tokens)), diagnostics)
+        incomplete=incomplete(out, doc.context.document_tokens),
+        passages=len(doc.long.passages) if doc.long else 1), diagnostics)
 
 
 def incomplete(out: Generated, document_tokens: int) -> bool:

@@ -41,6 +41,9 @@ class SanitizeRequest(Strict):
                                                    "text matters (filter, needs epsilon)")
     pace: float = Field(4.0, ge=1, description="with the filter: the most one token may spend, as a multiple of "
                                                "the fixed accounting's per-token cap")
+    passage_tokens: int | None = Field(320, ge=16, description="a longer document is rewritten passage by "
+                                                               "passage, one certificate for the whole; null: one "
+                                                               "passage")
     method: Literal["dp-fusion", "public"] = "dp-fusion"
     epsilon: Budget = Field(None, description="per group: one number, or {label: epsilon}")
     beta: Budget = None

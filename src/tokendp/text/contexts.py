@@ -164,6 +164,56 @@ def prompt_template(tokenizer: Any, *, options: Mapping[str, Any] | None = None,
     return PromptTemplate(bos + _ids(tokenizer, before), _ids(tokenizer, after))
 
 
+@dataclass(frozen=True)
+class HistoryTemplate:
+    """The prompt of a passage after the first (docs/sanitize.md, "Long documents"): the
+    exchange before it (the previous passage as the public row shows it, and the rewrite released
+    for it), then this passage in the template. Every part is public."""
+
+    first: tuple[int, ...]  # before the previous passage
+    middle: tuple[int, ...]  # between the previous passage and its released rewrite
+    turn: tuple[int, ...]  # between that rewrite and this passage
+    after: tuple[int, ...]  # after this passage: where the rewrite starts
+
+    def template(self, previous: Sequence[int], released: Sequence[int]) -> PromptTemplate:
+        """This passage's template, after ``previous`` (the public row's ids of the previous
+        passage) and ``released`` (the token ids released for it)."""
+        return PromptTemplate((*self.first, *previous, *self.middle, *released, *self.turn), self.after)
+
+
+_MARKS = ("\u2063TOKENDP_PREVIOUS\u2063", "\u2063TOKENDP_REWRITE\u2063")
+
+
+def history_template(tokenizer: Any, *, options: Mapping[str, Any] | None = None, instruction: str | None = None,
+                     template: str | None = None) -> HistoryTemplate:
+    """The :class:`HistoryTemplate` of the template :func:`prompt_template` chooses: a chat
+    template renders a user turn (the previous passage), an assistant turn (its rewrite) and the
+    user turn of this passage; a plain template is repeated after the rewrite and a blank line."""
+    single = prompt_template(tokenizer, options=options, instruction=instruction, template=template)
+    instruction = DEFAULT_INSTRUCTION if instruction is None else instruction
+    if template is None and options and "prompt_template" in options:
+        template = str(options["prompt_template"])
+    if template is not None or not getattr(tokenizer, "chat_template", None):
+        again = single.before[1:] if single.before[:1] == (tokenizer.bos_token_id,) else single.before
+        return HistoryTemplate(single.before, single.after, _ids(tokenizer, "\n\n") + again, single.after)
+
+    def user(mark: str) -> dict[str, str]:
+        text = (instruction.replace("{document}", mark) if "{document}" in instruction
+                else f"{instruction}\n\n{mark}" if instruction else mark)
+        return {"role": "user", "content": text}
+
+    rendered = tokenizer.apply_chat_template([user(_MARKS[0]), {"role": "assistant", "content": _MARKS[1]},
+                                              user(_SENTINEL)], tokenize=False, add_generation_prompt=True)
+    if any(rendered.count(mark) != 1 for mark in (*_MARKS, _SENTINEL)):
+        raise InvalidParameterError("the chat template did not render a two-turn exchange; pass a plain template "
+                                    "or rewrite the document in one passage")
+    first, rest = rendered.split(_MARKS[0])
+    middle, rest = rest.split(_MARKS[1])
+    turn, after = rest.split(_SENTINEL)
+    return HistoryTemplate(_ids(tokenizer, first), _ids(tokenizer, middle), _ids(tokenizer, turn),
+                           _ids(tokenizer, after))
+
+
 def placeholder_id(tokenizer: Any, *, options: Mapping[str, Any] | None = None,
                    placeholder: str | None = None) -> int:
     """The single token id that hides a private token.

@@ -1,0 +1,154 @@
+"""Benchmark: DP-Fusion's fixed accounting against the per-group Renyi filter (issue 34).
+
+For each TAB document of a split, at its full length (or cut at ``--max-chars``): the
+teacher-forced perplexity of the original document under DP-Fusion with the fixed accounting and
+with the filter, at each target epsilon, from ONE forward pass over the document's rows
+(``tokendp.eval.sanitization``'s scoring); T is sanitize's default for the document (1.2x its
+tokens + 16), which the fixed accounting's certificate counts and the filter's does not. The
+public rewrite's perplexity (epsilon 0) and the original's (no privacy) bound the range.
+
+    PYTHONPATH=src python benchmarks/filter.py --split tune --limit 6 --paces 1,2,4,8,16 --epsilons 2,8 --out runs/filter-tune
+    PYTHONPATH=src python benchmarks/filter.py --split report --limit 12 --epsilons 1,2,4,8,16 --out runs/filter-report
+
+Resumable: each document's figures are written to ``OUT/docs/ID.json`` as it is done; a rerun
+skips them. ``OUT/results.json`` pools the documents (perplexity = exp(total NLL / tokens)) and
+``OUT/epsilon_vs_ppl.png`` plots perplexity against certified epsilon for both accountings.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import time
+from pathlib import Path
+
+import torch
+
+from tokendp.backends import load_backend
+from tokendp.eval.candidates import truncate_document
+from tokendp.eval.methods import BoundMethod, Setting, document_rows
+from tokendp.eval.sanitization import _perplexities
+from tokendp.fusion import choose_alpha
+from tokendp.text.contexts import placeholders, prompt_template
+from tokendp.text.tab import load_tab
+
+DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "tab"
+
+
+def settings(epsilons: list[float], paces: list[float], groups: int, tokens: int, delta: float) -> list[Setting]:
+    """Public, original, and per epsilon the fixed accounting and the filter at each pace, all at
+    the order the fixed accounting would choose for this document (public parameters)."""
+    out = [Setting("public", "-"), Setting("original", "-")]
+    for eps in epsilons:
+        alpha = choose_alpha([(eps, max(groups, 1), tokens)], delta=delta)
+        out.append(Setting("dp-fusion", f"eps={eps:g}", alpha=alpha, target=eps))
+        out += [Setting("dp-fusion-filter", f"eps={eps:g},pace={p:g}", alpha=alpha, target=eps, pace=p)
+                for p in paces]
+    return out
+
+
+def score_document(backend, text, spans, *, epsilons, paces, delta) -> dict:
+    tok, opts = backend.tokenizer, backend.options
+    rows = document_rows(text, spans, tok, template=prompt_template(tok, options=opts),
+                         placeholder=placeholders(tok, options=opts))
+    tokens = math.ceil(1.2 * len(rows.target)) + 16
+    chosen = settings(epsilons, paces, len(rows.groups), tokens, delta)
+    bounds = [BoundMethod(s, [rows], vocab_size=backend.vocab_size, max_new_tokens=tokens, delta=delta)
+              for s in chosen]
+    start = time.perf_counter()
+    scored = _perplexities(backend, bounds, 0)
+    return {"chars": len(text), "tokens": len(rows.target), "groups": len(rows.groups), "T": tokens,
+            "seconds": time.perf_counter() - start,
+            "settings": [{"method": s.method, "name": s.name, "target": s.target, "pace": s.pace, "alpha": s.alpha,
+                          "epsilon": b.epsilon(rows), "nll": nll, "n": n}
+                         for s, b, (nll, n) in zip(chosen, bounds, scored)]}
+
+
+def pool(docs: list[dict]) -> list[dict]:
+    """Per setting: the pooled perplexity over the documents and the largest certified epsilon."""
+    table: dict[tuple[str, str], dict] = {}
+    for doc in docs:
+        for s in doc["settings"]:
+            row = table.setdefault((s["method"], s["name"]), {"method": s["method"], "name": s["name"],
+                                                              "target": s["target"], "pace": s["pace"], "nll": 0.0,
+                                                              "n": 0, "epsilon_max": 0.0, "documents": 0})
+            row["nll"] += s["nll"]
+            row["n"] += s["n"]
+            row["documents"] += 1
+            if s["epsilon"] is not None:
+                row["epsilon_max"] = max(row["epsilon_max"], s["epsilon"])
+    for row in table.values():
+        row["ppl"] = math.exp(row["nll"] / row["n"])
+    return list(table.values())
+
+
+def plot(rows: list[dict], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6, 4))
+    for method, pace, style in [("dp-fusion", None, "o-")] + [("dp-fusion-filter", p, "s--") for p in
+                                                             sorted({r["pace"] for r in rows
+                                                                     if r["method"] == "dp-fusion-filter"})]:
+        pts = sorted((r["target"], r["ppl"]) for r in rows if r["method"] == method and (pace is None or
+                                                                                      r["pace"] == pace))
+        if pts:
+            label = "fixed accounting" if pace is None else f"filter (pace {pace:g})"
+            ax.plot(*zip(*pts), style, label=label)
+    for method, colour in (("public", "grey"), ("original", "black")):
+        for r in rows:
+            if r["method"] == method:
+                ax.axhline(r["ppl"], color=colour, linestyle=":", label=f"{method} ({r['ppl']:.3f})")
+    ax.set_xscale("log", base=2)
+    ax.set_xlabel("certified epsilon per group")
+    ax.set_ylabel("teacher-forced perplexity of the original")
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--data", type=Path, default=DATA)
+    parser.add_argument("--split", choices=["tune", "report"], default="tune")
+    parser.add_argument("--limit", type=int, default=6)
+    parser.add_argument("--max-chars", type=int, default=None, help="cut documents (default: full length)")
+    parser.add_argument("--epsilons", default="2,8")
+    parser.add_argument("--paces", default="4")
+    parser.add_argument("--delta", type=float, default=1e-5)
+    parser.add_argument("--model", default="rewriter")
+    parser.add_argument("--threads", type=int, default=None)
+    parser.add_argument("--out", type=Path, required=True)
+    args = parser.parse_args()
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    epsilons = [float(x) for x in args.epsilons.split(",")]
+    paces = [float(x) for x in args.paces.split(",")]
+    tab = load_tab(args.data, args.split)
+    backend = load_backend(args.model)
+    (args.out / "docs").mkdir(parents=True, exist_ok=True)
+    done = []
+    for doc_id in list(tab.texts)[:args.limit]:
+        path = args.out / "docs" / f"{doc_id}.json"
+        if not path.exists():
+            text, spans = tab.texts[doc_id], tab.gold[doc_id]
+            if args.max_chars:
+                text, spans = truncate_document(text, spans, max_chars=args.max_chars)
+            record = score_document(backend, text, spans, epsilons=epsilons, paces=paces, delta=args.delta)
+            path.write_text(json.dumps(record, indent=1))
+            print(f"{doc_id}: {record['tokens']} tokens, {record['groups']} groups, {record['seconds']:.0f} s",
+                  flush=True)
+        done.append(json.loads(path.read_text()))
+    rows = pool(done)
+    (args.out / "results.json").write_text(json.dumps({"documents": len(done), "split": args.split, "rows": rows},
+                                                      indent=1))
+    for r in rows:
+        print(f"{r['method']:<18}{r['name']:<20}ppl {r['ppl']:.4f}   epsilon <= {r['epsilon_max']:.3g}")
+    plot(rows, args.out / "epsilon_vs_ppl.png")
+
+
+if __name__ == "__main__":
+    main()
