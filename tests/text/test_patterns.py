@@ -104,6 +104,8 @@ def test_street_addresses(text, expected):
     ("at Storgata 5, 0155 Oslo.", "Storgata 5, 0155 Oslo"),
     ("at Kungsgatan 12, 111 22 Stockholm.", "Kungsgatan 12, 111 22 Stockholm"),
     ("at Nørregade 7, 1165 København K.", "Nørregade 7, 1165 København K"),
+    ("at Gorlitzstr. 39, 18942 Donaueschingen.", "Gorlitzstr. 39, 18942 Donaueschingen"),
+    ("at Anna-Marie-Zimmer-Platz 6, 67537 Senftenberg.", "Anna-Marie-Zimmer-Platz 6, 67537 Senftenberg"),
 ])
 def test_european_street_addresses_with_postcodes(text, expected):
     assert (expected, "LOC") in _tagged(text)

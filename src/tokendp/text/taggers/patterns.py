@@ -58,8 +58,9 @@ _EU_STREETS = (
     rf",?\s\d{{1,4}}(?:/?[A-Za-z]\b)?"
     rf"|\b{_CAP}(?:\s{_CAP})?\s(?:Straße|Strasse|Str\.|Weg|Allee|Platz|Gasse|Ring|Damm|gate|gata|gatan|vei|veien"
     rf"|veg|vegen|vej|vägen|gade|plass|plads|torg|torget|allé)\s\d{{1,4}}\s?[a-zA-Z]?\b"
-    rf"|\b\p{{Lu}}[\p{{L}}-]*(?:{_STREET_SUFFIX}|gata|gate|gaten|veg|vegen|plass|plads|platz|allee|ring|damm|torget"
-    rf"|gränd|stræde)\s\d{{1,4}}[a-z]?\b")
+    rf"|\b\p{{Lu}}[\p{{L}}-]*(?i:{_STREET_SUFFIX}|gata|gate|gaten|veg|vegen|plass|plads|platz|allee|ring|damm|torget"
+    rf"|gränd|stræde)\s\d{{1,4}}[a-z]?\b"
+    rf"|\b\p{{Lu}}[\p{{L}}-]*str\.\s?\d{{1,4}}[a-z]?\b")
 _LEGAL_FORMS = (r"GmbH|AG|KG|e\.V\.|S\.A\.|SAS|SARL|S\.à r\.l\.|S\.r\.l\.|Srl|S\.p\.A\.|SpA|[Ss]p\. z o\.o\."
                 r"|S\.K\.A\.|ASA|A/S|ApS|Oyj?|B\.V\.|N\.V\.|s\.r\.o\.|a\.s\.|Kft\.|Zrt\.|AB|AS")
 _CARE_WORDS = (r"Szpital|Klinika|Przychodnia|Klinikum|Krankenhaus|Universitätsklinikum|Hôpital|Clinique"
@@ -159,7 +160,7 @@ RECOGNIZERS: tuple[Recognizer, ...] = (
     Recognizer("street_address", "LOC", _r(
         rf"(?<![Ii]n )(?<!since )(?<!of )\b\d{{1,5}}[A-Za-z]?,?\s(?:[A-Z][\w'’-]*\s){{1,3}}(?:{_STREET})(?!\w)"
         rf"|\b[A-ZÄÖÜÅØÆ][\w-]*(?:{_STREET_SUFFIX})\s\d{{1,5}}[a-z]?\b"), 0.9),
-    Recognizer("eu_street_address", "LOC", _u(rf"(?:{_EU_STREETS}){_POSTCODE_TOWN}"), 0.92),
+    Recognizer("eu_street_address", "LOC", _u(rf"(?:{_EU_STREETS}){_POSTCODE_TOWN}"), 0.98),
     Recognizer("postcode_town", "LOC", _u(
         r"\b(?:[A-Z]{1,2}-\d{4,5}|\d{2}-\d{3})[ \t]+\p{Lu}[\p{L}\p{M}-]*(?:[ -]\p{Lu}[\p{L}\p{M}-]*)?"), 0.85),
     Recognizer("eu_organisation", "ORG", _u(
