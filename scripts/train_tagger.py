@@ -65,7 +65,7 @@ def main() -> None:
     parser.add_argument("--data", required=True, help="TAB data folder (texts.json, gold_spans.json)")
     parser.add_argument("--out", default=str(default_model_dir()), help="folder for the model files")
     parser.add_argument("--folds", type=int, default=4)
-    parser.add_argument("--synthetic", type=int, default=600, help="synthetic multilingual notes added")
+    parser.add_argument("--synthetic", type=int, default=800, help="synthetic multilingual notes added")
     parser.add_argument("--min-precision", type=float, default=0.80)
     parser.add_argument("--c1", type=float, default=TrainingSettings.c1)
     parser.add_argument("--c2", type=float, default=TrainingSettings.c2)

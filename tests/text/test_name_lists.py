@@ -19,6 +19,7 @@ def test_every_shipped_gazetteer_word_is_from_the_train_part():
     shipped = load_names(default_model_dir() / NAMES_FILE)
     assert len(shipped) > 5000
     assert all(part_of_word(word) == "train" for word in shipped)
+    assert (default_model_dir() / NAMES_FILE).stat().st_size < 1_000_000
 
 
 def test_held_out_words_are_not_in_the_shipped_gazetteer():

@@ -18,8 +18,19 @@ import re
 from tokendp.text.spans import Span
 from tokendp.text.taggers.name_lists import SCRIPT_GROUPS, person
 
-# {P}: a person (PERSON, with a title when one is drawn), {D}: a date, {N}: a record number (CODE).
+# {P}: a person (PERSON, with a title when one is drawn), {O}: an organisation (ORG), {D}: a date,
+# {N}: a record number (CODE).
 SENTENCES: tuple[str, ...] = (
+    "{P} rang the ward at noon.",
+    "{P} says that {P} hit him.",
+    "{P} is a retired teacher who lives alone.",
+    "After the fall {P} stayed with {P} for a week.",
+    "Transferred from {O} on {D}.",
+    "{P} works at {O} as a cleaner.",
+    "Letter copied to {O} and to {P}.",
+    "Discussed at the {O} meeting; {P} agreed.",
+    "{P} and {P} were both present.",
+    "Yesterday {P} told the officer that she was afraid.",
     "{P} attended with {P} on {D}.",
     "The interpreter, {P}, translated for the family.",
     "According to {P}, the fall happened at night.",
@@ -50,17 +61,26 @@ SENTENCES: tuple[str, ...] = (
     "Her neighbour, {P}, found her on the floor.",
     "Note: {P} prefers to be called by her first name.",
     "Thanks to {P} for the detailed history.",
+    "Appointment booked with {O} for {D}.",
+    "{P} confirmed the address with {P}.",
 )
+ORGANISATIONS = ("{} Medical Centre", "the {} Practice", "{} House Surgery", "{} & {} Solicitors",
+                 "{} Street Pharmacy", "St {}'s Hospice")
 TITLES = ("Mr", "Mrs", "Ms", "Dr", "Prof.", "Mr.", "Dr.")
+# Latin-script names twice as often: unseen ones have no script to tell them from organisations.
+NAME_GROUPS = SCRIPT_GROUPS + ("Latin",)
 MONTHS = ("January", "February", "March", "April", "May", "June", "July", "August", "September",
           "October", "November", "December")
-_SLOT = re.compile(r"\{([PDN])\}")
+_SLOT = re.compile(r"\{([PODN])\}")
 
 
 def _fill(kind: str, rng: random.Random) -> tuple[str, str]:
     if kind == "P":
-        name, _ = person(rng, rng.choice(SCRIPT_GROUPS), "train")
+        name, _ = person(rng, rng.choice(NAME_GROUPS), "train")
         return (f"{rng.choice(TITLES)} {name}" if rng.random() < 0.4 else name), "PERSON"
+    if kind == "O":
+        words = [person(rng, "Latin", "train")[0].split()[-1] for _ in range(2)]
+        return rng.choice(ORGANISATIONS).format(*words), "ORG"
     if kind == "D":
         return f"{rng.randint(1, 28)} {rng.choice(MONTHS)} {rng.randint(1990, 2025)}", "DATETIME"
     return f"{rng.choice('ABHKMRX')}{rng.choice('ABHKMRX')}-{rng.randint(100000, 999999)}", "CODE"
