@@ -122,7 +122,8 @@ class _Maker:
         if kind == "it":
             town = f["it_IT"]
             street = rng.choice((town.last_name(), f"{town.first_name()} {town.last_name()}", self.italian_town()))
-            return f"{rng.choice(('Via', 'Viale', 'Corso', 'Piazza'))} {street} {n}, {town.postcode()} {self.italian_town()}"
+            form = rng.choice(("Via", "Viale", "Corso", "Piazza"))
+            return f"{form} {street} {n}, {town.postcode()} {self.italian_town()}"
         loc, word = rng.choice((("no_NO", " gate"), ("no_NO", "gata"), ("sv_SE", "gatan"), ("da_DK", "vej")))
         town = f[loc]
         base = town.last_name() + ("s" if word == " gate" else "")
@@ -151,8 +152,9 @@ class _Maker:
         return f"{self.rng.randint(100, 999)} {self.rng.randint(100, 999)} {self.rng.randint(1000, 9999)}"
 
     def phone(self) -> str:
-        return f"+{self.rng.choice((44, 48, 49, 33, 39, 47))} {self.rng.randint(20, 99)} {self.rng.randint(1000, 9999)} " \
-               f"{self.rng.randint(1000, 9999)}"
+        rng = self.rng
+        return f"+{rng.choice((44, 48, 49, 33, 39, 47))} {rng.randint(20, 99)} {rng.randint(1000, 9999)} " \
+               f"{rng.randint(1000, 9999)}"
 
 
 def _letter(kind: str, maker: _Maker) -> Letter:

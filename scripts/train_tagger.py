@@ -5,10 +5,12 @@ never read. To these it adds ``--synthetic`` short English notes naming people i
 (``tokendp.text.taggers.synthetic``), and writes the name gazetteer ``names.tsv`` beside the
 model; both use only the "train" part of Faker's per-locale name lists
 (``tokendp.text.taggers.name_lists``; needs the ``train`` extra), never the "heldout" part that
-``benchmarks/multilingual_tagger.py`` evaluates on. The decision threshold on P(token is an entity) is the one with the highest
-cross-validated character recall (of the ``auto`` tagger: patterns + CRF) among those whose
-cross-validated precision is at least ``--min-precision``. The final model is then fitted on
-the whole tuning half. Deterministic: the same data and options give the same model file.
+``benchmarks/multilingual_tagger.py`` evaluates on. The decision threshold on P(token is an
+entity) is the one with the highest cross-validated character recall (of the ``auto`` tagger:
+patterns + CRF; every fold trains with the notes, and is scored on TAB documents only) among
+those whose cross-validated precision is at least ``--min-precision``. The final model is then
+fitted on the whole tuning half and the notes. Deterministic: the same data, options and Faker
+version give the same model file.
 
     PYTHONPATH=src python scripts/train_tagger.py --data ../shared/data/tab
 """

@@ -57,7 +57,8 @@ def test_latin_names_with_a_title_are_people(script):
 
 def test_the_issue_examples():
     letter = ("Dear Dr Nowak,\n\nQuick question: could you see my patient 王小明 next week? He is staying "
-              "with his aunt, Анна Иванова, at ul. Piotrkowska 12, 90-001 Łódź.\n\nKind regards,\nDr Jane Hart")
+              "with his aunt, Анна Иванова, at ul. Piotrkowska 12, 90-001 Łódź.\n\n"
+              "Kind regards,\nDr Jane Hart")
     assert _covered(letter, "王小明") and _covered(letter, "Анна Иванова")
     assert _covered(letter, "ul. Piotrkowska 12, 90-001 Łódź", "LOC")
     tagged = {letter[s.start:s.end] for s in AUTO.tag(letter)}

@@ -19,7 +19,8 @@ def test_cjk_scripts():
     assert is_cjk("Han") and is_cjk("Hangul") and is_cjk("Katakana") and not is_cjk("Arabic")
 
 
-@pytest.mark.parametrize("text", ["राहुल शर्मा", "تاج الدّين", "אֲבִיגַיִל כֹּהֵן", "Анна Иванова"])
+@pytest.mark.parametrize("text", ["राहुल शर्मा", "تاج الدّين", "אֲבִיגַיִל כֹּהֵן",
+                                  "Анна Иванова"])
 def test_words_with_combining_marks_stay_one_token(text):
     assert [t.text for t in tokenize(text)] == text.split()
 

@@ -203,7 +203,8 @@ RECOGNIZERS: tuple[Recognizer, ...] = (
 
 class PatternTagger:
     """Tags e-mails, URLs, phones, IBANs, cards, case/application numbers, ID codes, street
-    addresses (English and European, with postcodes), European organisations, dates, times, durations, amounts, measurements and ages with :data:`RECOGNIZERS`."""
+    addresses (English and European, with postcodes), European organisations, dates, times,
+    durations, amounts, measurements and ages with :data:`RECOGNIZERS`."""
 
     name = "patterns"
 

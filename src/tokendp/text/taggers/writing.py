@@ -16,9 +16,6 @@ SCRIPTS: tuple[str, ...] = ("Latin", "Cyrillic", "Greek", "Arabic", "Hebrew", "D
 _SCRIPT_RES = tuple((name, regex.compile(rf"\p{{Script={name}}}")) for name in SCRIPTS)
 _LETTER = regex.compile(r"\p{L}")
 
-# Scripts without letter case: a capital cannot mark a name in them.
-UNCASED = frozenset(SCRIPTS) - {"Latin", "Cyrillic", "Greek", "Armenian", "Georgian"}
-
 
 @lru_cache(maxsize=1 << 16)
 def script_of(word: str) -> str:
