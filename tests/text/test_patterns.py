@@ -91,6 +91,40 @@ def test_street_addresses(text, expected):
     assert (expected, "LOC") in _tagged(text)
 
 
+@pytest.mark.parametrize("text,expected", [
+    ("She lives at ul. Piotrkowska 12, 90-001 Łódź.", "ul. Piotrkowska 12, 90-001 Łódź"),
+    ("from al. Jana Pawła II 5 in", "al. Jana Pawła II 5"),
+    ("at Berliner Straße 12a, D-10115 Berlin.", "Berliner Straße 12a, D-10115 Berlin"),
+    ("at Hauptstraße 5, 10115 Berlin, since", "Hauptstraße 5, 10115 Berlin"),
+    ("lives at 12 rue de la Paix, 75002 Paris.", "12 rue de la Paix, 75002 Paris"),
+    ("at 214, avenue Charlotte Gilles, 48907 Gauthier", "214, avenue Charlotte Gilles, 48907 Gauthier"),
+    ("lives at Via Giuseppe Garibaldi 7, 20121 Milano.", "Via Giuseppe Garibaldi 7, 20121 Milano"),
+    ("lives at Via Roma, 15 now", "Via Roma, 15"),
+    ("at Karl Johans gate 12, 0154 Oslo.", "Karl Johans gate 12, 0154 Oslo"),
+    ("at Storgata 5, 0155 Oslo.", "Storgata 5, 0155 Oslo"),
+    ("at Kungsgatan 12, 111 22 Stockholm.", "Kungsgatan 12, 111 22 Stockholm"),
+    ("at Nørregade 7, 1165 København K.", "Nørregade 7, 1165 København K"),
+    ("at Gorlitzstr. 39, 18942 Donaueschingen.", "Gorlitzstr. 39, 18942 Donaueschingen"),
+    ("at Anna-Marie-Zimmer-Platz 6, 67537 Senftenberg.", "Anna-Marie-Zimmer-Platz 6, 67537 Senftenberg"),
+])
+def test_european_street_addresses_with_postcodes(text, expected):
+    assert (expected, "LOC") in _tagged(text)
+
+
+@pytest.mark.parametrize("text,expected", [
+    ("seen at Szpital Uniwersytecki im. Jana Mikulicza today", "Szpital Uniwersytecki im. Jana Mikulicza"),
+    ("from Klinikum rechts der Isar.", "Klinikum rechts der Isar"),
+    ("at Hôpital Saint-Louis, Paris", "Hôpital Saint-Louis"),
+    ("at Ospedale San Raffaele.", "Ospedale San Raffaele"),
+    ("at Oslo universitetssykehus.", "Oslo universitetssykehus"),
+    ("works for Müller Bau GmbH in", "Müller Bau GmbH"),
+    ("works for Kowalski i Syn Sp. z o.o. since", "Kowalski i Syn Sp. z o.o."),
+    ("by Norsk Hydro ASA.", "Norsk Hydro ASA"),
+])
+def test_european_organisations(text, expected):
+    assert (expected, "ORG") in _tagged(text)
+
+
 @pytest.mark.parametrize("text", [
     "Write to jane.doe at example dot com.",       # no @
     "Call 12 34 now.",                             # too few digits for a phone
@@ -107,9 +141,14 @@ def test_street_addresses(text, expected):
     "three of the judges",                         # a count without a unit
     "the number is small",                         # no identifier after "number is"
     "take 2 Main courses",                         # no street word
+    "Via email, as agreed",                        # "Via" with no house number
 ])
 def test_near_misses_are_not_tagged(text):
     assert _tagged(text) == set()
+
+
+def test_a_year_before_a_capitalised_word_is_no_postcode():
+    assert _tagged("in 1996 Turkey ratified it") == {("1996", "DATE")}
 
 
 def test_year_after_number_sign_is_not_a_date():

@@ -1,22 +1,30 @@
 """Tokens and CRF features for the learned tagger.
 
-Tokens are maximal runs of word characters or single other non-space characters, with their
-character offsets. Each token gets word-identity, affix, shape, casing, context (two tokens
-either side), layout (line start, all-caps heading) and gazetteer features, plus the label of
-the pattern span covering it (from :class:`~tokendp.text.taggers.patterns.PatternTagger`), so
-the model learns when to trust each recogniser.
+Tokens are maximal runs of word characters (Unicode letters with their combining marks, so a
+Devanagari or vocalised Arabic word stays one token) or single other non-space characters, with
+their character offsets. Each token gets word-identity, affix, shape, casing, Unicode script,
+context (two tokens either side), layout (line start, all-caps heading) and gazetteer features
+(place and organisation words, and the given names and surnames of the model's name list), plus
+the label of the pattern span covering it (from
+:class:`~tokendp.text.taggers.patterns.PatternTagger`), so the model learns when to trust each
+recogniser.
 """
 
 from __future__ import annotations
 
-import re
+import unicodedata
 from bisect import bisect_right
+from collections.abc import Mapping
 from dataclasses import dataclass
 from functools import lru_cache
 
-from tokendp.text.spans import Span
+import regex
 
-TOKEN_RE = re.compile(r"\w+|[^\w\s]", re.UNICODE)
+from tokendp.text.spans import Span
+from tokendp.text.taggers.gazetteer import name_kinds
+from tokendp.text.taggers.writing import is_cjk, script_of
+
+TOKEN_RE = regex.compile(r"\w+|[^\w\s]")
 
 TITLES = frozenset("mr mrs ms miss dr judge lord lady sir messrs mme mlle m prof professor "
                    "baroness baron dame president".split())
@@ -64,14 +72,24 @@ def tokenize(text: str) -> list[Token]:
     return [Token(m.start(), m.end(), m.group()) for m in TOKEN_RE.finditer(text)]
 
 
-_UPPER, _LOWER, _DIGIT, _RUN = (re.compile(p) for p in (r"[A-ZÀ-Þ]", r"[a-zß-ÿ]", r"\d", r"(.)\1+"))
+def _char_class(ch: str) -> str:
+    if ch.isupper():
+        return "X"
+    if ch.islower():
+        return "x"
+    if ch.isdigit():
+        return "d"
+    if ch.isalpha():
+        return "L"  # a letter of a script without case
+    return "" if unicodedata.category(ch).startswith("M") else ch
 
 
 @lru_cache(maxsize=1 << 16)
 def _shape(word: str) -> str:
-    """Character classes with runs collapsed: "Mr" -> "Xx", "36110" -> "d", "K.1" -> "X.d"."""
-    classes = _DIGIT.sub("d", _LOWER.sub("x", _UPPER.sub("X", word)))
-    return _RUN.sub(r"\1", classes)
+    """Character classes with runs collapsed: "Mr" -> "Xx", "36110" -> "d", "K.1" -> "X.d",
+    "Łódź" -> "Xx", "محمد" -> "L" (uncased letters), combining marks dropped."""
+    classes = [c for c in map(_char_class, word) if c]
+    return "".join(c for i, c in enumerate(classes) if i == 0 or c != classes[i - 1])
 
 
 @lru_cache(maxsize=1 << 16)
@@ -79,7 +97,18 @@ def _word_features(word: str, prefix: str) -> dict[str, float | str]:
     """Cached: callers must not mutate the returned dict."""
     lower = word.lower()
     return {f"{prefix}w": lower, f"{prefix}shape": _shape(word), f"{prefix}title": float(word.istitle()),
-            f"{prefix}upper": float(word.isupper())}
+            f"{prefix}upper": float(word.isupper()), f"{prefix}script": script_of(word)}
+
+
+def _name_features(word: str, names: Mapping[str, str]) -> dict[str, float]:
+    """Gazetteer hits: the word is a listed given name / surname; for a CJK run ("王小明"), its
+    first one or two characters are a listed surname (such names are written without a space)."""
+    feats = {f"gaz_{kind}": 1.0 for kind in name_kinds(word, names)}
+    if len(word) > 1 and is_cjk(script_of(word)):
+        if "s" in name_kinds(word[:1], names) or "s" in name_kinds(word[:2], names):
+            feats["cjk_surname_first"] = 1.0
+        feats["cjk_len"] = float(min(len(word), 5))
+    return feats
 
 
 @lru_cache(maxsize=1 << 16)
@@ -106,7 +135,7 @@ def capitalisation_rates(tokens: list[Token]) -> dict[str, float]:
 
 
 def _token_features(tokens: list[Token], i: int, text: str, pattern_tags: list[str],
-                    cap_rate: dict[str, float]) -> dict:
+                    cap_rate: dict[str, float], name_feats: list[dict[str, float]]) -> dict:
     tok = tokens[i]
     word, lower = tok.text, tok.text.lower()
     line_start = text.rfind("\n", 0, tok.start) + 1
@@ -121,6 +150,7 @@ def _token_features(tokens: list[Token], i: int, text: str, pattern_tags: list[s
                    "sent_start": float(i == 0 or tokens[i - 1].text in ".:;!?")}
     for name in _gazetteer(lower):
         feats[f"gaz_{name}"] = 1.0
+    feats.update(name_feats[i])
     for offset in (-2, -1, 1, 2):
         j = i + offset
         if 0 <= j < len(tokens):
@@ -129,6 +159,7 @@ def _token_features(tokens: list[Token], i: int, text: str, pattern_tags: list[s
             feats[f"{offset}:pat"] = pattern_tags[j]
             for name in _gazetteer(other.lower()):
                 feats[f"{offset}:gaz_{name}"] = 1.0
+            feats.update({f"{offset}:{key}": value for key, value in name_feats[j].items()})
         else:
             feats[f"{offset}:edge"] = 1.0
     if i > 0:
@@ -153,8 +184,11 @@ def bio_from_spans(tokens: list[Token], spans: list[Span]) -> list[str]:
     return tags
 
 
-def sentence_features(text: str, tokens: list[Token], pattern_spans: list[Span]) -> list[dict]:
-    """CRF feature dictionaries, one per token."""
+def sentence_features(text: str, tokens: list[Token], pattern_spans: list[Span],
+                      names: Mapping[str, str]) -> list[dict]:
+    """CRF feature dictionaries, one per token; ``names`` is the gazetteer (word -> kinds, see
+    :mod:`~tokendp.text.taggers.gazetteer`; empty for none)."""
     pattern_tags = [t.split("-", 1)[-1] for t in bio_from_spans(tokens, pattern_spans)]
     cap_rate = capitalisation_rates(tokens)
-    return [_token_features(tokens, i, text, pattern_tags, cap_rate) for i in range(len(tokens))]
+    name_feats = [_name_features(tok.text, names) for tok in tokens]
+    return [_token_features(tokens, i, text, pattern_tags, cap_rate, name_feats) for i in range(len(tokens))]

@@ -13,7 +13,7 @@ outside the training data (TAB's 7,341 gold spans hold none).
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
@@ -22,6 +22,7 @@ from tokendp._optional import require
 from tokendp.errors import InvalidInputError, InvalidParameterError
 from tokendp.text.spans import Span
 from tokendp.text.taggers.features import Token, bio_from_spans, sentence_features, tokenize
+from tokendp.text.taggers.gazetteer import NAMES_FILE, load_names
 from tokendp.text.taggers.patterns import PatternTagger
 from tokendp.text.taggers.subtypes import refine_labels
 
@@ -52,10 +53,12 @@ def _lines(tokens: list[Token], text: str) -> list[tuple[int, int]]:
     return bounds
 
 
-def document_items(text: str, pattern_spans: list[Span]) -> tuple[list[Token], list[dict]]:
-    """Tokens of ``text`` and their CRF features, given the pattern tagger's spans."""
+def document_items(text: str, pattern_spans: list[Span],
+                   names: Mapping[str, str]) -> tuple[list[Token], list[dict]]:
+    """Tokens of ``text`` and their CRF features, given the pattern tagger's spans and the
+    model's name gazetteer."""
     tokens = tokenize(text)
-    return tokens, sentence_features(text, tokens, pattern_spans)
+    return tokens, sentence_features(text, tokens, pattern_spans, names)
 
 
 @dataclass(frozen=True)
@@ -69,12 +72,14 @@ class TrainingSettings:
 
 def train_crf(texts: Sequence[str], gold: Sequence[Sequence[Span]], model_path: str | Path,
               settings: TrainingSettings = TrainingSettings()) -> None:
-    """Fit a CRF on documents ``texts`` with gold spans (TAB labels) and save it to ``model_path``."""
+    """Fit a CRF on documents ``texts`` with gold spans (TAB labels) and save it to ``model_path``;
+    the gazetteer is the ``names.tsv`` beside it, if any (the tagger reads the same one)."""
     pycrfsuite = _crfsuite()
     patterns = PatternTagger()
+    names = load_names(Path(model_path).parent / NAMES_FILE)
     trainer = pycrfsuite.Trainer(verbose=False)
     for text, spans in zip(texts, gold, strict=True):
-        tokens, items = document_items(text, patterns.spans(text))
+        tokens, items = document_items(text, patterns.spans(text), names)
         tags = bio_from_spans(tokens, list(spans))
         for a, b in _lines(tokens, text):
             trainer.append(items[a:b], tags[a:b])
@@ -105,6 +110,7 @@ class ModelTagger:
         self._tagger = _crfsuite().Tagger()
         self._tagger.open(str(model_path))
         self._labels = self._tagger.labels()
+        self._names = load_names(model_dir / NAMES_FILE)
         self._patterns = PatternTagger()
 
     def tag(self, text: str) -> list[Span]:
@@ -114,7 +120,7 @@ class ModelTagger:
     def predict(self, text: str, pattern_spans: list[Span]) -> list[Span]:
         """Spans of ``text`` with TAB's labels, given the pattern tagger's (resolved, TAB-labelled)
         spans, which are features."""
-        tokens, items = document_items(text, pattern_spans)
+        tokens, items = document_items(text, pattern_spans, self._names)
         spans: list[Span] = []
         for a, b in _lines(tokens, text):
             spans.extend(self._decode(tokens[a:b], items[a:b]))

@@ -4,7 +4,10 @@ Each recogniser is a compiled pattern, a TAB label, a score and an optional vali
 span is the match's group ``"v"`` when the pattern defines one (so context such as "no."
 or "aged" anchors a match without being tagged), else the whole match. Validators:
 Luhn (ISO/IEC 7812-1) for card numbers, ISO 13616 mod-97 for IBANs, calendar ranges for
-numeric dates.
+numeric dates. European street addresses (Polish "ul.", German "Straße", French "rue",
+Italian "Via", Scandinavian "gate" / "gatan" / "vej"), with a following postcode and town, and
+organisations with a European legal form ("GmbH", "Sp. z o.o.") or hospital word ("Szpital",
+"Klinikum", "Hôpital", "Ospedale", "sykehus") use the ``regex`` module's Unicode classes.
 """
 
 from __future__ import annotations
@@ -12,6 +15,8 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
+
+import regex
 
 from tokendp.text.spans import Span
 from tokendp.text.taggers.resolve import resolve_overlaps
@@ -37,6 +42,31 @@ _CURRENCY_WORDS = (r"euros?|pounds?(?: sterling)?|pence|dollars?|cents?|kronor|k
 _STREET = (r"Road|Rd\.?|Street|St\.|Avenue|Ave\.?|Lane|Drive|Way|Close|Crescent|Terrace|Gardens|Square"
            r"|Boulevard|Grove|Place|Row|Walk|Mews|Parade|Hill")
 _STREET_SUFFIX = r"stra(?:ss|ß)e|gasse|weg|gatan|vägen|gade|vej|veien|straat|laan|steeg|utca|ulica"
+# A capitalised word in any cased script ("Piotrkowska", "Łódź", "Jana"), and a postcode with
+# its town after a street: "90-001 Łódź", "10115 Berlin", "D-10115 Berlin", "111 22 Stockholm",
+# "1050 København K".
+_CAP = r"\p{Lu}(?:[\p{L}\p{M}'’-]|\.(?=\p{L}))*"
+_POSTCODE_TOWN = (r"(?:,?[ \t]+(?:[A-Z]{1,2}-)?(?:\d{2}-\d{3}|\d{3} \d{2}|\d{4,5})[ \t]+\p{Lu}[\p{L}\p{M}-]*"
+                  r"(?:[ -]\p{Lu}[\p{L}\p{M}-]*)?(?: [A-Z]\b)?)?")
+_FR_LINK = r"(?:(?:de la|de l['’]|du|des|de|d['’]|la|le|les|l['’])\s?)"
+_IT_LINK = r"(?:(?:dei|degli|delle|della|dello|del|di|de['’])\s)"
+_EU_STREETS = (
+    rf"\b(?:ul|al|pl|os)\.\s?(?:{_CAP}\s){{0,3}}{_CAP}\s\d{{1,4}}[a-zA-Z]?(?:/\d{{1,4}})?"
+    rf"|\b\d{{1,4}}(?:\s?(?:bis|ter))?,?\s(?:rue|avenue|boulevard|bd|place|chemin|allée|impasse|quai|cours|route)"
+    rf"\s{_FR_LINK}?{_CAP}(?:[\s-]{_FR_LINK}?{_CAP}){{0,3}}"
+    rf"|\b(?:Via|Viale|Piazza|Piazzale|Corso|Largo|Vicolo|Strada)\s{_IT_LINK}?{_CAP}(?:\s{_IT_LINK}?{_CAP}){{0,3}}"
+    rf",?\s\d{{1,4}}(?:/?[A-Za-z]\b)?"
+    rf"|\b{_CAP}(?:\s{_CAP})?\s(?:Straße|Strasse|Str\.|Weg|Allee|Platz|Gasse|Ring|Damm|gate|gata|gatan|vei|veien"
+    rf"|veg|vegen|vej|vägen|gade|plass|plads|torg|torget|allé)\s\d{{1,4}}\s?[a-zA-Z]?\b"
+    rf"|\b\p{{Lu}}[\p{{L}}-]*(?i:{_STREET_SUFFIX}|gata|gate|gaten|veg|vegen|plass|plads|platz|allee|ring|damm|torget"
+    rf"|gränd|stræde)\s\d{{1,4}}[a-z]?\b"
+    rf"|\b\p{{Lu}}[\p{{L}}-]*str\.\s?\d{{1,4}}[a-z]?\b")
+_LEGAL_FORMS = (r"GmbH|AG|KG|e\.V\.|S\.A\.|SAS|SARL|S\.à r\.l\.|S\.r\.l\.|Srl|S\.p\.A\.|SpA|[Ss]p\. z o\.o\."
+                r"|S\.K\.A\.|ASA|A/S|ApS|Oyj?|B\.V\.|N\.V\.|s\.r\.o\.|a\.s\.|Kft\.|Zrt\.|AB|AS")
+_CARE_WORDS = (r"Szpital|Klinika|Przychodnia|Klinikum|Krankenhaus|Universitätsklinikum|Hôpital|Clinique"
+               r"|Centre [Hh]ospitalier|Ospedale|Policlinico|Azienda [Oo]spedaliera")
+_CARE_LINK = r"(?:(?:de la|de|du|des|di|del|della|dei|im|am|an der|der|des|rechts der|św\.|im\.)\s)"
+_CARE_SUFFIX = r"universitetssykehus|sykehus|sjukhus|universitetssjukhus(?:et)?|sjukhuset|sygehus|Klinikum|Klinik"
 _MEASURE = (r"sq\.? ?m\.?|square met(?:re|er)s?|m²|m2|hectares?|ha|km|kilomet(?:re|er)s?|met(?:re|er)s?"
             r"|cm|mm|kg|kilograms?|grams?|g|tonnes?|tons?|litres?|liters?|per cent|percent|%")
 
@@ -102,6 +132,11 @@ def _r(pattern: str, flags: int = 0) -> re.Pattern:
     return re.compile(pattern, flags | re.UNICODE)
 
 
+def _u(pattern: str) -> regex.Pattern:
+    """A pattern with Unicode property classes (``\\p{Lu}``: a capital in any script)."""
+    return regex.compile(pattern)
+
+
 RECOGNIZERS: tuple[Recognizer, ...] = (
     Recognizer("email", "CODE", _r(r"\b[\w.+-]+@[\w-]+(?:\.[\w-]+)*\.[A-Za-z]{2,}\b"), 1.0),
     Recognizer("url", "CODE", _r(r"\b(?:https?://|www\.)[^\s<>\"]+[^\s<>\".,;:)]"), 0.95),
@@ -125,6 +160,13 @@ RECOGNIZERS: tuple[Recognizer, ...] = (
     Recognizer("street_address", "LOC", _r(
         rf"(?<![Ii]n )(?<!since )(?<!of )\b\d{{1,5}}[A-Za-z]?,?\s(?:[A-Z][\w'’-]*\s){{1,3}}(?:{_STREET})(?!\w)"
         rf"|\b[A-ZÄÖÜÅØÆ][\w-]*(?:{_STREET_SUFFIX})\s\d{{1,5}}[a-z]?\b"), 0.9),
+    Recognizer("eu_street_address", "LOC", _u(rf"(?:{_EU_STREETS}){_POSTCODE_TOWN}"), 0.98),
+    Recognizer("postcode_town", "LOC", _u(
+        r"\b(?:[A-Z]{1,2}-\d{4,5}|\d{2}-\d{3})[ \t]+\p{Lu}[\p{L}\p{M}-]*(?:[ -]\p{Lu}[\p{L}\p{M}-]*)?"), 0.85),
+    Recognizer("eu_organisation", "ORG", _u(
+        rf"\b{_CAP}(?:\s(?:(?:i|und|et|e|og|och|and|&)\s)?{_CAP}){{0,3}}\s(?:{_LEGAL_FORMS})(?!\w)(?!\.\w)"
+        rf"|\b(?:{_CARE_WORDS})\s{_CARE_LINK}?{_CAP}(?:[\s-]{_CARE_LINK}?{_CAP}){{0,4}}"
+        rf"|\b{_CAP}(?:\s{_CAP})?[\s-](?:{_CARE_SUFFIX})\b"), 0.85),
     Recognizer("date_dmy", "DATETIME", _r(rf"\b{_DAY}(?: of)? {_MONTH},? {_YEAR}\b"), 0.95),
     Recognizer("date_mdy", "DATETIME", _r(rf"\b{_MONTH} {_DAY},? {_YEAR}\b"), 0.95),
     Recognizer("date_my", "DATETIME", _r(rf"\b(?:(?:early|mid|late)[- ])?{_MONTH},? {_YEAR}\b"), 0.9),
@@ -161,7 +203,8 @@ RECOGNIZERS: tuple[Recognizer, ...] = (
 
 class PatternTagger:
     """Tags e-mails, URLs, phones, IBANs, cards, case/application numbers, ID codes, street
-    addresses, dates, times, durations, amounts, measurements and ages with :data:`RECOGNIZERS`."""
+    addresses (English and European, with postcodes), European organisations, dates, times,
+    durations, amounts, measurements and ages with :data:`RECOGNIZERS`."""
 
     name = "patterns"
 
