@@ -94,7 +94,8 @@ def test_report_epsilon_equals_the_accountant(tiny):
     assert 1 <= rep.tokens_generated <= rep.max_new_tokens
     d = rep.to_dict()
     assert set(d) == {"mechanism", "model", "alpha", "delta", "max_new_tokens", "tokens_generated", "stop_reason",
-                      "guarantee", "groups", "decoding", "private_labels", "kept_labels", "spans_source", "incomplete"}
+                      "guarantee", "groups", "decoding", "private_labels", "kept_labels", "spans_source", "incomplete",
+                      "accounting", "passages"}
     assert set(d["groups"][0]) == {"label", "n_spans", "n_tokens", "beta", "epsilon", "epsilon_certified"}
 
 

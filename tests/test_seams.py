@@ -114,11 +114,17 @@ def test_the_service_plan_maps_spans_given_on_the_raw_text(copier):
 
 def test_the_issue_labels_command_is_refused_before_the_model_loads(tmp_path):
     """`sanitize letter.txt --spans letter.spans.json --labels PERSON,CODE,DATE` released the two
-    DATETIME spans; now it exits 2, naming the label, before any model loads."""
+    DATETIME spans; now it exits 2, naming every label left open, before any model loads: with
+    the bundled spans (which now say DATE) the LOC, ORG and DEM spans, and with spans in TAB's
+    vocabulary (DATETIME) the dates too."""
     from pathlib import Path
 
     root = Path(__file__).resolve().parents[1] / "examples"
-    res = CliRunner().invoke(main, ["sanitize", str(root / "letter.txt"), "--spans", str(root / "letter.spans.json"),
-                                    "--epsilon", "8", "--labels", "PERSON,CODE,DATE", "--model", "no-such-model"])
-    assert res.exit_code == 2 and "DATETIME (2 spans)" in res.output and "no-such-model" not in res.output
-    assert "1961" not in res.output
+    tab = json.loads((root / "letter.spans.json").read_text().replace('"DATE"', '"DATETIME"'))
+    (tmp_path / "tab.spans.json").write_text(json.dumps(tab))
+    for spans, open_labels in ((root / "letter.spans.json", "DEM (1 span), LOC (1 span), ORG (1 span)"),
+                               (tmp_path / "tab.spans.json", "DATETIME (2 spans), DEM (1 span)")):
+        res = CliRunner().invoke(main, ["sanitize", str(root / "letter.txt"), "--spans", str(spans), "--epsilon", "8",
+                                        "--labels", "PERSON,CODE,DATE", "--model", "no-such-model"])
+        assert res.exit_code == 2 and open_labels in res.output and "no-such-model" not in res.output
+        assert "1961" not in res.output and "Leeds" not in res.output
