@@ -300,15 +300,19 @@ class PreparedFusion:
 
 
 def run_fusion(prepared: PreparedFusion, *, seed: int | Sequence[int] | None = None,
-               on_token: Callable[[int, int], None] | None = None) -> tuple[FusionJob, list[Generated]]:
-    """Decode the prepared documents; the job (its ledgers and diagnostics) and the outputs."""
+               on_token: Callable[[int, int], None] | None = None,
+               on_finish: Callable[[FusionJob, int, Generated], None] | None = None
+               ) -> tuple[FusionJob, list[Generated]]:
+    """Decode the prepared documents; the job (its ledgers and diagnostics) and the outputs.
+    ``on_finish(job, i, output)``: document i's output as soon as it finishes."""
     backend, d, n = prepared.backend, prepared.decoding, len(prepared.documents)
     job = FusionJob(prepared.method, prepared.delta, prepared.documents)
+    finished = None if on_finish is None else (lambda i, out: on_finish(job, i, out))
     outputs = generate(backend, job.sequences(), job.step, max_new_tokens=[doc.max_new_tokens for doc in job.documents],
                        temperature=d.temperature, generator=make_generators(seed, n), eos_ids=backend.eos_token_ids,
                        stop_strings=[*backend.options.get("stop", []), *d.stop], charge=job.charge, on_token=on_token,
                        logits_processor=d.processor(),
-                       drafter=drafter(d.speculative, d.draft_tokens, n, prepared.placeholder))
+                       drafter=drafter(d.speculative, d.draft_tokens, n, prepared.placeholder), on_finish=finished)
     return job, outputs
 
 

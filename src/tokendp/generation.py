@@ -154,7 +154,8 @@ def generate(backend: HFBackend, sequences: Sequence[RowSequence], step: StepFn,
              charge: Callable[[list[int]], None] | None = None,
              on_token: Callable[[int, int], None] | None = None,
              logits_processor: PublicLogitsProcessor | None = None,
-             drafter: Drafter | None = None) -> list[Generated]:
+             drafter: Drafter | None = None,
+             on_finish: Callable[[int, Generated], None] | None = None) -> list[Generated]:
     """Generate up to ``max_new_tokens`` tokens (one int, or one per sequence) for every
     sequence; see the module docstring.
 
@@ -170,6 +171,8 @@ def generate(backend: HFBackend, sequences: Sequence[RowSequence], step: StepFn,
     (:meth:`_Loop.verify`): each pass also runs the tokens it guesses from the public row and
     the released tokens, and the output has exactly the distribution it has without
     (docs/privacy.md, "Speculative decoding"); ignored when the backend cannot roll back.
+    ``on_finish(doc, output)`` is called once per sequence as soon as it finishes, before the
+    others go on (a corpus run saves it there: an interrupt then loses only unfinished ones).
     """
     limits = [max_new_tokens] * len(sequences) if isinstance(max_new_tokens, int) else list(max_new_tokens)
     if len(limits) != len(sequences) or not all(isinstance(t, int) and t >= 1 for t in limits):
@@ -191,6 +194,9 @@ def generate(backend: HFBackend, sequences: Sequence[RowSequence], step: StepFn,
         if pending.shape[1] > 1:  # forget the positions after each document's last released token
             backend.rollback(state, torch.tensor([pending.shape[1] - r for r in released]))
         going = [i in loop.active for i in loop.running]
+        if on_finish is not None:
+            for i in (i for i, g in zip(loop.running, going) if not g):
+                on_finish(i, loop.result(i))
         if not all(going):
             state = backend.keep(state, torch.tensor(going))
             last = [t for t, g in zip(last, going) if g]

@@ -27,7 +27,7 @@ import os
 import socket
 import time
 from abc import ABC, abstractmethod
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -40,7 +40,7 @@ from tokendp.engines.store import OutputRecord
 from tokendp.errors import TokenDPError
 from tokendp.fusion import Chunk
 from tokendp.generation import document_seed
-from tokendp.jobs.sanitize import prepare_sanitize, sanitize_batch, sanitize_stream
+from tokendp.jobs.sanitize import prepare_sanitize, run_sanitize, sanitize_batch, sanitize_stream
 from tokendp.jobs.synthesize import ReferenceBatch, Synthesizer
 from tokendp.text.taggers import get_tagger, spans_from_json
 
@@ -78,6 +78,11 @@ class _Worker(ABC):
     def run(self, items: Sequence[Any]) -> tuple[list[OutputRecord], int]:
         """The items' output records and the tokens generated."""
 
+    def each(self, items: Sequence[Any], emit: Callable[[BatchResult], None]) -> None:
+        """Run ``items`` as one batch and give ``emit`` its results: here the whole batch at its end;
+        a worker that can (sanitize) gives each output as soon as it is done."""
+        emit(self(items))
+
 
 class SanitizeWorker(_Worker):
     """Rewrites batches of corpus records with ``sanitize_batch``'s keyword arguments ``params``
@@ -111,6 +116,28 @@ class SanitizeWorker(_Worker):
         return [_output(r, res) for r, res in zip(records, results)], sum(res.report.tokens_generated for res in results)
 
 
+    def each(self, records: Sequence[CorpusRecord], emit: Callable[[BatchResult], None]) -> None:
+        """One static batch, each document given to ``emit`` as its own result as soon as it
+        finishes (:func:`tokendp.jobs.sanitize.run_sanitize`'s ``on_result``), while the others
+        decode on: the same records as :meth:`__call__`, saved one by one, so an interrupt loses
+        only the documents still decoding."""
+        start = time.perf_counter()
+
+        def done(i: int, res: Any) -> None:
+            nonlocal start
+            now = time.perf_counter()
+            emit(BatchResult([_output(records[i], res)], res.report.tokens_generated, now - start, self.name))
+            start = time.perf_counter()
+
+        seeds = None if self.seed is None else [document_seed(self.seed, r.id) for r in records]
+        prepare = {k: v for k, v in self.params.items() if k not in ("diagnostics", "on_token")}
+        try:
+            prepared = self._prepare(records, prepare)
+            run_sanitize(prepared, seed=seeds, diagnostics=bool(self.params.get("diagnostics")), on_result=done,
+                         on_token=self.params.get("on_token"))
+        except TokenDPError as err:
+            raise _naming(err, self.noun, records) from None
+
     def stream(self, records: Iterable[CorpusRecord], slots: int, *, accelerator_only: bool = False
                ) -> Iterator[BatchResult]:
         """Continuous batching (:func:`tokendp.jobs.sanitize.sanitize_stream`): ``slots`` documents
@@ -119,8 +146,7 @@ class SanitizeWorker(_Worker):
         back to batches of ``slots`` (:meth:`__call__`) where continuous batching does not apply:
         speculative decoding asked for, a model whose cache cannot be joined (sliding window), or,
         with ``accelerator_only``, a model on the CPU."""
-        on_cpu = self.backend.device.type == "cpu"
-        if self.params.get("speculative") or not self.backend.can_join or (accelerator_only and on_cpu):
+        if not self.continuous(accelerator_only=accelerator_only):
             for batch in _batched(records, slots):
                 yield self(batch)
             return
@@ -149,6 +175,11 @@ class SanitizeWorker(_Worker):
                 start = time.perf_counter()
         except TokenDPError as err:  # a chunk that cannot be prepared, or the documents decoding
             raise _naming(err, self.noun, failed or list(in_flight.values())) from None
+
+    def continuous(self, *, accelerator_only: bool = False) -> bool:
+        """Whether :meth:`stream` batches continuously here (see there), rather than in batches."""
+        on_cpu = self.backend.device.type == "cpu"
+        return not (self.params.get("speculative") or not self.backend.can_join or (accelerator_only and on_cpu))
 
     def _prepare(self, records: Sequence[CorpusRecord], params: Mapping[str, Any]) -> Any:
         spans = [None if r.spans is None else spans_from_json(json.loads(r.spans), r.text) for r in records]
