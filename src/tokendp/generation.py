@@ -55,7 +55,13 @@ from tokendp.errors import InvalidParameterError
 from tokendp.logits_processors import PublicLogitsProcessor, apply_to_rows
 from tokendp.sampling import Generators, sample, sample_ids  # noqa: F401 (sample: re-exported)
 
-StopReason = Literal["eos", "stop_string", "max_new_tokens"]
+StopReason = Literal["eos", "stop_string", "max_new_tokens", "cancelled"]
+
+
+class StopDocument(Exception):  # noqa: N818 (a signal to the loop, not an error)
+    """Raised by an ``on_token`` callback to end that document after the token it was given
+    (stop reason ``"cancelled"``; the service's job whose client went away). The token was
+    sampled and charged; the other documents of the batch go on."""
 MIN_TEMPERATURE = 1e-3  # below this, float32 logits / temperature overflow to inf and nothing can be sampled
 
 
@@ -163,7 +169,8 @@ def generate(backend: HFBackend, sequences: Sequence[RowSequence], step: StepFn,
     ``temperature`` is passed to ``step``; 0 means greedy (the argmax of the mechanism's
     distribution, computed at temperature 1): only for comparisons without privacy.
     ``charge(docs)`` is called once per released token of the documents ``docs``, before it is
-    sampled. ``on_token(doc, token_id)`` streams every sampled token.
+    sampled. ``on_token(doc, token_id)`` streams every sampled token; raising
+    :class:`StopDocument` there ends that document after this token.
     ``logits_processor`` (repetition penalty, no-repeat n-grams, minimum length) adjusts every
     row's logits before the mechanism, from the tokens released so far only, the same for all
     rows of a document, so the guarantee is unchanged (docs/privacy.md, "Common ground").
@@ -384,7 +391,12 @@ class _Loop:
         for doc, tok in zip(docs, tokens):
             self.outputs[doc].append(tok)
             if self.on_token is not None:
-                self.on_token(doc, tok)
+                try:
+                    self.on_token(doc, tok)
+                except StopDocument:
+                    self.reasons[doc] = "cancelled"
+                    self.active.discard(doc)
+                    continue
             self.reasons[doc] = self.checker.check(doc, self.outputs[doc])
             if self.reasons[doc] is not None:
                 self.active.discard(doc)
