@@ -6,7 +6,8 @@ with its spans as trusted context, two untrusted "retrieved pages" (WikiText-2 t
 about 1,500 characters, 330 to 360 tokens each, so that no cap from 512 up cuts them), a
 40-token answer (``--max-new-tokens 40``), epsilon 8, seed 0. Each cap runs in its own
 process (``python -m tokendp generate``), caps interleaved, ``--repeats`` rounds; reported per
-cap: the process's wall seconds and peak resident memory (``ru_maxrss``), best and median.
+cap: the process's wall seconds (best and median), CPU seconds (best: steadier than the wall
+clock on a shared machine) and peak resident memory (``ru_maxrss``).
 
 Run: ``PYTHONPATH=src python benchmarks/untrusted_cap.py [--caps 256 512 1024] [--repeats 2]``.
 """
@@ -33,7 +34,8 @@ from tokendp.cli import main
 try:
     main(sys.argv[1:], prog_name="tokendp", standalone_mode=False)
 finally:
-    print("maxrss_kib", resource.getrusage(resource.RUSAGE_SELF).ru_maxrss, file=sys.stderr)
+    use = resource.getrusage(resource.RUSAGE_SELF)
+    print("maxrss_kib", use.ru_maxrss, use.ru_utime + use.ru_stime, file=sys.stderr)
 """
 
 
@@ -52,8 +54,8 @@ def pages(n: int = 2, chars: int = 1500) -> list[str]:
     raise SystemExit("not enough long paragraphs in WikiText-2's test split")
 
 
-def run(cap: int, files: list[Path], threads: int | None) -> tuple[float, float]:
-    """Wall seconds and peak RSS (GB) of one ``tokendp generate`` at this cap."""
+def run(cap: int, files: list[Path], threads: int | None) -> tuple[float, float, float]:
+    """Wall seconds, peak RSS (GB) and CPU seconds of one ``tokendp generate`` at this cap."""
     args = ["generate", "--prompt", "When was the patient admitted, and what does the first page say?",
             "--context", str(ROOT / "examples" / "letter.txt"), "--spans", str(ROOT / "examples" / "letter.spans.json"),
             *[a for f in files for a in ("--untrusted", str(f))], "--epsilon", "8", "--seed", "0",
@@ -66,10 +68,11 @@ def run(cap: int, files: list[Path], threads: int | None) -> tuple[float, float]
     wall = time.perf_counter() - start
     if res.returncode != 0:
         raise SystemExit(f"cap {cap} failed: {res.stderr[-2000:]}")
-    rss = int(res.stderr.strip().splitlines()[-1].split()[1]) / 1024 ** 2
+    _, kib, cpu = res.stderr.strip().splitlines()[-1].split()
+    rss = int(kib) / 1024 ** 2
     report = json.loads(res.stdout)["report"]
     assert report["max_untrusted_tokens"] == cap and report["tokens_generated"] <= 40
-    return wall, rss
+    return wall, rss, float(cpu)
 
 
 def main() -> None:
@@ -90,16 +93,18 @@ def main() -> None:
         tok = AutoTokenizer.from_pretrained(base_model_dir())
         sizes = [len(tok(f.read_text(encoding="utf-8"))["input_ids"]) for f in files]
         print(f"pages: {[len(f.read_text(encoding='utf-8')) for f in files]} characters, {sizes} tokens", flush=True)
-        runs: dict[int, list[tuple[float, float]]] = {cap: [] for cap in opts.caps}
+        runs: dict[int, list[tuple[float, float, float]]] = {cap: [] for cap in opts.caps}
         for r in range(opts.repeats):
             for cap in opts.caps:
                 runs[cap].append(run(cap, files, opts.threads))
-                print(f"round {r + 1} cap {cap}: {runs[cap][-1][0]:.1f} s, {runs[cap][-1][1]:.2f} GB", flush=True)
-    print("\n| --max-untrusted-tokens | wall s, best | wall s, median | peak RSS GB, max |")
-    print("|---:|---:|---:|---:|")
+                wall, rss, cpu = runs[cap][-1]
+                print(f"round {r + 1} cap {cap}: {wall:.1f} s wall, {cpu:.1f} s CPU, {rss:.2f} GB", flush=True)
+    print("\n| --max-untrusted-tokens | wall s, best | wall s, median | CPU s, best | peak RSS GB, max |")
+    print("|---:|---:|---:|---:|---:|")
     for cap, got in runs.items():
-        walls = [w for w, _ in got]
-        print(f"| {cap} | {min(walls):.1f} | {statistics.median(walls):.1f} | {max(m for _, m in got):.2f} |")
+        walls = [w for w, _, _ in got]
+        print(f"| {cap} | {min(walls):.1f} | {statistics.median(walls):.1f} | {min(c for _, _, c in got):.1f} "
+              f"| {max(m for _, m, _ in got):.2f} |")
 
 
 if __name__ == "__main__":

@@ -88,14 +88,14 @@ def test_the_default_untrusted_cap_fits_a_laptop_and_the_report_and_help_say_how
     every call (1,024 took 43-48 s and 2.2 GB for a 40-token answer on a laptop; docs/generate.md,
     "How long a chunk may be"). The cap is public: the report shows it."""
     args = ["--context", str(files / "letter.txt"), "--spans", str(files / "letter.spans.json"),
-            "--untrusted", str(files / "page.txt"), "--epsilon", "4"]
+            "--untrusted", str(files / "page.txt"), "--epsilon", "4", "--model", "tiny"]  # a context of 2,048
     res = _run(files, *args, "--json")
     assert res.exit_code == 0, res.output
-    assert json.loads(res.stdout)["report"]["max_untrusted_tokens"] == 384
+    assert json.loads(res.stdout)["report"]["max_untrusted_tokens"] == 512
     res = _run(files, *args)
     assert res.exit_code == 0, res.output
-    assert "read up to 384 tokens (--max-untrusted-tokens)" in " ".join(res.stdout.split())
+    assert "up to 512 tokens (--max-untrusted-tokens; the rest is cut)" in " ".join(res.stdout.split())
     raised = _run(files, *args, "--max-untrusted-tokens", "1024", "--json")
     assert json.loads(raised.stdout)["report"]["max_untrusted_tokens"] == 1024
     helptext = " ".join(CliRunner().invoke(main, ["generate", "--help"]).output.split())
-    assert "default: 384" in helptext and "--max-untrusted-tokens 1024" in helptext
+    assert "default: 512" in helptext and "--max-untrusted-tokens 1024" in helptext
