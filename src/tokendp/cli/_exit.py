@@ -3,8 +3,9 @@
 Every failure of the command ends in one of :data:`EXIT_CODES` (README "Exit codes",
 the top-level ``--help``): 2 when the command line is wrong, 3 when an input is, 4 when an
 optional package is missing, 5 when a privacy budget ran out after part of the output was
-released, 130 (the shell's 128 + SIGINT) when Ctrl-C stopped it. The library's errors (:mod:`tokendp.errors`) are mapped here by their class; the
-message is the library's own, which never carries private text.
+released, 130 (the shell's 128 + SIGINT) when Ctrl-C stopped it. The library's errors
+(:mod:`tokendp.errors`) are mapped here by their class; the message is the library's own,
+which never carries private text.
 
 Shown as ``Error: MESSAGE`` on stderr, or with ``--json`` as one line of JSON on stderr, the
 last line it writes: ``{"error": {"exit_code": 3, "kind": "bad_input", "message": "..."}}``

@@ -36,8 +36,9 @@ def run_local(job: Job, sink: Any, params: Mapping[str, Any], *, batch_size: int
     ``params`` are the job's worker's (for sanitize ``sanitize_batch``'s keyword arguments;
     ``threads`` its torch threads); the model is loaded only if something is left to do.
     ``batching``: ``"static"``, batches of ``batch_size`` items, each decoded until its last
-    item finishes (a sanitize document is written as it finishes); ``"continuous"``, for a worker that can stream (sanitize), ``batch_size``
-    documents at once, a finished one's slot refilled at once (other workers: static);
+    item finishes (a sanitize document is written as it finishes); ``"continuous"``, for a
+    worker that can stream (sanitize), ``batch_size`` documents at once, a finished one's slot
+    refilled at once (other workers: static);
     ``"auto"``: continuous where the model runs on an accelerator, static on a CPU.
     """
     check_batching(batching)

@@ -169,8 +169,8 @@ class RunStore:
                                     "their order or their number differ), and that run's work was planned from it; "
                                     "resume with the same input, or choose another --out")
         if before != self.run:
-            raise InvalidInputError(f"{self.work} holds a run with other settings ({_differ(before, self.run)} differ); "
-                                    "resume with the same options, or choose another --out")
+            raise InvalidInputError(f"{self.work} holds a run with other settings ({_differ(before, self.run)} "
+                                    "differ); resume with the same options, or choose another --out")
 
     def _check_finished(self) -> None:
         """``out`` exists and no run works on it: it must be the file a finished run of this job,

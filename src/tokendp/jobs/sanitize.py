@@ -254,7 +254,8 @@ def run_sanitize(prepared: PreparedFusion, *, seed: int | Sequence[int] | None =
     list holds), while the others still decode."""
 
     def result(job: FusionJob, i: int, out: Generated) -> SanitizeResult:
-        return _result(prepared, prepared.documents[i], out, job.diagnostics(i, out.diagnostics) if diagnostics else None)
+        found = job.diagnostics(i, out.diagnostics) if diagnostics else None
+        return _result(prepared, prepared.documents[i], out, found)
 
     finished = None if on_result is None else (lambda job, i, out: on_result(i, result(job, i, out)))
     job, outputs = run_fusion(prepared, seed=seed, on_token=on_token, on_finish=finished)

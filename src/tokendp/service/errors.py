@@ -8,8 +8,9 @@ and invalid_input (400: the library refused a value), rate_limited (429: the ten
 per minute), auth_rate_limited (429: the client address's failed authentication attempts per
 minute), accounting_mismatch (500: output withheld), internal_error (500), model_unavailable
 (503), shutting_down (503: the server stopped the request as it shut down),
-client_closed_request (499: the client went away; nobody reads it but the log). body_too_large and ambiguous_length come from :class:`tokendp.service.limits.BodyLimit`,
-before the app. Messages never carry document text: schema errors list the field and the rule,
+client_closed_request (499: the client went away; nobody reads it but the log).
+body_too_large and ambiguous_length come from :class:`tokendp.service.limits.BodyLimit`, before
+the app. Messages never carry document text: schema errors list the field and the rule,
 never the value given.
 """
 
