@@ -145,3 +145,18 @@ def test_ctrl_c_exits_130_with_a_hint_and_the_rerun_resumes(tmp_path):
     assert res.returncode == 0, res.stderr
     assert f"{60 - kept} documents written ({kept} already done)" in res.stderr
     assert [r["id"] for r in read_output(out)] == [d["id"] for d in documents(60)]
+
+
+def test_a_finished_synthesize_run_rerun_is_complete_too(tmp_path, monkeypatch):
+    """synthesize shares the runner and the store: the same command on the same references is complete."""
+    from tokendp.engines import synthesize_corpus
+    from tokendp.engines.worker import SynthesizeWorker
+
+    from .corpora import references
+
+    refs = write_jsonl(tmp_path / "refs.jsonl", references(4))
+    params = {"epsilon": 4.0, "delta": 1e-5, "batch_size": 2, "max_tokens": 3, "seed": 7, "model": model_dir()}
+    first = synthesize_corpus(refs, params, out=tmp_path / "s.jsonl", batch_size=2, progress=False)
+    monkeypatch.setattr(SynthesizeWorker, "__init__", lambda *a, **k: pytest.fail("a finished run loaded the model"))
+    again = synthesize_corpus(refs, params, out=tmp_path / "s.jsonl", batch_size=1, progress=False)
+    assert again.complete and again.output == first.output and (again.summary.documents, again.summary.skipped) == (0, 2)
