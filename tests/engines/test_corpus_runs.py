@@ -160,3 +160,21 @@ def test_a_finished_synthesize_run_rerun_is_complete_too(tmp_path, monkeypatch):
     monkeypatch.setattr(SynthesizeWorker, "__init__", lambda *a, **k: pytest.fail("a finished run loaded the model"))
     again = synthesize_corpus(refs, params, out=tmp_path / "s.jsonl", batch_size=1, progress=False)
     assert again.complete and again.output == first.output and (again.summary.documents, again.summary.skipped) == (0, 2)
+
+
+def test_a_synthesize_run_saves_each_text_as_it_is_done(tmp_path, monkeypatch):
+    from tokendp.engines import synthesize_corpus
+
+    from .corpora import references
+
+    refs = write_jsonl(tmp_path / "refs.jsonl", references(8))
+    params = {"epsilon": 4.0, "delta": 1e-5, "batch_size": 2, "max_tokens": 3, "seed": 7, "model": model_dir()}
+    writes = interrupt_after(monkeypatch, 1)
+    with pytest.raises(KeyboardInterrupt):
+        synthesize_corpus(refs, params, out=tmp_path / "s.jsonl", batch_size=4, progress=False)
+    monkeypatch.undo()
+    assert writes == [1]  # not the worker batch's 4 texts at once
+    run = synthesize_corpus(refs, params, out=tmp_path / "s.jsonl", batch_size=4, progress=False)
+    whole = synthesize_corpus(refs, params, batch_size=4, progress=False)
+    assert (run.summary.documents, run.summary.skipped) == (3, 1)
+    assert read_output(run.output) == [json.loads(line) for line in whole.lines]

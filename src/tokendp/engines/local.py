@@ -1,9 +1,9 @@
 """The local engine: one process, one model, a job's items in batches of ``batch_size`` in
 output order; or, for sanitize with continuous batching, ``batch_size`` documents decoding at
 once while the next document takes a finished one's place
-(:meth:`tokendp.engines.worker.SanitizeWorker.stream`). Either way a sanitize document is written
-to the sink as soon as it finishes (:meth:`tokendp.engines.worker.SanitizeWorker.each`), so an
-interrupt loses only the documents still decoding; synthesize writes a batch's texts together.
+(:meth:`tokendp.engines.worker.SanitizeWorker.stream`). Either way each output (a rewrite, a
+synthetic text) is written to the sink as soon as it is done (the workers' ``each``), so an
+interrupt loses only the ones still decoding.
 
 ``batching="auto"`` (the command line's default) is continuous batching on an accelerator and
 static batches on a CPU, where a step's cost grows with its rows and a fuller batch was measured

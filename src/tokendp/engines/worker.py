@@ -227,9 +227,28 @@ class SynthesizeWorker(_Worker):
 
     def run(self, batches: Sequence[ReferenceBatch]) -> tuple[list[OutputRecord], int]:
         texts = self.synthesizer(batches, seed=self.seed)
-        out = [OutputRecord(b.id, json.dumps({"id": b.id, "text": t.text, "report": _report(t)}, ensure_ascii=False))
-               for b, t in zip(batches, texts)]
-        return out, sum(t.tokens_generated for t in texts)
+        return [_text_record(b, t) for b, t in zip(batches, texts)], sum(t.tokens_generated for t in texts)
+
+    def each(self, batches: Sequence[ReferenceBatch], emit: Callable[[BatchResult], None]) -> None:
+        """Each text given to ``emit`` as soon as it is done (``Synthesizer``'s ``on_text``), so an
+        interrupt loses only the texts still being written."""
+        start = time.perf_counter()
+
+        def done(i: int, text: Any) -> None:
+            nonlocal start
+            now = time.perf_counter()
+            emit(BatchResult([_text_record(batches[i], text)], text.tokens_generated, now - start, self.name))
+            start = time.perf_counter()
+
+        try:
+            self.synthesizer(batches, seed=self.seed, on_text=done)
+        except TokenDPError as err:
+            raise _naming(err, self.noun, batches) from None
+
+
+def _text_record(batch: ReferenceBatch, text: Any) -> OutputRecord:
+    return OutputRecord(batch.id, json.dumps({"id": batch.id, "text": text.text, "report": _report(text)},
+                                             ensure_ascii=False))
 
 
 def reference_rows(batches: Sequence[ReferenceBatch]) -> list[dict[str, Any]]:
