@@ -317,21 +317,29 @@ class PreparedFusion:
 
 
 def run_fusion(prepared: PreparedFusion, *, seed: int | Sequence[int] | None = None,
-               on_token: Callable[[int, int], None] | None = None) -> tuple[FusionJob, list[Generated]]:
-    """Decode the prepared documents; the job (its ledgers and diagnostics) and the outputs."""
+               on_token: Callable[[int, int], None] | None = None,
+               on_finish: Callable[[FusionJob, int, Generated], None] | None = None
+               ) -> tuple[FusionJob, list[Generated]]:
+    """Decode the prepared documents; the job (its ledgers and diagnostics) and the outputs.
+    ``on_finish(job, i, output)``: document i's output as soon as it finishes."""
     backend, d, n = prepared.backend, prepared.decoding, len(prepared.documents)
     decode = dict(temperature=d.temperature, eos_ids=backend.eos_token_ids,
                   stop_strings=[*backend.options.get("stop", []), *d.stop], logits_processor=d.processor(),
                   drafter=drafter(d.speculative, d.draft_tokens, n, prepared.placeholder))
     if any(doc.long is not None for doc in prepared.documents):  # documents of any length: in passages
         assert prepared.history is not None
-        return run_passages(lambda docs: FusionJob(prepared.method, prepared.delta, docs,
-                                                   accounting=prepared.accounting),
-                            prepared.documents, backend=backend, history=prepared.history,
-                            placeholder=prepared.placeholder, seed=seed, decode=decode, on_token=on_token)
+        job, outputs = run_passages(lambda docs: FusionJob(prepared.method, prepared.delta, docs,
+                                                           accounting=prepared.accounting),
+                                    prepared.documents, backend=backend, history=prepared.history,
+                                    placeholder=prepared.placeholder, seed=seed, decode=decode, on_token=on_token)
+        for i, out in enumerate(outputs if on_finish is not None else ()):
+            on_finish(job, i, out)
+        return job, outputs
     job = FusionJob(prepared.method, prepared.delta, prepared.documents, accounting=prepared.accounting)
+    finished = None if on_finish is None else (lambda i, out: on_finish(job, i, out))
     outputs = generate(backend, job.sequences(), job.step, max_new_tokens=[doc.max_new_tokens for doc in job.documents],
-                       generator=make_generators(seed, n), charge=job.charge, on_token=on_token, **decode)
+                       generator=make_generators(seed, n), charge=job.charge, on_token=on_token, on_finish=finished,
+                       **decode)
     return job, outputs
 
 

@@ -54,7 +54,13 @@ from tokendp.errors import InvalidParameterError
 from tokendp.logits_processors import PublicLogitsProcessor, apply_to_rows
 from tokendp.sampling import Generators, sample, sample_ids  # noqa: F401 (sample: re-exported)
 
-StopReason = Literal["eos", "stop_string", "max_new_tokens"]
+StopReason = Literal["eos", "stop_string", "max_new_tokens", "cancelled"]
+
+
+class StopDocument(Exception):  # noqa: N818 (a signal to the loop, not an error)
+    """Raised by an ``on_token`` callback to end that document after the token it was given
+    (stop reason ``"cancelled"``; the service's job whose client went away). The token was
+    sampled and charged; the other documents of the batch go on."""
 
 
 class StepFn(Protocol):
@@ -143,7 +149,8 @@ def generate(backend: HFBackend, sequences: Sequence[RowSequence], step: StepFn,
              charge: Callable[[list[int]], None] | None = None,
              on_token: Callable[[int, int], None] | None = None,
              logits_processor: PublicLogitsProcessor | None = None,
-             drafter: Drafter | None = None) -> list[Generated]:
+             drafter: Drafter | None = None,
+             on_finish: Callable[[int, Generated], None] | None = None) -> list[Generated]:
     """Generate up to ``max_new_tokens`` tokens (one int, or one per sequence) for every
     sequence; see the module docstring.
 
@@ -151,7 +158,8 @@ def generate(backend: HFBackend, sequences: Sequence[RowSequence], step: StepFn,
     ``temperature`` is passed to ``step``; 0 means greedy (the argmax of the mechanism's
     distribution, computed at temperature 1): only for comparisons without privacy.
     ``charge(docs)`` is called once per released token of the documents ``docs``, before it is
-    sampled. ``on_token(doc, token_id)`` streams every sampled token.
+    sampled. ``on_token(doc, token_id)`` streams every sampled token; raising
+    :class:`StopDocument` there ends that document after this token.
     ``logits_processor`` (repetition penalty, no-repeat n-grams, minimum length) adjusts every
     row's logits before the mechanism, from the tokens released so far only, the same for all
     rows of a document, so the guarantee is unchanged (docs/privacy.md, "Common ground").
@@ -159,6 +167,8 @@ def generate(backend: HFBackend, sequences: Sequence[RowSequence], step: StepFn,
     (:meth:`_Loop.verify`): each pass also runs the tokens it guesses from the public row and
     the released tokens, and the output has exactly the distribution it has without
     (docs/privacy.md, "Speculative decoding"); ignored when the backend cannot roll back.
+    ``on_finish(doc, output)`` is called once per sequence as soon as it finishes, before the
+    others go on (a corpus run saves it there: an interrupt then loses only unfinished ones).
     """
     limits = [max_new_tokens] * len(sequences) if isinstance(max_new_tokens, int) else list(max_new_tokens)
     if len(limits) != len(sequences) or not all(isinstance(t, int) and t >= 1 for t in limits):
@@ -180,6 +190,9 @@ def generate(backend: HFBackend, sequences: Sequence[RowSequence], step: StepFn,
         if pending.shape[1] > 1:  # forget the positions after each document's last released token
             backend.rollback(state, torch.tensor([pending.shape[1] - r for r in released]))
         going = [i in loop.active for i in loop.running]
+        if on_finish is not None:
+            for i in (i for i, g in zip(loop.running, going) if not g):
+                on_finish(i, loop.result(i))
         if not all(going):
             state = backend.keep(state, torch.tensor(going))
             last = [t for t, g in zip(last, going) if g]
@@ -367,7 +380,12 @@ class _Loop:
         for doc, tok in zip(docs, tokens):
             self.outputs[doc].append(tok)
             if self.on_token is not None:
-                self.on_token(doc, tok)
+                try:
+                    self.on_token(doc, tok)
+                except StopDocument:
+                    self.reasons[doc] = "cancelled"
+                    self.active.discard(doc)
+                    continue
             self.reasons[doc] = self.checker.check(doc, self.outputs[doc])
             if self.reasons[doc] is not None:
                 self.active.discard(doc)

@@ -81,3 +81,21 @@ def test_diagnostics_only_with_the_flag_on_stderr(files):
     lines = asked.stderr.splitlines()
     start = next(k for k, line in enumerate(lines) if line.startswith("WARNING: the diagnostics below are data-dependent"))
     assert set(json.loads(lines[start + 1])["diagnostics"]["mean_lambda"]) == {"PERSON", "untrusted-1"}
+
+
+def test_the_default_untrusted_cap_fits_a_laptop_and_the_report_and_help_say_how_to_raise_it(files):
+    """Issue 33, item 7: every chunk's row is laid out at the cap, so its default sets the cost of
+    every call (1,024 took 43-48 s and 2.2 GB for a 40-token answer on a laptop; docs/generate.md,
+    "How long a chunk may be"). The cap is public: the report shows it."""
+    args = ["--context", str(files / "letter.txt"), "--spans", str(files / "letter.spans.json"),
+            "--untrusted", str(files / "page.txt"), "--epsilon", "4", "--model", "tiny"]  # a context of 2,048
+    res = _run(files, *args, "--json")
+    assert res.exit_code == 0, res.output
+    assert json.loads(res.stdout)["report"]["max_untrusted_tokens"] == 512
+    res = _run(files, *args)
+    assert res.exit_code == 0, res.output
+    assert "up to 512 tokens (--max-untrusted-tokens; the rest is cut)" in " ".join(res.stdout.split())
+    raised = _run(files, *args, "--max-untrusted-tokens", "1024", "--json")
+    assert json.loads(raised.stdout)["report"]["max_untrusted_tokens"] == 1024
+    helptext = " ".join(CliRunner().invoke(main, ["generate", "--help"]).output.split())
+    assert "default: 512" in helptext and "--max-untrusted-tokens 1024" in helptext

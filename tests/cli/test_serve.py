@@ -70,7 +70,11 @@ def test_serve_offers_the_swagger_ui_only_with_docs(tmp_path, monkeypatch, args,
     pytest.importorskip("httpx", reason="the service tests need httpx (the dev extra)")
     client = pytest.importorskip("fastapi.testclient", reason="the serve extra is not installed")
     served = []
-    monkeypatch.setattr(uvicorn, "run", lambda app, **_: served.append(app))
+    def run(server, sockets=None):
+        served.append(server.config.app)
+        server.started = True
+
+    monkeypatch.setattr(uvicorn.Server, "run", run)
     result = CliRunner().invoke(main, ["serve", "--db", str(tmp_path / "s.db"), *args])
     assert result.exit_code == 0, result.output
     docs = client.TestClient(served[0]).get("/docs")

@@ -88,7 +88,7 @@ def test_synthesize_resumed_on_two_ray_workers_gives_the_local_texts(local_ray, 
     params = {"epsilon": 4.0, "delta": 1e-5, "batch_size": 2, "max_tokens": 6, "seed": 1, "model": model_dir()}
     whole = [json.loads(line) for line in synthesize_corpus(path, params, batch_size=4, progress=False).lines]
     out = tmp_path / "texts.jsonl"
-    interrupt_after(monkeypatch, 1)
+    interrupt_after(monkeypatch, 3)  # three texts written, each as it was done
     with pytest.raises(KeyboardInterrupt):
         synthesize_corpus(path, params, out=out, batch_size=3, progress=False)
     monkeypatch.undo()

@@ -40,8 +40,8 @@ def _params(**change):
 
 
 def _interrupted_run(path, out, monkeypatch):
-    """A run into ``out`` killed after its first batch of two texts."""
-    interrupt_after(monkeypatch, 1)
+    """A run into ``out`` killed after its first two texts (each written as it is done)."""
+    interrupt_after(monkeypatch, 2)
     with pytest.raises(KeyboardInterrupt):
         synthesize_corpus(path, _params(), out=out, batch_size=2, progress=False)
     monkeypatch.undo()

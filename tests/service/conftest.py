@@ -26,11 +26,27 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-class Server:
-    """One ``tokendp serve`` process on ``db``; :meth:`start` waits for /healthz to say ok."""
+# ``tokendp serve`` whose model takes at least 50 ms a token and never stops before T (no end of
+# text, no stop string), so that a test can act while a job is still generating.
+SLOW_SERVE = """
+import sys, time
+import tokendp.generation as generation
+from tokendp.backends import HFBackend
+from tokendp.cli import main
 
-    def __init__(self, db: Path, log: Path, *args: str) -> None:
-        self.db, self.log, self.args = db, log, args
+init, extend = generation._StopChecker.__init__, HFBackend.extend
+generation._StopChecker.__init__ = lambda self, tok, eos, stops, limits: init(self, tok, set(), (), limits)
+HFBackend.extend = lambda self, *a, **k: (time.sleep(0.05), extend(self, *a, **k))[1]
+main(sys.argv[1:], prog_name="tokendp")
+"""
+
+
+class Server:
+    """One ``tokendp serve`` process on ``db``; :meth:`start` waits for /healthz to say ok.
+    ``slow``: the model of :data:`SLOW_SERVE`."""
+
+    def __init__(self, db: Path, log: Path, *args: str, slow: bool = False) -> None:
+        self.db, self.log, self.args, self.slow = db, log, args, slow
         self.proc: subprocess.Popen | None = None
         self.url = ""
 
@@ -43,7 +59,8 @@ class Server:
                "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "OMP_NUM_THREADS": "1"}
         with open(self.log, "ab") as out:
             self.proc = subprocess.Popen(
-                [sys.executable, "-m", "tokendp", "serve", "--host", "127.0.0.1", "--port", str(port),
+                [sys.executable, *(["-c", SLOW_SERVE] if self.slow else ["-m", "tokendp"]), "serve", "--host",
+                 "127.0.0.1", "--port", str(port),
                  "--db", str(self.db), "--model", "tiny", "--tagger", "auto", *self.args],
                 stdout=out, stderr=subprocess.STDOUT, env=env)
         deadline = time.monotonic() + START_TIMEOUT_S

@@ -15,7 +15,7 @@ import click
 
 from tokendp.cli._aliases import renamed  # noqa: F401 (re-exported for the commands)
 from tokendp.cli._console import console
-from tokendp.cli._exit import BadInputError, CLIError, library_errors  # noqa: F401 (re-exported)
+from tokendp.cli._exit import BadInputError, CLIError, Interrupted, library_errors  # noqa: F401 (re-exported)
 
 
 class InputPath(click.Path):
@@ -153,19 +153,45 @@ def ray_options(engine: str | None, address: str | None, workers: int | None,
     return given
 
 
+def run_corpus(command: str, input_path: str | Path, out_path: str | Path | None, start: Callable[..., Any]) -> None:
+    """A corpus run of ``command`` as the CLI shows it: a first line on stderr before anything
+    slow (importing torch, reading the corpus, loading the model), the run's own notes
+    (``start(note=...)``: how many documents are left, the model loading), and its end
+    (:func:`report_corpus_run`). Ctrl-C exits 130 saying that the same command resumes: every
+    finished document is already on disk (docs/engines.md, "Interrupting and resuming")."""
+    out = console()
+    out.info(f"{command} {input_path}" + (f" into {out_path}" if out_path is not None else "")
+             + ": checking every record before loading anything")
+    try:
+        run = start(note=out.info)
+    except KeyboardInterrupt:
+        if out_path is None:
+            raise Interrupted("interrupted; nothing was written (without --out the records go to stdout at the end; "
+                              "with --out a rerun resumes)") from None
+        raise Interrupted(f"interrupted; rerun the same command to resume: the finished records are kept for "
+                          f"{out_path}") from None
+    report_corpus_run(run, out_path)
+
+
 def report_corpus_run(run: Any, out_path: str | Path | None) -> None:
     """An engine run's end: its records on stdout without --out, the summary and where the
-    output is (both not under -q) or that a rerun resumes it on stderr; the diagnostics, if any,
+    output is (both not under -q) or that a rerun resumes it on stderr, or that the output was
+    already complete (a rerun of a finished run); the diagnostics, if any,
     apart: on stderr after the warning, or (with --out) where they were written."""
     quiet = console().quiet
     if run.lines is not None:
         click.echo("\n".join(run.lines))
-    if not quiet:
-        click.echo(run.summary.format(), err=True)
-    if out_path is not None and not run.output:
-        click.echo(f"not finished: rerun to resume into {out_path}", err=True)
-    elif out_path is not None and not quiet:
-        click.echo(f"wrote {run.output}", err=True)
+    if getattr(run, "complete", False):
+        if not quiet:
+            click.echo(f"{run.output} is complete: its {run.summary.skipped} {run.summary.noun} were written by a run "
+                       "with the same settings and input; nothing to do", err=True)
+    else:
+        if not quiet:
+            click.echo(run.summary.format(), err=True)
+        if out_path is not None and not run.output:
+            click.echo(f"not finished: rerun to resume into {out_path}", err=True)
+        elif out_path is not None and not quiet:
+            click.echo(f"wrote {run.output}", err=True)
     if run.diagnostics is not None:
         emit_diagnostics(run.diagnostics)
     if run.diagnostics_path is not None:

@@ -3,8 +3,9 @@
 Every failure of the command ends in one of :data:`EXIT_CODES` (README "Exit codes",
 the top-level ``--help``): 2 when the command line is wrong, 3 when an input is, 4 when an
 optional package is missing, 5 when a privacy budget ran out after part of the output was
-released. The library's errors (:mod:`tokendp.errors`) are mapped here by their class; the
-message is the library's own, which never carries private text.
+released, 130 (the shell's 128 + SIGINT) when Ctrl-C stopped it. The library's errors
+(:mod:`tokendp.errors`) are mapped here by their class; the message is the library's own,
+which never carries private text.
 
 Shown as ``Error: MESSAGE`` on stderr, or with ``--json`` as one line of JSON on stderr, the
 last line it writes: ``{"error": {"exit_code": 3, "kind": "bad_input", "message": "..."}}``
@@ -29,6 +30,7 @@ EXIT_USAGE = 2
 EXIT_BAD_INPUT = 3
 EXIT_MISSING_EXTRA = 4
 EXIT_BUDGET = 5
+EXIT_INTERRUPTED = 130
 
 # code -> (kind in the JSON error, what it means): the one table README, docs and --help show.
 EXIT_CODES: dict[int, tuple[str, str]] = {
@@ -38,6 +40,7 @@ EXIT_CODES: dict[int, tuple[str, str]] = {
     EXIT_BAD_INPUT: ("bad_input", "bad input: an unreadable or malformed file, corpus, ensemble or model"),
     EXIT_MISSING_EXTRA: ("missing_extra", "a missing optional extra (the message says what to install)"),
     EXIT_BUDGET: ("budget_exhausted", "budget exhausted: predict printed a partial output (or a ledger refused)"),
+    EXIT_INTERRUPTED: ("interrupted", "interrupted (Ctrl-C); a corpus run with --out resumes when rerun"),
 }
 
 
@@ -69,6 +72,20 @@ class BudgetExhaustedError(CLIError):
     """The budget ran out after part of the output was released (printed before this): exit code 5."""
 
     exit_code = EXIT_BUDGET
+
+
+class Interrupted(CLIError):
+    """Ctrl-C (SIGINT): exit code 130 with a line saying what to do, instead of click's
+    "Aborted!" and 1, the code of a bug."""
+
+    exit_code = EXIT_INTERRUPTED
+
+    def show(self, file: Any = None) -> None:
+        import sys
+
+        if sys.stderr.isatty():  # past the terminal's "^C"
+            click.echo("", err=True)
+        super().show(file)
 
 
 def exit_code_of(err: TokenDPError) -> int:
@@ -119,7 +136,14 @@ def wants_json(args: list[str]) -> bool:
 
 class JSONErrorGroup(click.Group):
     """The top-level group: runs the command as click does, but shows a failure as one JSON line
-    on stderr when the command line has ``--json`` (:func:`json_error`), with the same exit code."""
+    on stderr when the command line has ``--json`` (:func:`json_error`), with the same exit code;
+    Ctrl-C is :class:`Interrupted` (130) unless the command said more."""
+
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except KeyboardInterrupt:
+            raise Interrupted("interrupted") from None
 
     def main(self, args: Any = None, prog_name: str | None = None, complete_var: str | None = None,
              standalone_mode: bool = True, **extra: Any) -> Any:

@@ -12,6 +12,7 @@ from tokendp.cli._common import (INPUT_FILE, CLIError, decoding_options, diagnos
 from tokendp.cli._console import console, quiet_libraries
 from tokendp.cli.sanitize import _emit, format_report
 from tokendp.startup import loading
+from tokendp.text.prompts import MAX_UNTRUSTED_TOKENS
 
 
 def format_generate_report(report: dict[str, Any]) -> str:
@@ -20,7 +21,8 @@ def format_generate_report(report: dict[str, Any]) -> str:
               for u in report["untrusted"]]
     text = format_report({**report, "groups": [*report["groups"], *chunks]})
     if chunks:
-        text += f"\nuntrusted chunks: each is read by its own row only; every other row reads {report['stand_in']!r}"
+        text += (f"\nuntrusted chunks: each is read by its own row only, up to {report['max_untrusted_tokens']} tokens "
+                 f"(--max-untrusted-tokens; the rest is cut); every other row reads {report['stand_in']!r}")
     return text
 
 
@@ -61,8 +63,9 @@ def format_generate_report(report: dict[str, Any]) -> str:
 @click.option("--max-untrusted-tokens", type=click.IntRange(min=1), default=None,
               help="Tokens of each --untrusted chunk the model reads (the rest is cut, silently). Every row is laid "
                    "out this long, so that a chunk's length cannot change how the other rows are computed; it must "
-                   "hold the --stand-in [default: 1024, or what the model's context leaves beside the public row "
-                   "and --max-new-tokens].")
+                   f"hold the --stand-in [default: {MAX_UNTRUSTED_TOKENS}, about 2,000 characters, or what the "
+                   "model's context leaves beside the public row and --max-new-tokens]. Longer chunks: raise it, e.g. "
+                   "--max-untrusted-tokens 1024 (public, like T; time and memory grow with it: docs/generate.md).")
 @click.option("--question", type=click.Choice(["last", "first", "both"]), default="last", show_default=True,
               help="Where the prompt goes: after the documents, before them (then shared by every row), or both.")
 @click.option("--method", type=click.Choice(["dp-fusion", "original", "public"]), default="dp-fusion",

@@ -11,7 +11,7 @@ import click
 
 from tokendp.cli._common import (INPUT_FILE, CLIError, decoding_options, diagnostics_option,
                                  emit_diagnostics, engine_options, library_errors, placement_options, ray_options,
-                                 renamed, report_corpus_run, tagger_option, use_threads)
+                                 renamed, run_corpus, tagger_option, use_threads)
 from tokendp.cli._console import console, quiet_libraries
 from tokendp.startup import loading
 from tokendp.text.documents import read_text_input
@@ -233,13 +233,18 @@ def incomplete_note(generated: int, document_tokens: int | None, stop_reason: st
 
 def _sanitize_corpus(input_path: str, params: dict[str, Any], out_path: str | None, engine: str, batch_size: int,
                      threads: int | None, ray: dict[str, Any], batching: str = "auto") -> None:
-    """A corpus on an engine, its bar counting documents where the console draws bars."""
-    from tokendp.engines.runner import sanitize_corpus
+    """A corpus on an engine (:func:`run_corpus`: a first line at once, Ctrl-C exits 130), its bar
+    counting documents where the console draws bars."""
 
-    quiet_libraries()
-    run = sanitize_corpus(input_path, params, out=out_path, engine=engine, batch_size=batch_size, threads=threads,
-                          progress=console().bars(), batching=batching if engine == "local" else "static", **ray)
-    report_corpus_run(run, out_path)
+    def start(note: Any) -> Any:
+        from tokendp.engines.runner import sanitize_corpus
+
+        quiet_libraries()
+        return sanitize_corpus(input_path, params, out=out_path, engine=engine, batch_size=batch_size, threads=threads,
+                               progress=console().bars(), batching=batching if engine == "local" else "static",
+                               note=note, **ray)
+
+    run_corpus("sanitize", input_path, out_path, start)
 
 
 def _emit(output: str, out_path: str | None) -> None:

@@ -76,7 +76,32 @@ def serve(host: str, port: int, db: str | None, model: str, tagger: str, max_bod
                     max_batch=max_batch, max_tag_chars=max_tag_chars, auth_failures_per_minute=max_auth_failures)
     app = create_app(_db(db), model=model, tagger=tagger, limits=limits, version=__version__, docs=docs)
     # h11, the parser tested here: httptools would answer some framing errors itself, in plain text, not JSON
-    uvicorn.run(app, host=host, port=port, log_level=log_level, http="h11")
+    config = uvicorn.Config(app, host=host, port=port, log_level=log_level, http="h11")
+    server = _server_class(uvicorn)(config, app.cancel_jobs)
+    try:
+        server.run()
+    except KeyboardInterrupt:  # re-raised by uvicorn once it has shut down (as uvicorn.run does)
+        pass
+    if not server.started:
+        raise SystemExit(3)  # uvicorn's STARTUP_FAILURE: the port is taken, or start-up failed
+
+
+def _server_class(uvicorn):
+    """uvicorn's server, but the first SIGINT or SIGTERM also cancels every job at its next token
+    (each answered 503 shutting_down), so that shutting down does not wait for them to reach T
+    (docs/service.md, "Disconnects and stopping the server")."""
+
+    class Server(uvicorn.Server):
+        def __init__(self, config, cancel_jobs) -> None:
+            super().__init__(config)
+            self.cancel_jobs = cancel_jobs
+
+        def handle_exit(self, sig, frame) -> None:
+            if not self.should_exit:
+                self.cancel_jobs()
+            super().handle_exit(sig, frame)
+
+    return Server
 
 
 @click.group("keys", short_help="Tenants and their API keys for serve.")

@@ -9,11 +9,12 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import click
 
 from tokendp.cli._common import (INPUT_FILE, CLIError, engine_options, library_errors, placement_options, ray_options,
-                                 renamed, report_corpus_run, use_threads)
+                                 renamed, run_corpus, use_threads)
 from tokendp.cli._console import console, quiet_libraries
 from tokendp.startup import loading
 
@@ -140,13 +141,17 @@ def _run(path: Path, params: dict, num: int | None, concurrency: int, threads: i
 
 def _synthesize_corpus(path: Path, params: dict, num: int | None, out_path: Path | None, engine: str,
                        concurrency: int, threads: int | None, ray: dict) -> None:
-    """The texts on a corpus engine, its bar counting texts where the console draws bars."""
-    from tokendp.engines.synthesis import synthesize_corpus
+    """The texts on a corpus engine (:func:`run_corpus`: a first line at once, Ctrl-C exits 130),
+    its bar counting texts where the console draws bars."""
 
-    quiet_libraries()
-    run = synthesize_corpus(path, params, num=num, out=out_path, engine=engine, batch_size=concurrency,
-                            threads=threads, progress=console().bars(), **ray)
-    report_corpus_run(run, out_path)
+    def start(note: Any) -> Any:
+        from tokendp.engines.synthesis import synthesize_corpus
+
+        quiet_libraries()
+        return synthesize_corpus(path, params, num=num, out=out_path, engine=engine, batch_size=concurrency,
+                                 threads=threads, progress=console().bars(), note=note, **ray)
+
+    run_corpus("synthesize", path, out_path, start)
 
 
 def _print(results: list, as_json: bool, out_path: Path | None) -> None:

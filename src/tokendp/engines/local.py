@@ -1,7 +1,9 @@
 """The local engine: one process, one model, a job's items in batches of ``batch_size`` in
-output order, each batch written to the sink as soon as it is done; or, for sanitize with
-continuous batching, ``batch_size`` documents decoding at once, each written as it finishes while
-the next document takes its place (:meth:`tokendp.engines.worker.SanitizeWorker.stream`).
+output order; or, for sanitize with continuous batching, ``batch_size`` documents decoding at
+once while the next document takes a finished one's place
+(:meth:`tokendp.engines.worker.SanitizeWorker.stream`). Either way each output (a rewrite, a
+synthetic text) is written to the sink as soon as it is done (the workers' ``each``), so an
+interrupt loses only the ones still decoding.
 
 ``batching="auto"`` (the command line's default) is continuous batching on an accelerator and
 static batches on a CPU, where a step's cost grows with its rows and a fuller batch was measured
@@ -9,12 +11,12 @@ no faster (docs/performance.md, "Continuous batching")."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Mapping
 from itertools import islice
 from typing import Any, Literal
 
 from tokendp.engines.job import Job
-from tokendp.engines.summary import Summary, consume
+from tokendp.engines.summary import Summary, Tally
 from tokendp.engines.worker import BatchResult
 from tokendp.errors import InvalidParameterError
 
@@ -34,23 +36,26 @@ def run_local(job: Job, sink: Any, params: Mapping[str, Any], *, batch_size: int
     ``params`` are the job's worker's (for sanitize ``sanitize_batch``'s keyword arguments;
     ``threads`` its torch threads); the model is loaded only if something is left to do.
     ``batching``: ``"static"``, batches of ``batch_size`` items, each decoded until its last
-    item finishes; ``"continuous"``, for a worker that can stream (sanitize), ``batch_size``
-    documents at once, a finished one's slot refilled at once (other workers: static);
+    item finishes (a sanitize document is written as it finishes); ``"continuous"``, for a
+    worker that can stream (sanitize), ``batch_size`` documents at once, a finished one's slot
+    refilled at once (other workers: static);
     ``"auto"``: continuous where the model runs on an accelerator, static on a CPU.
     """
     check_batching(batching)
     skipped = len(sink.done)
-    results = (_results(job, frozenset(sink.done), params, batch_size, threads, batching)
-               if skipped < len(job.ids) else iter(()))
-    return consume(results, sink, job, skipped=skipped, progress=progress)
+    with Tally(sink, job, skipped=skipped, progress=progress) as tally:
+        if skipped < len(job.ids):
+            _run(job, frozenset(sink.done), params, batch_size, threads, batching, tally.add)
+    return tally.summary
 
 
-def _results(job: Job, done: frozenset, params: Mapping[str, Any], batch_size: int,
-             threads: int | None, batching: str) -> Iterator[BatchResult]:
+def _run(job: Job, done: frozenset, params: Mapping[str, Any], batch_size: int, threads: int | None,
+         batching: str, emit: Callable[[BatchResult], None]) -> None:
     it = iter(job.todo(done))  # before the model loads: a job may check its items here
     worker = job.worker(params, threads=threads)
-    if batching != "static" and hasattr(worker, "stream"):
-        yield from worker.stream(it, batch_size, accelerator_only=batching == "auto")
+    if batching != "static" and hasattr(worker, "stream") and worker.continuous(accelerator_only=batching == "auto"):
+        for result in worker.stream(it, batch_size, accelerator_only=batching == "auto"):
+            emit(result)
         return
     while batch := list(islice(it, batch_size)):
-        yield worker(batch)
+        worker.each(batch, emit)

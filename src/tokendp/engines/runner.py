@@ -9,7 +9,7 @@ What ``tokendp sanitize CORPUS --engine local|ray`` runs (and, through
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -35,7 +35,8 @@ _PLACEMENT = ("device",)
 @dataclass(frozen=True)
 class CorpusRun:
     """A finished (or partly finished) run: its summary, and the output path (None: not all
-    outputs are done, or no --out) or the output lines in output order (no --out). Diagnostics,
+    outputs are done, or no --out) or the output lines in output order (no --out); ``complete``:
+    the output was finished before this call, which wrote nothing (:mod:`tokendp.engines.store`). Diagnostics,
     when asked for, stay apart: their lines in output order (no --out) or the file beside the
     output they were written to (:func:`tokendp.engines.store.diagnostics_path`)."""
 
@@ -44,6 +45,7 @@ class CorpusRun:
     lines: list[str] | None
     diagnostics: list[str] | None = None
     diagnostics_path: Path | None = None
+    complete: bool = False  # ``out`` was already finished by a run with the same job, parameters and input
 
 
 def check_engine(engine: str, ray_options: Mapping[str, Any]) -> None:
@@ -58,7 +60,8 @@ def check_engine(engine: str, ray_options: Mapping[str, Any]) -> None:
 
 def sanitize_corpus(corpus_path: str | Path, params: Mapping[str, Any], *, out: str | Path | None = None,
                     engine: Engine = "local", batch_size: int = 8, threads: int | None = None,
-                    progress: bool = True, batching: Batching = "static", **ray_options: Any) -> CorpusRun:
+                    progress: bool = True, batching: Batching = "static", note: Callable[[str], None] | None = None,
+                    **ray_options: Any) -> CorpusRun:
     """Rewrite every document of a JSONL or Parquet corpus with ``sanitize_batch(**params)``.
 
     ``out``: ``FILE.jsonl``, ``FILE.parquet`` or a directory (see :mod:`tokendp.engines.store`);
@@ -72,6 +75,9 @@ def sanitize_corpus(corpus_path: str | Path, params: Mapping[str, Any], *, out: 
     continuous on an accelerator and static on a CPU (:func:`tokendp.engines.local.run_local`).
     Like the batch size it changes no output's distribution and is not part of the run's
     parameters: a resume may use another. The Ray engine runs static batches (``"auto"`` too).
+    ``note(message)`` hears what the run is about to do (how many documents are left, the model
+    loading) before it does it. A finished ``out`` run again with the same parameters and input
+    is complete: nothing loads and nothing is written (``CorpusRun.complete``).
     """
     check_batching(batching)
     if engine != "local" and batching == "continuous":
@@ -87,7 +93,7 @@ def sanitize_corpus(corpus_path: str | Path, params: Mapping[str, Any], *, out: 
               dataset=lambda ray, done, size: corpus_dataset(ray, corpus, done, size),
               run=run_fingerprint("sanitize", params))
     return run_job(job, params, out=out, engine=engine, batch_size=batch_size, threads=threads, progress=progress,
-                   batching=batching, **ray_options)
+                   batching=batching, note=note, **ray_options)
 
 
 def check_corpus_labels(corpus: Corpus, choice: LabelChoice) -> None:
@@ -105,10 +111,18 @@ def check_corpus_labels(corpus: Corpus, choice: LabelChoice) -> None:
 
 
 def run_job(job: Job, params: Mapping[str, Any], *, out: str | Path | None, engine: Engine, batch_size: int,
-            threads: int | None, progress: bool, batching: Batching = "static", **ray_options: Any) -> CorpusRun:
-    """Run ``job`` on ``engine`` with its workers' ``params``, into the resumable ``out`` (None: in memory)."""
+            threads: int | None, progress: bool, batching: Batching = "static",
+            note: Callable[[str], None] | None = None, **ray_options: Any) -> CorpusRun:
+    """Run ``job`` on ``engine`` with its workers' ``params``, into the resumable ``out`` (None: in
+    memory); ``note`` as for :func:`sanitize_corpus`."""
 
     def run(sink: Any) -> Summary:
+        left = len(job.ids) - len(sink.done)
+        if note is not None and left:
+            model = params.get("model")
+            done = f", {len(sink.done)} already done" if sink.done else ""
+            where = "in this process" if engine == "local" else "on Ray workers"
+            note(f"{left} {job.noun} to write{done}; loading model{f' {model}' if model else ''} {where}")
         if engine == "local":
             return run_local(job, sink, params, batch_size=batch_size, threads=threads, progress=progress,
                              batching=batching)
@@ -119,9 +133,12 @@ def run_job(job: Job, params: Mapping[str, Any], *, out: str | Path | None, engi
         summary = run(sink)
         return CorpusRun(summary, None, sink.lines(job), sink.diagnostics(job))
     with RunStore(out, job, job.run) as store:
-        summary = run(store)
+        if store.complete:  # nothing to run: no engine starts, no model loads
+            summary = Summary(noun=job.noun, skipped=len(job.ids))
+        else:
+            summary = run(store)
         written = store.diagnostics_path if store.diagnostics_path.exists() else None
-        return CorpusRun(summary, store.finish(), None, diagnostics_path=written)
+        return CorpusRun(summary, store.finish(), None, diagnostics_path=written, complete=store.complete)
 
 
 def run_fingerprint(job: str, params: Mapping[str, Any], *, inputs: Mapping[str, Any] | None = None) -> dict[str, Any]:

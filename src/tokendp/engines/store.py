@@ -2,9 +2,16 @@
 written exactly once, none lost.
 
 Layout. ``--out FILE.jsonl`` or ``FILE.parquet``: the run works in ``FILE.jsonl.parts/`` and,
-when every document is done, assembles FILE in input order and removes the directory.
-``--out DIR`` (any other name): DIR is the output, its part files stay (records in completion
-order) and ``DIR/_SUCCESS`` marks a finished run. The work directory holds:
+when every document is done, assembles FILE in input order, records what made it in
+``.FILE.jsonl.run.json`` beside it (``run.json`` with the SHA-256 of the ids and of FILE) and
+removes the directory. ``--out DIR`` (any other name): DIR is the output, its part files stay
+(records in completion order) and ``DIR/_SUCCESS`` marks a finished run.
+
+A finished run, run again with the same job, parameters and input, is complete: nothing is
+loaded or written (for FILE: only if FILE is still the file the run wrote). With other settings
+it is refused, naming what differs, as a resume is.
+
+The work directory holds:
 
 - ``run.json``: the job and its parameters; a resume with other parameters is refused, so
   one output never mixes rewrites made under different settings (or guarantees). A job whose
@@ -33,6 +40,7 @@ rename and before the cleanup leaves the parts, and the next run assembles the s
 from __future__ import annotations
 
 import fcntl
+import hashlib
 import json
 import logging
 import os
@@ -46,6 +54,7 @@ from tokendp.engines.corpus import FORMATS
 from tokendp.errors import InvalidInputError
 
 RUN_FILE, LOCK_FILE, SUCCESS_FILE = "run.json", ".lock", "_SUCCESS"
+_CHUNK = 1 << 20
 log = logging.getLogger(__name__)
 
 
@@ -102,6 +111,7 @@ class RunStore:
         self.corpus, self.run = corpus, run
         self._expected = set(corpus.ids)
         self.done: set[str | int] = set()
+        self.complete = False  # a finished run found finished again: nothing to do, nothing written
         self._lock: BinaryIO | None = None
         self._part: BinaryIO | None = None
         self._diagnostics: BinaryIO | None = None
@@ -109,7 +119,9 @@ class RunStore:
     # ------------------------------------------------------------------ opening
     def __enter__(self) -> RunStore:
         if self.final_format and self.out.exists() and not self.work.exists():
-            raise InvalidInputError(f"{self.out} already exists; delete it or choose another --out")
+            self._check_finished()
+            self.done, self.complete = set(self._expected), True
+            return self
         if self.work.exists() and not self.work.is_dir():
             raise InvalidInputError(f"{self.work} exists and is not a directory; choose another --out")
         if self.work.is_dir() and not (self.work / RUN_FILE).exists() and any(
@@ -124,6 +136,8 @@ class RunStore:
             self._check_run_file()
             for part in self._parts():
                 self.done.update(_recover(part, self._expected))
+            self.complete = self.final_format is None and (self.work / SUCCESS_FILE).exists() and \
+                self.done == self._expected
         except BaseException:
             self.__exit__()
             raise
@@ -155,11 +169,28 @@ class RunStore:
                                     "their order or their number differ), and that run's work was planned from it; "
                                     "resume with the same input, or choose another --out")
         if before != self.run:
-            keys = sorted(k for k in {*before.get("parameters", {}), *self.run.get("parameters", {})}
-                          if before.get("parameters", {}).get(k) != self.run.get("parameters", {}).get(k))
-            what = ", ".join(keys) or "the job"
-            raise InvalidInputError(f"{self.work} holds a run with other settings ({what} differ); resume with "
-                                    "the same options, or choose another --out")
+            raise InvalidInputError(f"{self.work} holds a run with other settings ({_differ(before, self.run)} "
+                                    "differ); resume with the same options, or choose another --out")
+
+    def _check_finished(self) -> None:
+        """``out`` exists and no run works on it: it must be the file a finished run of this job,
+        these parameters and this input wrote (its record beside it), else it is refused."""
+        record = finished_path(self.out)
+        try:
+            finished = json.loads(record.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            finished = None
+        if not isinstance(finished, dict) or finished.get("output_sha256") != _sha256_file(self.out):
+            raise InvalidInputError(f"{self.out} already exists; delete it or choose another --out")
+        if finished.get("ids_sha256") != _ids_sha256(self.corpus.ids) or \
+                finished.get("run", {}).get("inputs") != self.run.get("inputs"):
+            raise InvalidInputError(f"{self.out} already exists and was written from another input than "
+                                    f"{self.corpus.path} (its ids, their order or their number differ); delete it "
+                                    "or choose another --out")
+        if finished.get("run") != self.run:
+            raise InvalidInputError(f"{self.out} already exists and was written by a run with other settings "
+                                    f"({_differ(finished.get('run', {}), self.run)} differ); delete it or choose "
+                                    "another --out")
 
     def _parts(self) -> list[Path]:
         return sorted(self.work.glob("part-*.jsonl"))
@@ -207,6 +238,8 @@ class RunStore:
         """If every document is done: write the final output and return its path, else None."""
         if self.done != self._expected:
             return None
+        if self.complete:
+            return self.out
         if self._part is not None:
             self._part.close()
             self._part = None
@@ -217,6 +250,10 @@ class RunStore:
         _assemble(self._parts(), self.corpus.ids, tmp, self.final_format)
         os.replace(tmp, self.out)
         _fsync_dir(self.out.parent)
+        # Before the work directory goes: a crash in between assembles the same file again.
+        finished = {"run": self.run, "ids_sha256": _ids_sha256(self.corpus.ids),
+                    "output_sha256": _sha256_file(self.out)}
+        _write_atomic(finished_path(self.out), json.dumps(finished, indent=2, sort_keys=True).encode())
         shutil.rmtree(self.work)
         return self.out
 
@@ -227,6 +264,31 @@ def diagnostics_path(out: str | Path) -> Path:
     out = Path(out)
     stem = out.stem if out.suffix.lower() in FORMATS else out.name
     return out.with_name(f"{stem}.diagnostics.jsonl")
+
+
+def finished_path(out: str | Path) -> Path:
+    """Where a finished ``--out FILE`` run records what made FILE: ``.FILE.run.json`` beside it."""
+    out = Path(out)
+    return out.with_name(f".{out.name}.run.json")
+
+
+def _differ(before: dict[str, Any], now: dict[str, Any]) -> str:
+    """The parameters that differ between two runs (or "the job")."""
+    a, b = before.get("parameters", {}), now.get("parameters", {})
+    return ", ".join(sorted(k for k in {*a, *b} if a.get(k) != b.get(k))) or "the job"
+
+
+def _ids_sha256(ids: Sequence[str | int]) -> str:
+    """The ids in order as JSON (so ``7`` and ``"7"`` differ), hashed: public, like the ids."""
+    return hashlib.sha256(json.dumps(list(ids), ensure_ascii=False).encode()).hexdigest()
+
+
+def _sha256_file(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as fh:
+        while chunk := fh.read(_CHUNK):
+            digest.update(chunk)
+    return digest.hexdigest()
 
 
 # ---------------------------------------------------------------------- part files

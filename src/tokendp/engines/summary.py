@@ -67,23 +67,40 @@ class Summary:
         return "\n".join(lines)
 
 
+class Tally:
+    """Writes each result to ``sink`` as it arrives and counts it, with a progress bar on stderr:
+    :meth:`add` for engines that push results as they come, :func:`consume` for an iterable."""
+
+    def __init__(self, sink: Sink, job: Job, *, skipped: int, progress: bool = True) -> None:
+        from tqdm import tqdm
+
+        self.sink, self.summary = sink, Summary(noun=job.noun, skipped=skipped)
+        self._start = time.perf_counter()
+        self._bar = tqdm(total=len(job.ids), initial=skipped, unit=job.noun.rstrip("s"), desc=job.name,
+                         file=sys.stderr, disable=not progress)
+
+    def add(self, batch: BatchLike) -> None:
+        written = self.sink.write(batch.records)
+        stats = self.summary.workers.setdefault(batch.worker, WorkerStats())
+        stats.documents += written
+        stats.tokens += batch.tokens
+        stats.seconds += batch.seconds
+        self.summary.documents += written
+        self.summary.tokens += batch.tokens
+        self._bar.update(written)
+
+    def __enter__(self) -> Tally:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._bar.close()
+        self.summary.seconds = time.perf_counter() - self._start
+
+
 def consume(batches: Iterable[BatchLike], sink: Sink, job: Job, *, skipped: int, progress: bool = True) -> Summary:
     """Write every batch of ``job`` to ``sink`` as it arrives, with a progress bar on stderr; the
     summary."""
-    from tqdm import tqdm
-
-    summary = Summary(noun=job.noun, skipped=skipped)
-    start = time.perf_counter()
-    with tqdm(total=len(job.ids), initial=skipped, unit=job.noun.rstrip("s"), desc=job.name, file=sys.stderr,
-              disable=not progress) as bar:
+    with Tally(sink, job, skipped=skipped, progress=progress) as tally:
         for batch in batches:
-            written = sink.write(batch.records)
-            stats = summary.workers.setdefault(batch.worker, WorkerStats())
-            stats.documents += written
-            stats.tokens += batch.tokens
-            stats.seconds += batch.seconds
-            summary.documents += written
-            summary.tokens += batch.tokens
-            bar.update(written)
-    summary.seconds = time.perf_counter() - start
-    return summary
+            tally.add(batch)
+    return tally.summary

@@ -29,7 +29,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import json
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -86,13 +86,14 @@ def plan_batches(path: str | Path, *, batch_size: int, num: int | None = None) -
 
 def synthesize_corpus(references_path: str | Path, params: Mapping[str, Any], *, num: int | None = None,
                       out: str | Path | None = None, engine: Engine = "local", batch_size: int = 16,
-                      threads: int | None = None, progress: bool = True, **ray_options: Any) -> CorpusRun:
+                      threads: int | None = None, progress: bool = True, note: Callable[[str], None] | None = None,
+                      **ray_options: Any) -> CorpusRun:
     """Write synthetic texts from a JSONL or Parquet file of references ``{id?, text}`` on an engine.
 
     ``params``: :class:`~tokendp.jobs.synthesize.Synthesizer`'s keyword arguments and ``seed``;
     ``num``: the number of texts (default floor(N / B)); ``batch_size``: texts per worker batch,
     generated together. The output records are ``{id: j, text, report}``, in text order;
-    ``out``, ``threads`` and ``ray_options`` as for :func:`tokendp.engines.runner.sanitize_corpus`.
+    ``out``, ``threads``, ``note`` and ``ray_options`` as for :func:`tokendp.engines.runner.sanitize_corpus`.
     """
     check_engine(engine, ray_options)
     params = {**params, "concurrency": batch_size}
@@ -105,4 +106,4 @@ def synthesize_corpus(references_path: str | Path, params: Mapping[str, Any], *,
               todo=plan.pending, run=run,
               dataset=lambda ray, done, size: ray.data.from_items(reference_rows(plan.pending(done))))
     return run_job(job, params, out=out, engine=engine, batch_size=batch_size, threads=threads, progress=progress,
-                   **ray_options)
+                   note=note, **ray_options)

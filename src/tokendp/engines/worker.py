@@ -27,7 +27,7 @@ import os
 import socket
 import time
 from abc import ABC, abstractmethod
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -79,10 +79,16 @@ class _Worker(ABC):
     def run(self, items: Sequence[Any]) -> tuple[list[OutputRecord], int]:
         """The items' output records and the tokens generated."""
 
+    def each(self, items: Sequence[Any], emit: Callable[[BatchResult], None]) -> None:
+        """Run ``items`` as one batch and give ``emit`` its results: here the whole batch at its end;
+        a worker that can (sanitize) gives each output as soon as it is done."""
+        emit(self(items))
+
 
 class SanitizeWorker(_Worker):
     """Rewrites batches of corpus records with ``sanitize_batch``'s keyword arguments ``params``
-    (``model``, ``device`` and ``dtype`` load the backend once; ``seed`` is the run seed)."""
+    (``model``, ``device`` and ``dtype`` load the backend once; ``seed`` is the run seed; the
+    rest is the job's :class:`~tokendp.jobs.config.SanitizeConfig`)."""
 
     items = staticmethod(to_records)
 
@@ -96,6 +102,7 @@ class SanitizeWorker(_Worker):
         self.backend = load_backend(params.pop("model", "rewriter"), device=params.pop("device", None),
                                     dtype=params.pop("dtype", None))
         self.diagnostics = bool(params.pop("diagnostics", False))
+        self.on_token = params.pop("on_token", None)
         self.config = SanitizeConfig.of(params)
 
     @functools.cached_property
@@ -110,6 +117,26 @@ class SanitizeWorker(_Worker):
         return [_output(r, res) for r, res in zip(records, results)], sum(res.report.tokens_generated for res in results)
 
 
+    def each(self, records: Sequence[CorpusRecord], emit: Callable[[BatchResult], None]) -> None:
+        """One static batch, each document given to ``emit`` as its own result as soon as it
+        finishes (:func:`tokendp.jobs.sanitize.run_sanitize`'s ``on_result``), while the others
+        decode on: the same records as :meth:`__call__`, saved one by one, so an interrupt loses
+        only the documents still decoding."""
+        start = time.perf_counter()
+
+        def done(i: int, res: Any) -> None:
+            nonlocal start
+            now = time.perf_counter()
+            emit(BatchResult([_output(records[i], res)], res.report.tokens_generated, now - start, self.name))
+            start = time.perf_counter()
+
+        seeds = None if self.seed is None else [document_seed(self.seed, r.id) for r in records]
+        try:
+            run_sanitize(self._prepare(records), seed=seeds, diagnostics=self.diagnostics, on_result=done,
+                         on_token=self.on_token)
+        except TokenDPError as err:
+            raise _naming(err, self.noun, records) from None
+
     def stream(self, records: Iterable[CorpusRecord], slots: int, *, accelerator_only: bool = False
                ) -> Iterator[BatchResult]:
         """Continuous batching (:func:`tokendp.jobs.sanitize.sanitize_stream`): ``slots`` documents
@@ -118,8 +145,7 @@ class SanitizeWorker(_Worker):
         back to batches of ``slots`` (:meth:`__call__`) where continuous batching does not apply:
         speculative decoding asked for, a model whose cache cannot be joined (sliding window), or,
         with ``accelerator_only``, a model on the CPU."""
-        on_cpu = self.backend.device.type == "cpu"
-        if self.config.speculative or not self.backend.can_join or (accelerator_only and on_cpu):
+        if not self.continuous(accelerator_only=accelerator_only):
             for batch in _batched(records, slots):
                 yield self(batch)
             return
@@ -146,6 +172,11 @@ class SanitizeWorker(_Worker):
                 start = time.perf_counter()
         except TokenDPError as err:  # a chunk that cannot be prepared, or the documents decoding
             raise _naming(err, self.noun, failed or list(in_flight.values())) from None
+
+    def continuous(self, *, accelerator_only: bool = False) -> bool:
+        """Whether :meth:`stream` batches continuously here (see there), rather than in batches."""
+        on_cpu = self.backend.device.type == "cpu"
+        return not (self.config.speculative or not self.backend.can_join or (accelerator_only and on_cpu))
 
     def _prepare(self, records: Sequence[CorpusRecord]) -> Any:
         """The records' job; the corpus's labels were checked as a whole by the runner, so a part
@@ -196,9 +227,28 @@ class SynthesizeWorker(_Worker):
 
     def run(self, batches: Sequence[ReferenceBatch]) -> tuple[list[OutputRecord], int]:
         texts = self.synthesizer(batches, seed=self.seed)
-        out = [OutputRecord(b.id, json.dumps({"id": b.id, "text": t.text, "report": _report(t)}, ensure_ascii=False))
-               for b, t in zip(batches, texts)]
-        return out, sum(t.tokens_generated for t in texts)
+        return [_text_record(b, t) for b, t in zip(batches, texts)], sum(t.tokens_generated for t in texts)
+
+    def each(self, batches: Sequence[ReferenceBatch], emit: Callable[[BatchResult], None]) -> None:
+        """Each text given to ``emit`` as soon as it is done (``Synthesizer``'s ``on_text``), so an
+        interrupt loses only the texts still being written."""
+        start = time.perf_counter()
+
+        def done(i: int, text: Any) -> None:
+            nonlocal start
+            now = time.perf_counter()
+            emit(BatchResult([_text_record(batches[i], text)], text.tokens_generated, now - start, self.name))
+            start = time.perf_counter()
+
+        try:
+            self.synthesizer(batches, seed=self.seed, on_text=done)
+        except TokenDPError as err:
+            raise _naming(err, self.noun, batches) from None
+
+
+def _text_record(batch: ReferenceBatch, text: Any) -> OutputRecord:
+    return OutputRecord(batch.id, json.dumps({"id": batch.id, "text": text.text, "report": _report(text)},
+                                             ensure_ascii=False))
 
 
 def reference_rows(batches: Sequence[ReferenceBatch]) -> list[dict[str, Any]]:

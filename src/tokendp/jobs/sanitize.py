@@ -27,7 +27,7 @@ from typing import Any, Literal
 
 from tokendp.backends import HFBackend, load_backend
 from tokendp.errors import InvalidInputError, InvalidParameterError
-from tokendp.fusion import (Chunk, Decoding, FusionReport, PreparedDocument, PreparedFusion, TextResult,
+from tokendp.fusion import (Chunk, Decoding, FusionJob, FusionReport, PreparedDocument, PreparedFusion, TextResult,
                             check_fits_untagged, prepare_documents, reported_alpha, run_fusion, run_fusion_stream,
                             spans_of)
 from tokendp.fusion import choose_alpha  # noqa: F401 (re-exported: tokendp.jobs.sanitize.choose_alpha)
@@ -322,12 +322,20 @@ def _checked_text(text: Any, i: int) -> str:
 
 
 def run_sanitize(prepared: PreparedFusion, *, seed: int | Sequence[int] | None = None,
-                 on_token: Callable[[int, int], None] | None = None, diagnostics: bool = False) -> list[SanitizeResult]:
+                 on_token: Callable[[int, int], None] | None = None, diagnostics: bool = False,
+                 on_result: Callable[[int, SanitizeResult], None] | None = None) -> list[SanitizeResult]:
     """Rewrite the documents of a :func:`prepare_sanitize` job; each report certifies exactly
-    the prepared document's groups (``diagnostics``: as for :func:`sanitize_batch`)."""
-    job, outputs = run_fusion(prepared, seed=seed, on_token=on_token)
-    return [_result(prepared, doc, out, job.diagnostics(i, out.diagnostics) if diagnostics else None)
-            for i, (doc, out) in enumerate(zip(prepared.documents, outputs))]
+    the prepared document's groups (``diagnostics``: as for :func:`sanitize_batch`).
+    ``on_result(i, result)``: document i's result as soon as it finishes (the same result the
+    list holds), while the others still decode."""
+
+    def result(job: FusionJob, i: int, out: Generated) -> SanitizeResult:
+        found = job.diagnostics(i, out.diagnostics) if diagnostics else None
+        return _result(prepared, prepared.documents[i], out, found)
+
+    finished = None if on_result is None else (lambda job, i, out: on_result(i, result(job, i, out)))
+    job, outputs = run_fusion(prepared, seed=seed, on_token=on_token, on_finish=finished)
+    return [result(job, i, out) for i, out in enumerate(outputs)]
 
 
 def sanitize_stream(chunks: Iterable[Chunk], *, slots: int, bucket: int = 64, diagnostics: bool = False,

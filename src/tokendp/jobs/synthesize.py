@@ -481,9 +481,11 @@ class Synthesizer:
         self.backend.check_fits(layout_length(self.prompts, self.max_reference_tokens), self.max_tokens)
 
     def __call__(self, batches: Sequence[ReferenceBatch], *, seed: int | None = None,
-                 on_token: Callable[[int, int], None] | None = None) -> list[SyntheticText]:
+                 on_token: Callable[[int, int], None] | None = None,
+                 on_text: Callable[[int, SyntheticText], None] | None = None) -> list[SyntheticText]:
         """The texts of ``batches``, in their order, ``concurrency`` at a time; ``on_token(position
-        in batches, token id)`` streams every sampled token."""
+        in batches, token id)`` streams every sampled token; ``on_text(position, text)`` gets each
+        text as soon as it is done (the one the list holds), while the others go on."""
         for b in batches:
             if len(b.texts) != self.batch_size:
                 raise InvalidInputError(f"batch {b.id} holds {len(b.texts)} references, not batch_size {self.batch_size}")
@@ -501,10 +503,12 @@ class Synthesizer:
         for start in range(0, len(sequences), self.concurrency):
             job.offset, end = start, start + self.concurrency
             stream = None if on_token is None else (lambda d, t, s=start: on_token(s + d, t))
+            done = None if on_text is None else (
+                lambda d, out, s=start: on_text(s + d, self._text(out, batches[s + d], job.private_tokens()[s + d])))
             outputs += generate(backend, sequences[start:end], job.step, max_new_tokens=self.max_tokens,
                                 generator=generators[start:end], temperature=self.temperature,
                                 eos_ids=backend.eos_token_ids, stop_strings=[*backend.options.get("stop", []), *self.stop],
-                                charge=job.charge, on_token=stream)
+                                charge=job.charge, on_token=stream, on_finish=done)
         return [self._text(out, b, private) for out, b, private in zip(outputs, batches, job.private_tokens())]
 
     def _text(self, out: Generated, batch: ReferenceBatch, private: int | None) -> SyntheticText:

@@ -8,6 +8,11 @@ asks for ``text/event-stream``: ``token`` events (``{"text": new text}``), then 
 (the JSON answer) or ``error`` event. Every refusal (budget, parameters, input) comes before the
 stream starts, as a plain 4xx; no token is sent before the job's charges have been checked
 against its reservation.
+
+A job whose client disconnects (a plain request's connection closed, or a stream's) is cancelled
+at its next token (:meth:`tokendp.service.batching.Job.cancel`). :func:`create_app`'s app has
+``cancel_jobs()``, which ``tokendp serve`` calls on the first SIGINT or SIGTERM: every job stops at
+its next token and is answered 503 ``shutting_down``, so the server exits at once.
 """
 
 from __future__ import annotations
@@ -15,7 +20,7 @@ from __future__ import annotations
 import asyncio
 import json
 import queue
-from collections.abc import Iterator
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
@@ -57,6 +62,7 @@ def create_app(db: str | Path, *, model: str = "rewriter", tagger: str = "auto",
         worker.start()
         tagging.start()
         yield
+        worker.cancel_all()
         tagging.stop()
         worker.stop()
 
@@ -89,12 +95,23 @@ def create_app(db: str | Path, *, model: str = "rewriter", tagger: str = "auto",
                             "tenant", wait)
         return found
 
-    async def run(job: Job) -> Any:
+    async def run(job: Job, request: Request) -> Any:
+        """Submit ``job`` and wait for its answer, cancelling it if its client goes first."""
         worker.submit(job)
+        answer = asyncio.wrap_future(job.future)
+        gone = asyncio.ensure_future(_disconnected(request))
         try:
-            return await asyncio.wrap_future(job.future)
+            await asyncio.wait({answer, gone}, return_when=asyncio.FIRST_COMPLETED)
+            if not answer.done():
+                job.cancel("the client disconnected")
+            return await answer
+        except asyncio.CancelledError:  # the server gave up on the request
+            job.cancel("the server is shutting down", shutdown=True)
+            raise
         except Exception as err:
             raise errors.to_api_error(err, charged=job.charged) from None
+        finally:
+            gone.cancel()
 
     @app.get("/healthz", tags=["service"])
     async def healthz() -> dict[str, Any]:
@@ -120,7 +137,7 @@ def create_app(db: str | Path, *, model: str = "rewriter", tagger: str = "auto",
         """Rewrite a document with DP-Fusion: ``{"id", "text", "report"}`` (or events, see the module doc)."""
         streaming = body.stream or "text/event-stream" in request.headers.get("accept", "")
         if not streaming:
-            return await run(Job("sanitize", body, who))
+            return await run(Job("sanitize", body, who), request)
         job = worker.submit(Job("sanitize", body, who, tokens=queue.Queue()))
         try:
             await asyncio.wrap_future(job.admitted)
@@ -130,14 +147,14 @@ def create_app(db: str | Path, *, model: str = "rewriter", tagger: str = "auto",
                                  headers={"Cache-Control": "no-store", "X-Accel-Buffering": "no"})
 
     @app.post("/v1/generate", tags=["v1"])
-    async def generate(body: GenerateRequest, who: Tenant = Depends(tenant)) -> dict[str, Any]:
+    async def generate(body: GenerateRequest, request: Request, who: Tenant = Depends(tenant)) -> dict[str, Any]:
         """Answer a prompt from a private context document: ``{"id", "text", "report"}``."""
-        return await run(Job("generate", body, who))
+        return await run(Job("generate", body, who), request)
 
     @app.post("/v1/synthesize", tags=["v1"])
-    async def synthesize(body: SynthesizeRequest, who: Tenant = Depends(tenant)) -> dict[str, Any]:
+    async def synthesize(body: SynthesizeRequest, request: Request, who: Tenant = Depends(tenant)) -> dict[str, Any]:
         """Synthetic texts from a reference set: ``{"id", "texts": [...]}``, epsilon per reference."""
-        return await run(Job("synthesize", body, who))
+        return await run(Job("synthesize", body, who), request)
 
     @app.post("/v1/account", tags=["v1"])
     async def account(body: AccountRequest, who: Tenant = Depends(tenant)) -> dict[str, Any]:
@@ -161,7 +178,9 @@ def create_app(db: str | Path, *, model: str = "rewriter", tagger: str = "auto",
         return FileResponse(STATIC / "index.html")
 
     app.mount("/static", StaticFiles(directory=STATIC), name="static")
-    return SecurityHeaders(BodyLimit(app, limits.max_body_bytes))
+    wrapped = SecurityHeaders(BodyLimit(app, limits.max_body_bytes))
+    wrapped.cancel_jobs = worker.cancel_all  # for the server's first shutdown signal
+    return wrapped
 
 
 def _too_many(code: str, message: str, wait: float) -> APIError:
@@ -175,16 +194,27 @@ def _load(model: str, tagger: str) -> tuple[Any, Any]:
     return load_backend(model), get_tagger(tagger)
 
 
-def _events(job: Job) -> Iterator[str]:
-    """Server-sent events of a streaming sanitize job (runs in a thread of the server's pool)."""
-    while (piece := job.tokens.get()) is not END:
-        yield _event("token", {"text": piece})
-    error = job.future.exception()
-    if error is None:
-        yield _event("result", job.future.result())
-    else:
-        api = errors.to_api_error(error, charged=job.charged)
-        yield _event("error", errors.error_body(api.code, api.message, **api.extra))
+async def _disconnected(request: Request) -> None:
+    """Return when the client has gone (the body was read before: only a disconnect comes)."""
+    while (await request.receive())["type"] != "http.disconnect":
+        pass
+
+
+async def _events(job: Job) -> AsyncIterator[str]:
+    """Server-sent events of a streaming sanitize job. The stream stops when its client goes
+    (the server cancels it, or a send fails at the next token): the job is then cancelled."""
+    try:
+        while (piece := await asyncio.to_thread(job.tokens.get)) is not END:
+            yield _event("token", {"text": piece})
+        error = job.future.exception()
+        if error is None:
+            yield _event("result", job.future.result())
+        else:
+            api = errors.to_api_error(error, charged=job.charged)
+            yield _event("error", errors.error_body(api.code, api.message, **api.extra))
+    finally:
+        if not job.future.done():
+            job.cancel("the client disconnected")
 
 
 def _event(name: str, data: Any) -> str:

@@ -16,6 +16,12 @@ streamed request sends no token before its certificate has been checked.
 Streaming: the run's ``on_token(doc_index, token_id)`` decodes the document's tokens so far
 (here, on the worker thread: the tokenizer is not shared across threads) and puts the new text on
 its job's queue; :data:`END` follows the last piece (after the result or error is set).
+
+Cancelling (:meth:`Job.cancel`: its client went away, or the server is shutting down,
+:meth:`Worker.cancel_all`): a job not yet planned ends unplanned and uncharged; one reserved but
+not started is voided, like a failure before its first token; one generating stops at its next
+token (``on_token`` raises :class:`tokendp.generation.StopDocument`; the rest of its batch goes
+on) and its reservation stays spent, state ``cancelled``. Either way it ends with :class:`Cancelled`.
 """
 
 from __future__ import annotations
@@ -41,7 +47,16 @@ class ModelUnavailable(Exception):
     """The model failed to load when the server started (503 model_unavailable)."""
 
 
-@dataclass
+class Cancelled(Exception):
+    """A job cancelled before it finished (its message says why: the client went away, or the
+    server is shutting down)."""
+
+    def __init__(self, reason: str, *, shutdown: bool = False) -> None:
+        super().__init__(reason)
+        self.shutdown = shutdown
+
+
+@dataclass(eq=False)  # compared (and hashed) by identity: the worker keeps its live jobs in a set
 class Job:
     """One request: its kind, body, tenant; the future that gets its response body."""
 
@@ -54,6 +69,12 @@ class Job:
     plan: Plan | None = None
     reservation: int | None = None
     charged: bool = False  # whether the job's reservation stands (set by the worker)
+    cancelled: Cancelled | None = None  # set (from any thread) by cancel: the job stops at its next token
+
+    def cancel(self, reason: str, *, shutdown: bool = False) -> None:
+        """Stop the job at its next token, or before it starts (see the module docstring)."""
+        if self.cancelled is None:
+            self.cancelled = Cancelled(reason, shutdown=shutdown)
 
     def admit(self) -> None:
         self.admitted.set_result(True)
@@ -100,6 +121,9 @@ class Worker:
         self.load_error: str | None = None
         self._queue: queue.Queue = queue.Queue()
         self._thread = threading.Thread(target=self._loop, name="tokendp-worker", daemon=True)
+        self._live: set[Job] = set()  # submitted and not done
+        self._lock = threading.Lock()
+        self.closing = False
 
     def start(self) -> None:
         self._thread.start()
@@ -109,8 +133,26 @@ class Worker:
         self._thread.join(timeout=60)
 
     def submit(self, job: Job) -> Job:
+        with self._lock:
+            if self.closing:
+                job.cancel("the server is shutting down", shutdown=True)
+            self._live.add(job)
+        job.future.add_done_callback(lambda _: self._forget(job))
         self._queue.put(job)
         return job
+
+    def _forget(self, job: Job) -> None:
+        with self._lock:
+            self._live.discard(job)
+
+    def cancel_all(self, reason: str = "the server is shutting down") -> None:
+        """Cancel every job submitted and not done (a shutdown): each stops at its next token or
+        before it starts; jobs submitted after this are cancelled at once."""
+        with self._lock:
+            self.closing = True
+            live = list(self._live)
+        for job in live:
+            job.cancel(reason, shutdown=True)
 
     # --- the thread ----------------------------------------------------------------------------
     def _loop(self) -> None:
@@ -145,6 +187,9 @@ class Worker:
     def _run(self, jobs: list[Job]) -> None:
         admitted = []
         for job in jobs:
+            if job.cancelled is not None:  # gone before it was planned: nothing reserved
+                job.done(error=job.cancelled)
+                continue
             try:
                 if self.load_error:
                     raise ModelUnavailable(self.load_error)
@@ -173,6 +218,9 @@ class Worker:
         token, and has it voided if it sampled none (nothing was released)."""
         ready = []
         for job in batch:
+            if job.cancelled is not None:  # reserved, no token sampled: voided
+                self._end(job, error=job.cancelled, sampled=False)
+                continue
             try:
                 job.plan.check(self.store.reserved(job.reservation))
                 ready.append(job)
@@ -182,11 +230,17 @@ class Worker:
         if not ready:
             return
         kind, sampled = ready[0].kind, [False] * len(ready)
+        stopped = [False] * len(ready)
         streams = [_TextStream(j.tokens, self.backend.tokenizer) if j.tokens is not None else None for j in ready]
 
         def on_token(i: int, token: int) -> None:
+            from tokendp.generation import StopDocument
+
             i = i if kind == "sanitize" else 0  # only sanitize batches jobs; the others' index is a text's
             sampled[i] = True
+            if ready[i].cancelled is not None:  # sampled (and charged), not sent: the job ends here
+                stopped[i] = True
+                raise StopDocument
             if streams[i] is not None:
                 streams[i](token)
 
@@ -195,8 +249,8 @@ class Worker:
         except Exception as err:
             log.error("%s batch of %d failed: %s", kind, len(ready), type(err).__name__)
             results = [err] * len(ready)
-        for job, result, any_token in zip(ready, results, sampled):
-            error = result if isinstance(result, Exception) else None
+        for job, result, any_token, cut in zip(ready, results, sampled, stopped):
+            error = result if isinstance(result, Exception) else job.cancelled if cut else None
             if error is None:
                 try:
                     job.plan.verify(result["texts"] if kind == "synthesize" else [result["report"]])
@@ -211,7 +265,8 @@ class Worker:
                 self.store.void(job.reservation)
                 job.charged = False
             else:
-                self.store.finish(job.reservation, "failed" if error else "spent")
+                state = "spent" if error is None else "cancelled" if isinstance(error, Cancelled) else "failed"
+                self.store.finish(job.reservation, state)
         finally:  # a state that cannot be written stays "reserved", which counts all the same
             job.done(result if error is None else None, error)
 

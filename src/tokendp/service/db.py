@@ -44,7 +44,7 @@ CREATE TABLE IF NOT EXISTS requests (
     id INTEGER PRIMARY KEY AUTOINCREMENT,
     tenant TEXT NOT NULL REFERENCES tenants(name),
     kind TEXT NOT NULL,            -- sanitize | synthesize | generate
-    state TEXT NOT NULL,           -- reserved | spent | failed | interrupted (all count as spent) | void
+    state TEXT NOT NULL,           -- reserved | spent | failed | cancelled | interrupted (all count as spent) | void
     created TEXT NOT NULL,
     finished TEXT
 );

@@ -7,8 +7,10 @@ Content-Length and Transfer-Encoding), text_too_long (413: a /v1/tag text above
 and invalid_input (400: the library refused a value), rate_limited (429: the tenant's requests
 per minute), auth_rate_limited (429: the client address's failed authentication attempts per
 minute), accounting_mismatch (500: output withheld), internal_error (500), model_unavailable
-(503). body_too_large and ambiguous_length come from :class:`tokendp.service.limits.BodyLimit`,
-before the app. Messages never carry document text: schema errors list the field and the rule,
+(503), shutting_down (503: the server stopped the request as it shut down),
+client_closed_request (499: the client went away; nobody reads it but the log).
+body_too_large and ambiguous_length come from :class:`tokendp.service.limits.BodyLimit`, before
+the app. Messages never carry document text: schema errors list the field and the rule,
 never the value given.
 """
 
@@ -22,7 +24,7 @@ from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from tokendp.errors import InvalidInputError, InvalidParameterError, MissingDependencyError
-from tokendp.service.batching import ModelUnavailable
+from tokendp.service.batching import Cancelled, ModelUnavailable
 from tokendp.service.plans import AccountingMismatch
 from tokendp.service.store import BudgetRefused
 
@@ -59,6 +61,11 @@ def to_api_error(err: BaseException, *, charged: bool = False) -> APIError:
         return APIError(503, "model_unavailable", f"the server's model failed to load ({err}); see the server's log")
     spent = ("the reservation stays spent" if charged
              else "nothing was generated and nothing was charged")
+    if isinstance(err, Cancelled) and err.shutdown:
+        return APIError(503, "shutting_down", f"the server is shutting down: the request was stopped; {spent}; "
+                        "retry when it is back", charged=charged)
+    if isinstance(err, Cancelled):
+        return APIError(499, "client_closed_request", f"{err}: the request was stopped; {spent}", charged=charged)
     if isinstance(err, AccountingMismatch):
         return APIError(500, "accounting_mismatch", f"the output was withheld: its certificate differs from the "
                         f"reservation; {spent}; please report this", charged=charged)

@@ -9,7 +9,7 @@ nothing is written. Concurrent requests (threads or processes on the same file) 
 the write lock, so two requests can never both fit into the last room of a budget.
 
 A reservation counts as spent from the moment it is committed, whatever happens next:
-:meth:`finish` only records how the request ended (``spent`` or ``failed``), and
+:meth:`finish` only records how the request ended (``spent``, ``failed`` or ``cancelled``), and
 :meth:`recover` marks reservations left by a crash ``interrupted``. The one exception is
 :meth:`void`: a request that failed before it sampled any token released nothing, and the
 worker removes its charges (a crash is never voided: what it had streamed is unknown).
@@ -104,8 +104,9 @@ class BudgetStore:
                 conn.execute("DELETE FROM charges WHERE request_id = ?", (reservation,))
 
     def finish(self, reservation: int, state: str) -> None:
-        """Record how a request ended (``spent`` or ``failed``); its charges stay either way."""
-        if state not in ("spent", "failed"):
+        """Record how a request ended (``spent``, ``failed`` or ``cancelled``: its client went
+        away, or the server shut down, after a token was sampled); its charges stay either way."""
+        if state not in ("spent", "failed", "cancelled"):
             raise ValueError(f"unknown final state {state!r}")
         with immediate(self.conn) as conn:
             conn.execute("UPDATE requests SET state = ?, finished = ? WHERE id = ? AND state = 'reserved'",

@@ -50,7 +50,11 @@ HEADER = "Document {n}:\n"
 SEPARATOR = "\n\n"
 QUESTION = "Question: {prompt}"
 QUESTION_PLACES = ("last", "first", "both")
-MAX_UNTRUSTED_TOKENS = 1024  # the most tokens of an untrusted chunk the model reads by default; the rest is cut
+# The most tokens of an untrusted chunk the model reads by default; the rest is cut. Every row is laid
+# out as if each chunk were this long, so it sets the cost of every call: 512 (about 2,000
+# characters of English) was chosen so that a short answer fits a laptop (docs/generate.md, "How
+# long a chunk may be"); 1,024 took about twice the time and 0.6 GB more.
+MAX_UNTRUSTED_TOKENS = 512
 QuestionPlace = Literal["last", "first", "both"]
 _EMPTY = PromptTemplate((), ())
 
