@@ -75,6 +75,9 @@ def test_serve_offers_the_swagger_ui_only_with_docs(tmp_path, monkeypatch, args,
         server.started = True
 
     monkeypatch.setattr(uvicorn.Server, "run", run)
+    # uvicorn.Config points logging's handlers at sys.stderr, which is CliRunner's stream here and
+    # is closed when the command returns: a later log record would write to a closed file
+    monkeypatch.setattr(uvicorn.Config, "configure_logging", lambda self: None)
     result = CliRunner().invoke(main, ["serve", "--db", str(tmp_path / "s.db"), *args])
     assert result.exit_code == 0, result.output
     docs = client.TestClient(served[0]).get("/docs")
