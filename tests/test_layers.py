@@ -14,16 +14,17 @@ PACKAGE = Path(__file__).resolve().parents[1] / "src" / "tokendp"
 # Low to high, as in docs/design.md; a module may import from a strictly lower rank.
 RANK = {
     "errors": 0,
-    "_optional": 1, "_device": 1, "malloc": 1, "openmp": 1, "startup": 1,
+    "_optional": 1, "_device": 1, "malloc": 1, "openmp": 1, "startup": 1, "params": 1,
     "accounting": 2, "text": 2,
     "divergence": 3, "models": 3,
     "mechanisms": 4, "backends": 4, "sampling": 4, "logits_processors": 4, "drafts": 4, "training": 4,
     "generation": 5, "ensemble": 5,
-    "fusion": 6,
-    "jobs": 7,
-    "eval": 8,
-    "service": 9, "engines": 9,
-    "cli": 10, "__main__": 11,
+    "long_documents": 6,
+    "fusion": 7,
+    "jobs": 8,
+    "eval": 9,
+    "service": 10, "engines": 10,
+    "cli": 11, "__main__": 12,
 }
 
 

@@ -89,8 +89,9 @@ def test_a_job_that_runs_is_charged_exactly_what_its_report_certifies(worker):
 
 
 def test_a_sanitize_request_names_its_private_labels():
-    """``labels``: only the chosen labels' groups are charged; an unknown label is refused while
-    the job is planned, before anything runs or is charged."""
+    """``labels``: only the chosen labels' groups are charged, the others named in ``keep``; a
+    label named in neither, or an unknown one, is refused while the job is planned, before
+    anything runs or is charged."""
     from tokendp.backends import load_backend
     from tokendp.errors import InvalidParameterError
     from tokendp.service.plans import plan_sanitize
@@ -100,10 +101,14 @@ def test_a_sanitize_request_names_its_private_labels():
     plan = plan_sanitize(SanitizeRequest(id="doc", text=LETTER, spans=spans, epsilon=2, max_new_tokens=4),
                          backend, None, max_tokens=32)
     assert sorted(group for _, group in plan.charges) == ["DATE", "PERSON"]
+    with pytest.raises(InvalidParameterError, match=r"DATE \(1 span\) are neither"):
+        plan_sanitize(SanitizeRequest(id="doc", text=LETTER, spans=spans, epsilon=2, max_new_tokens=4,
+                                      labels=["person"]), backend, None, max_tokens=32)
     plan = plan_sanitize(SanitizeRequest(id="doc", text=LETTER, spans=spans, epsilon=2, max_new_tokens=4,
-                                         labels=["person"]), backend, None, max_tokens=32)
+                                         labels=["person"], keep=["DATE"]), backend, None, max_tokens=32)
     assert [group for _, group in plan.charges] == ["PERSON"]
     assert plan.job.documents[0].private_labels == ("PERSON",)
-    with pytest.raises(InvalidParameterError, match="unknown label"):
-        plan_sanitize(SanitizeRequest(id="doc", text=LETTER, spans=spans, epsilon=2, labels=["PERSN"]),
+    with pytest.raises(InvalidParameterError, match="matches no span"):
+        plan_sanitize(SanitizeRequest(id="doc", text=LETTER, spans=spans, epsilon=2, labels=["PERSON", "PERSN"],
+                                      keep=["DATE"]),
                       backend, None, max_tokens=32)

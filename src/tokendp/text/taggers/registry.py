@@ -63,5 +63,7 @@ def tagger_name(tagger: Tagger) -> str:
     name = getattr(tagger, "name", None) or type(tagger).__name__
     version = getattr(tagger, "version", None)
     if version is None and type(tagger).__module__.startswith("tokendp."):
-        from tokendp import __version__ as version
+        from importlib.metadata import version as installed
+
+        version = installed("tokendp")
     return f"tagger {name}" + (f" {version}" if version else "")
