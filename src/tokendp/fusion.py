@@ -425,10 +425,10 @@ def run_fusion_stream(chunks: Iterable[Chunk], *, slots: int, bucket: int = 64,
             for i in length_order(p.method, docs, bucket):
                 if docs[i].long is not None:
                     one = dataclasses.replace(chunk.prepared, documents=(docs[i],))
-                    passages, (out,) = run_fusion(one, seed=[chunk.seeds[i]], on_token=None if on_token is None else
-                                                  (lambda _, tok, key=chunk.keys[i]: on_token(key, tok)))
+                    own_job, (out,) = run_fusion(one, seed=[chunk.seeds[i]], on_token=None if on_token is None else
+                                                 (lambda _, tok, key=chunk.keys[i]: on_token(key, tok)))
                     alone.append(Finished(chunk.keys[i], chunk.prepared, docs[i], out,
-                                          passages.diagnostics(0, out.diagnostics)))
+                                          own_job.diagnostics(0, out.diagnostics)))
                     continue
                 n = next(counter)
                 documents[n] = (chunk.keys[i], chunk.prepared, docs[i])
@@ -479,7 +479,7 @@ class FusionJob:
     def __init__(self, method: str, delta: float, documents: Sequence[PreparedDocument], *,
                  size: int | None = None, accounting: Accounting = "fixed") -> None:
         self.method, self.delta = method, float(delta)
-        self.filtered = accounting == "filter" and method == "dp-fusion"
+        filtered = accounting == "filter" and method == "dp-fusion"
         n = len(documents) if size is None else max(size, len(documents))  # size: places (slots)
         self.documents: list[PreparedDocument | None] = [None] * n
         self.alphas: list[float] = [DEFAULT_ALPHA] * n
@@ -493,13 +493,18 @@ class FusionJob:
         # float64, the accountant's beta exactly: a float32 beta can round up, above the charged cap
         self.beta_t = torch.zeros((n, width), dtype=torch.float64)  # (N, m_max)
         self.mask_t = torch.zeros((n, width), dtype=torch.bool)  # (N, m_max)
-        self.filter = RenyiFilter(torch.zeros((n, width), dtype=torch.float64)) if self.filtered else None
+        self.filter = RenyiFilter(torch.zeros((n, width), dtype=torch.float64)) if filtered else None
         self._spending: tuple[torch.Tensor, torch.Tensor] | None = None  # (docs, charges) of the last step
         self.padded = True
         for a in sorted({d.alpha for d in documents}):
             self._mechanism(a)
         for i, d in enumerate(documents):
             self.admit(i, d)
+
+    @property
+    def filtered(self) -> bool:
+        """Whether this job spends budgets through the per-group Renyi filter."""
+        return self.filter is not None
 
     def _mechanism(self, alpha: float) -> int:
         """The index of the mechanism at order ``alpha`` (made on first use)."""

@@ -22,7 +22,6 @@ docs/privacy.md, "Documents of any length").
 from __future__ import annotations
 
 import dataclasses
-import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -32,8 +31,9 @@ import torch
 
 from tokendp.errors import InvalidInputError
 from tokendp.generation import Generated, generate, make_generators
+from tokendp.params import default_new_tokens
 from tokendp.text.contexts import (DocumentContexts, GroupInfo, GroupSpec, HistoryTemplate, PromptTemplate,
-                                   build_contexts)
+                                   build_contexts, token_offsets)
 from tokendp.text.passages import Passage, split_passages
 
 
@@ -92,7 +92,10 @@ def run_passages(job_factory: Callable[[Sequence[Any]], Any], documents: Sequenc
         docs = [_round_document(documents[i], k, backend, history, placeholder, previous[i],
                                 pieces[i][-1].token_ids if k else ()) for i in active]
         job = job_factory(docs)
-        state = job if state is None else _carry(state, job, active)
+        if state is None:
+            state = job
+        else:
+            _carry(state, job, active)
         stream = None if on_token is None else (lambda j, tok, active=active: on_token(active[j], tok))
         outs = generate(backend, job.sequences(), job.step, max_new_tokens=[d.max_new_tokens for d in docs],
                         generator=[streams[i] for i in active], charge=job.charge, on_token=stream, **decode)
@@ -116,14 +119,13 @@ def _round_document(doc: Any, k: int, backend: Any, history: HistoryTemplate, pl
     return dataclasses.replace(doc, context=ctx, max_new_tokens=doc.long.tokens[k], long=None)
 
 
-def _carry(first: Any, job: Any, active: Sequence[int]) -> Any:
+def _carry(first: Any, job: Any, active: Sequence[int]) -> None:
     """Round k's ``job`` takes over each active document's ledger and filter row from ``first``."""
     for j, i in enumerate(active):
         job.ledgers[j] = first.ledgers[i]
         if job.filter is not None:
             m = len(job.contexts[j].groups)
             job.filter.remaining[j, :m] = first.filter.remaining[i, :m].to(job.filter.remaining.device)
-    return first
 
 
 def _carry_back(first: Any, job: Any, active: Sequence[int]) -> None:
@@ -157,8 +159,7 @@ def plan_passages(body: str, spans: Sequence[Any], ctx: DocumentContexts, tokeni
     the spans (:func:`tokendp.text.passages.split_passages`)."""
     if passage_tokens is None or ctx.document_tokens <= passage_tokens:
         return None
-    starts = np.asarray(tokenizer(body, add_special_tokens=False, return_offsets_mapping=True)["offset_mapping"],
-                        dtype=np.int64).reshape(-1, 2)[:, 0]  # (L,): where each token of the layout starts
+    _, starts, _ = token_offsets(tokenizer, body)  # (L,): where each token of the layout starts
 
     def count(a: int, b: int) -> int:
         return int(np.searchsorted(starts, b) - np.searchsorted(starts, a))
@@ -168,7 +169,7 @@ def plan_passages(body: str, spans: Sequence[Any], ctx: DocumentContexts, tokeni
         return None
     sizes = [count(p.start, p.end) for p in passages]
     if max_new_tokens is None:
-        tokens = [math.ceil(1.2 * s) + 16 for s in sizes]
+        tokens = [default_new_tokens(s) for s in sizes]
     else:
         tokens = [max(1, max_new_tokens * s // sum(sizes)) for s in sizes]
     frame = len(history.first) + len(history.middle) + len(history.turn) + len(history.after)

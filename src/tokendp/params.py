@@ -83,6 +83,11 @@ def check_accounting(accounting: str, pace: float, method: str, beta: Budget) ->
                                     "fixed accounting's per-token cap)")
 
 
+def default_new_tokens(document_tokens: int) -> int:
+    """Sanitize's default T for a text of ``document_tokens`` tokens: 1.2x it + 16 (public)."""
+    return math.ceil(1.2 * document_tokens) + 16
+
+
 def check_tokens(name: str, value: int | None) -> None:
     """A token count: None (the default) or an integer >= 1."""
     if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):

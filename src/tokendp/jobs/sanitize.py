@@ -33,7 +33,7 @@ from tokendp.fusion import (Chunk, Decoding, FusionJob, FusionReport, PreparedDo
 from tokendp.fusion import choose_alpha  # noqa: F401 (re-exported: tokendp.jobs.sanitize.choose_alpha)
 from tokendp.generation import Generated
 from tokendp.jobs.config import SanitizeConfig
-from tokendp.params import DEFAULT_PACE, DEFAULT_PASSAGE_TOKENS, Accounting, Budget, Method
+from tokendp.params import DEFAULT_PACE, DEFAULT_PASSAGE_TOKENS, Accounting, Budget, Method, default_new_tokens
 from tokendp.long_documents import plan_passages
 from tokendp.text.contexts import (DocumentContexts, GroupSpec, build_contexts, history_template, placeholders,
                                    prompt_template)
@@ -78,7 +78,7 @@ def _default_tokens(backend: HFBackend, ctx: DocumentContexts, requested: int | 
                                         f"{backend.max_context} tokens with any document; ask for fewer tokens")
         backend.check_fits(ctx.length, requested)
         return requested
-    tokens = min(math.ceil(1.2 * ctx.document_tokens) + 16, limit or math.inf)
+    tokens = min(default_new_tokens(ctx.document_tokens), limit or math.inf)
     room = (backend.max_context or ctx.length + tokens) - ctx.length
     if room < 1:
         backend.check_fits(ctx.length, 1)
@@ -306,7 +306,7 @@ def prepare_sanitize(
 def _check_default_tokens(backend: HFBackend, text: str, limit: int) -> None:
     """Refuse, before tagging, a document whose default T (1.2x its tokens + 16, over all its
     passages at least that) is above ``limit``: the tagger reads no more than a job may write."""
-    tokens = math.ceil(1.2 * len(backend.tokenizer(text, add_special_tokens=False)["input_ids"])) + 16
+    tokens = default_new_tokens(len(backend.tokenizer(text, add_special_tokens=False)["input_ids"]))
     if tokens > limit:
         raise InvalidParameterError(f"the document needs T = {tokens} tokens or more, above the limit of {limit}; "
                                     "shorten it")

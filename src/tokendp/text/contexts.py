@@ -363,7 +363,8 @@ def validate_spans(text: str, spans: Sequence[Span], *,
 
 
 # ---------------------------------------------------------------------------- contexts
-def _offsets(tokenizer: Any, text: str) -> tuple[list[int], np.ndarray, np.ndarray]:
+def token_offsets(tokenizer: Any, text: str) -> tuple[list[int], np.ndarray, np.ndarray]:
+    """The ids of ``text`` tokenised once, and where each token starts and ends (characters)."""
     if not getattr(tokenizer, "is_fast", False):
         raise InvalidParameterError("building contexts needs a fast tokenizer (character offsets)")
     enc = tokenizer(text, add_special_tokens=False, return_offsets_mapping=True)
@@ -393,7 +394,7 @@ def build_contexts(text: str, spans: Sequence[Span], tokenizer: Any, *, template
     spans = validate_spans(text, spans, on_overlap=on_overlap)
     group_of = group_of_labels(sorted({s.label for s in spans}), groups)
     names = sorted(set(group_of.values()))
-    ids, starts, ends = _offsets(tokenizer, text)
+    ids, starts, ends = token_offsets(tokenizer, text)
     member = np.zeros((len(names), len(ids)), dtype=bool)  # (m, L): token overlaps a span of g
     n_spans = [0] * len(names)
     for s in spans:

@@ -4,9 +4,10 @@ A document longer than ``max_tokens`` tokens is rewritten passage by passage
 (docs/sanitize.md, "Long documents"). :func:`split_passages` cuts it at line breaks outside
 every span, packing whole paragraphs into passages of at most ``max_tokens`` tokens; a
 paragraph longer than that is cut at sentence ends, then at spaces, outside every span. Token
-counts are those of the public layout (the text outside the spans, tokenised piece by piece, and
-each span's token count), so the cuts depend only on what DP-Fusion's adjacency makes public:
-the text outside the spans and the spans' positions, labels and lengths in tokens.
+counts are the caller's ``count``: the job counts the tokens of the document's one tokenisation
+that start in a range, as the public row shows them (the text outside the spans and one
+placeholder per hidden token), so the cuts depend only on what DP-Fusion's adjacency makes
+public: the text outside the spans and the spans' positions, labels and lengths in tokens.
 """
 
 from __future__ import annotations
