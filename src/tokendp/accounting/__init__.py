@@ -24,6 +24,7 @@ from tokendp.accounting.filter import (
     dp_fusion_filter_charge,
     dp_fusion_filter_epsilon,
 )
+from tokendp.accounting.lifetime import lifetime_alpha, lifetime_budget, lifetime_reservation, lifetime_spent
 from tokendp.accounting.ledger import Ledger
 from tokendp.accounting.mechanisms import (
     amin_clip,
@@ -126,6 +127,10 @@ __all__ = [
     "invisibleink_clip",
     "invisibleink_epsilon",
     "invisibleink_rho_per_token",
+    "lifetime_alpha",
+    "lifetime_budget",
+    "lifetime_reservation",
+    "lifetime_spent",
     "PMIXED_ORDERS",
     "pmixed_alpha",
     "pmixed_beta",
