@@ -48,7 +48,7 @@ def test_keys_are_listed_by_prefix_and_revoked_while_the_budget_stays(tmp_path):
     revoked = run("revoke", first[:10])
     assert revoked.exit_code == 0 and "clinic" in revoked.output
     conn = open_db(db)
-    assert authenticate(conn, first) is None and authenticate(conn, second).budget == 12.0
+    assert authenticate(conn, first) is None and authenticate(conn, second).tenant.budget == 12.0
     again = run("revoke", first[:10])
     assert again.exit_code == 2 and "no key has the prefix" in again.output
 

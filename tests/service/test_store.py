@@ -138,7 +138,8 @@ def test_keys_are_stored_as_hashes_and_authenticate_their_tenant(db):
     stored = [r[0] for r in conn.execute("SELECT key_hash FROM api_keys")]
     assert hash_key(key) in stored and key not in stored
     assert all(key.encode() not in f.read_bytes() for f in db.parent.glob(db.name + "*"))  # the file and its WAL
-    assert authenticate(conn, key) == tenant == authenticate(conn, other)
+    assert authenticate(conn, key).tenant == tenant == authenticate(conn, other).tenant
+    assert authenticate(conn, key).role == "owner" and authenticate(conn, key).key_hash == hash_key(key)
     assert authenticate(conn, key + "x") is None
 
 

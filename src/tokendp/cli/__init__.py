@@ -28,7 +28,8 @@ def main(ctx: click.Context) -> None:
     fine-tuned on private shards (ensemble train, predict), fine-tune with DP-SGD or ATDP
     (finetune), tag PII (tag), and compute privacy budgets (account), each with a formal
     (epsilon, delta) guarantee; or run all of it as a service with a durable budget per
-    document and privacy group (serve, keys).
+    document and privacy group (serve, keys), and a vault of stored documents where every
+    person has one lifetime budget (vault).
 
     -q, -v and --progress go before or after the subcommand; NO_COLOR turns colour off.
     """
@@ -49,8 +50,9 @@ from tokendp.cli.sanitize import sanitize  # noqa: E402
 from tokendp.cli.serve import keys, serve  # noqa: E402
 from tokendp.cli.synthesize import synthesize  # noqa: E402
 from tokendp.cli.tag import tag  # noqa: E402
+from tokendp.cli.vault import vault  # noqa: E402
 
 for _command in (sanitize, generate, synthesize, ensemble, predict, finetune, tag, account, model, eval_group,
-                 serve, keys):
+                 serve, keys, vault):
     main.add_command(_command)
 add_global_options(main)

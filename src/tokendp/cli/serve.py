@@ -11,8 +11,9 @@ from tokendp.cli._common import library_errors, tagger_option, threads_option, u
 from tokendp.cli._console import quiet_libraries
 
 DEFAULT_DB = "tokendp-service.db"
-DB_HELP = ("The SQLite file (WAL mode) holding tenants, key hashes and every unit's charges; created, or "
-           f"tightened, to mode 0600 (owner only) [default: $TOKENDP_DB, else ./{DEFAULT_DB}].")
+DB_HELP = ("The SQLite file (WAL mode) holding tenants, key hashes, every unit's charges and the vault's "
+           "documents; created, or tightened, to mode 0600 (owner only) "
+           f"[default: $TOKENDP_DB, else ./{DEFAULT_DB}].")
 
 
 def _db(path: str | None) -> str:
@@ -62,6 +63,11 @@ def serve(host: str, port: int, db: str | None, model: str, tagger: str, max_bod
     reserves its worst-case epsilon for every unit before generating and is refused (403) if
     any unit would exceed it; reservations are never refunded, a crash included. Semantics:
     docs/service.md. Document text never goes to the logs.
+
+    The vault (docs/vault.md): owner keys store documents (POST /v1/documents, `tokendp vault
+    add`); reader keys list them and ask for rewrites (GET /v1/documents/ID/rewrite), never
+    seeing the text. Every subject (or document and label) has ONE lifetime budget across all
+    releases, spent through a Renyi filter; a spent budget never refuses a release.
     """
     from tokendp._optional import require
 
@@ -116,25 +122,30 @@ def keys() -> None:
                    "Fixed once the tenant exists.")
 @click.option("--delta", type=float, default=None,
               help="The delta a new tenant's budget refers to [default: 1e-5]. Fixed once the tenant exists.")
+@click.option("--role", type=click.Choice(["owner", "reader"]), default="owner", show_default=True,
+              help="owner: everything (documents, ledger, quotas, the per-request API); reader: only lists the "
+                   "vault's documents and asks for their releases, never sees their text (docs/vault.md).")
 @click.option("--db", "db", type=click.Path(dir_okay=False), default=None, help=DB_HELP)
 @library_errors
-def create(tenant: str, budget: float | None, delta: float | None, db: str | None) -> None:
-    """Create an API key for the tenant and print it once (it cannot be shown again)."""
+def create(tenant: str, budget: float | None, delta: float | None, role: str, db: str | None) -> None:
+    """Create an API key for the tenant and print it once (it cannot be shown again). The
+    tenant's budget is also each vault unit's lifetime epsilon (a subject, or a document and
+    label, across every release)."""
     from tokendp.service.db import open_db
     from tokendp.service.keys import create_key
 
-    key, t = create_key(open_db(_db(db)), tenant, budget=budget, delta=delta)
+    key, t = create_key(open_db(_db(db)), tenant, budget=budget, delta=delta, role=role)
     click.echo(key)
-    click.echo(f"tenant {t.name}: budget epsilon {t.budget:g} per (document id, privacy group) at delta {t.delta:g}; "
-               "store the key now, it is not kept", err=True)
+    click.echo(f"tenant {t.name} ({role} key): budget epsilon {t.budget:g} per (document id, privacy group), and per "
+               f"vault unit for its lifetime, at delta {t.delta:g}; store the key now, it is not kept", err=True)
 
 
-@keys.command("list", short_help="List the keys: prefix, tenant, creation time.")
+@keys.command("list", short_help="List the keys: prefix, tenant, role, creation time.")
 @click.option("--db", "db", type=click.Path(dir_okay=False), default=None, help=DB_HELP)
-@click.option("--json", "as_json", is_flag=True, help="Print [{prefix, tenant, created, budget, delta}] as JSON.")
+@click.option("--json", "as_json", is_flag=True, help="Print [{prefix, tenant, role, created, budget, delta}] as JSON.")
 @library_errors
 def list_(db: str | None, as_json: bool) -> None:
-    """List the keys: their first characters, tenant and creation time (never the key)."""
+    """List the keys: their first characters, tenant, role and creation time (never the key)."""
     import json
 
     from tokendp.service.db import open_db
@@ -144,9 +155,9 @@ def list_(db: str | None, as_json: bool) -> None:
     if as_json:
         click.echo(json.dumps(rows, indent=2))
         return
-    click.echo(f"{'prefix':<12}{'tenant':<20}{'created':<27}budget (epsilon at delta)")
+    click.echo(f"{'prefix':<12}{'tenant':<20}{'role':<8}{'created':<27}budget (epsilon at delta)")
     for r in rows:
-        click.echo(f"{r['prefix']:<12}{r['tenant']:<20}{r['created']:<27}{r['budget']:g} at {r['delta']:g}")
+        click.echo(f"{r['prefix']:<12}{r['tenant']:<20}{r['role']:<8}{r['created']:<27}{r['budget']:g} at {r['delta']:g}")
 
 
 @keys.command("revoke", short_help="Revoke the key that starts with PREFIX.")

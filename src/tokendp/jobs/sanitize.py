@@ -338,6 +338,21 @@ def run_sanitize(prepared: PreparedFusion, *, seed: int | Sequence[int] | None =
     return [result(job, i, out) for i, out in enumerate(outputs)]
 
 
+def run_sanitize_spending(prepared: PreparedFusion, *, seed: int | Sequence[int] | None = None,
+                          on_token: Callable[[int, int], None] | None = None
+                          ) -> tuple[list[SanitizeResult], list[tuple[float, ...]]]:
+    """:func:`run_sanitize` under the filter accounting, with what each document's filter left
+    of each group's budget (the ledgers as they end, at or below the budget minus the exact
+    charges). Data-dependent: for a durable ledger (the vault's), never part of a release."""
+    if prepared.accounting != "filter" or prepared.method != "dp-fusion":
+        raise InvalidParameterError("run_sanitize_spending needs a DP-Fusion job under the filter accounting")
+    job, outputs = run_fusion(prepared, seed=seed, on_token=on_token)
+    assert job.filter is not None
+    left = [tuple(job.filter.remaining[i, :len(d.context.groups)].cpu().tolist())
+            for i, d in enumerate(prepared.documents)]
+    return [_result(prepared, d, out, None) for d, out in zip(prepared.documents, outputs)], left
+
+
 def sanitize_stream(chunks: Iterable[Chunk], *, slots: int, bucket: int = 64, diagnostics: bool = False,
                     on_token: Callable[[Any, int], None] | None = None) -> Iterator[tuple[Any, SanitizeResult]]:
     """Rewrite the documents of ``chunks`` (each a :func:`prepare_sanitize` job with a key and a

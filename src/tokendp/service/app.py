@@ -1,7 +1,11 @@
 """The FastAPI app: /v1 endpoints behind Bearer keys, /healthz, and the page at /.
 
 Every /v1 call authenticates its key (401 unauthorized), counts against the key's requests per
-minute (429 rate_limited), and sees only its own tenant's budget. Jobs go through the one
+minute (429 rate_limited), checks the key's role (403 forbidden: every route declares the roles
+it admits, :func:`create_app`'s ``owner`` and ``anyone``; docs/vault.md) and sees only its own
+tenant's data. A reader key may list the stored documents' ids and titles, ask for releases of
+them (:mod:`tokendp.service.vault_routes`) and use the accountant (/v1/account, pure arithmetic);
+every other route is the owner's. Jobs go through the one
 :class:`~tokendp.service.batching.Worker`; the endpoints only wait for them. /v1/sanitize
 answers JSON, or server-sent events when the body has ``"stream": true`` or the Accept header
 asks for ``text/event-stream``: ``token`` events (``{"text": new text}``), then one ``result``
@@ -18,9 +22,7 @@ its next token and is answered 503 ``shutting_down``, so the server exits at onc
 from __future__ import annotations
 
 import asyncio
-import json
 import queue
-from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
@@ -32,15 +34,18 @@ from fastapi.staticfiles import StaticFiles
 from tokendp.accounting import (amin_clip, amin_epsilon, dp_fusion_beta, dp_fusion_epsilon, invisibleink_clip,
                                 invisibleink_epsilon)
 from tokendp.service import errors, logs
-from tokendp.service.batching import END, Job, Worker
+from tokendp.service.batching import Job, Worker
 from tokendp.service.errors import APIError
 from tokendp.service.headers import SecurityHeaders
-from tokendp.service.keys import Tenant, authenticate
+from tokendp.service.keys import Caller, authenticate
 from tokendp.service.limits import BodyLimit, Limits, RateLimiter
 from tokendp.service.schemas import (AccountRequest, GenerateRequest, SanitizeRequest, SynthesizeRequest,
                                      TagRequest)
 from tokendp.service.store import BudgetStore
+from tokendp.service.streams import events, wait
 from tokendp.service.tagging import Tagging
+from tokendp.service.vault_routes import vault_routes
+from tokendp.service.vault_store import VaultStore
 
 STATIC = Path(__file__).parent / "static"
 
@@ -51,7 +56,9 @@ def create_app(db: str | Path, *, model: str = "rewriter", tagger: str = "auto",
     ``tokendp serve``; ``version`` is tokendp's, shown by /healthz and /openapi.json. ``docs``
     serves the Swagger UI at /docs and ReDoc at /redoc, which load their scripts from a CDN."""
     store = BudgetStore(db)
-    worker = Worker(lambda: _load(model, tagger), store, max_tokens=limits.max_new_tokens, max_batch=limits.max_batch)
+    vault = VaultStore(lambda: store.conn)
+    worker = Worker(lambda: _load(model, tagger), store, max_tokens=limits.max_new_tokens, max_batch=limits.max_batch,
+                    vault=vault)
     rate, failures = RateLimiter(limits.requests_per_minute), RateLimiter(limits.auth_failures_per_minute)
     tagging = Tagging(tagger)
 
@@ -72,15 +79,15 @@ def create_app(db: str | Path, *, model: str = "rewriter", tagger: str = "auto",
                               "(tenant, document id, privacy group). Budget semantics: docs/service.md.")
     errors.install(app)
 
-    def tenant(request: Request) -> Tenant:
-        """The key's tenant, within its rate. An address with too many failed attempts in the
+    def caller(request: Request) -> Caller:
+        """The key's tenant and role, within its tenant's rate. An address with too many failed attempts in the
         last minute is refused before its key is looked up; the rate is the tenant's, so that a
         new key does not open a new window."""
         address = request.client.host if request.client else ""
-        wait = failures.blocked(address)
-        if wait is not None:
+        pause = failures.blocked(address)
+        if pause is not None:
             raise _too_many("auth_rate_limited", f"more than {limits.auth_failures_per_minute} failed authentication "
-                            "attempts in a minute from this address", wait)
+                            "attempts in a minute from this address", pause)
         scheme, _, key = request.headers.get("authorization", "").partition(" ")
         key = key.strip() if scheme.lower() == "bearer" else ""
         found = authenticate(store.conn, key) if key else None
@@ -89,29 +96,25 @@ def create_app(db: str | Path, *, model: str = "rewriter", tagger: str = "auto",
                 failures.record(address)
             raise APIError(401, "unauthorized", "send Authorization: Bearer <key> with a key from `tokendp keys create`",
                            headers={"WWW-Authenticate": "Bearer"})
-        wait = rate.admit(found.name)
-        if wait is not None:
+        pause = rate.admit(found.tenant.name)
+        if pause is not None:
             raise _too_many("rate_limited", f"more than {limits.requests_per_minute} requests in a minute for this "
-                            "tenant", wait)
+                            "tenant", pause)
         return found
 
+    def owner(who: Caller = Depends(caller)) -> Caller:
+        """An owner key (403 forbidden for a reader)."""
+        if who.role != "owner":
+            raise APIError(403, "forbidden", "this route needs an owner key; a reader key may only list documents "
+                           "and ask for their releases (docs/vault.md)")
+        return who
+
+    def anyone(who: Caller = Depends(caller)) -> Caller:
+        """An owner or a reader key."""
+        return who
+
     async def run(job: Job, request: Request) -> Any:
-        """Submit ``job`` and wait for its answer, cancelling it if its client goes first."""
-        worker.submit(job)
-        answer = asyncio.wrap_future(job.future)
-        gone = asyncio.ensure_future(_disconnected(request))
-        try:
-            await asyncio.wait({answer, gone}, return_when=asyncio.FIRST_COMPLETED)
-            if not answer.done():
-                job.cancel("the client disconnected")
-            return await answer
-        except asyncio.CancelledError:  # the server gave up on the request
-            job.cancel("the server is shutting down", shutdown=True)
-            raise
-        except Exception as err:
-            raise errors.to_api_error(err, charged=job.charged) from None
-        finally:
-            gone.cancel()
+        return await wait(worker, job, request)
 
     @app.get("/healthz", tags=["service"])
     async def healthz() -> dict[str, Any]:
@@ -121,7 +124,7 @@ def create_app(db: str | Path, *, model: str = "rewriter", tagger: str = "auto",
         return {"status": state, "model": name, "version": version}
 
     @app.post("/v1/tag", tags=["v1"])
-    async def tag(body: TagRequest, who: Tenant = Depends(tenant)) -> dict[str, Any]:
+    async def tag(body: TagRequest, who: Caller = Depends(owner)) -> dict[str, Any]:
         """The server's tagger's spans: ``{"spans": [{start, end, label, score, source}]}``. Runs in
         the tagger's own process (service/tagging.py), at most ``--max-tag-chars`` characters."""
         if len(body.text) > limits.max_tag_chars:
@@ -133,31 +136,31 @@ def create_app(db: str | Path, *, model: str = "rewriter", tagger: str = "auto",
             raise errors.to_api_error(err) from None
 
     @app.post("/v1/sanitize", tags=["v1"])
-    async def sanitize(body: SanitizeRequest, request: Request, who: Tenant = Depends(tenant)):
+    async def sanitize(body: SanitizeRequest, request: Request, who: Caller = Depends(owner)):
         """Rewrite a document with DP-Fusion: ``{"id", "text", "report"}`` (or events, see the module doc)."""
         streaming = body.stream or "text/event-stream" in request.headers.get("accept", "")
         if not streaming:
-            return await run(Job("sanitize", body, who), request)
-        job = worker.submit(Job("sanitize", body, who, tokens=queue.Queue()))
+            return await run(Job("sanitize", body, who.tenant), request)
+        job = worker.submit(Job("sanitize", body, who.tenant, tokens=queue.Queue()))
         try:
             await asyncio.wrap_future(job.admitted)
         except Exception as err:
             raise errors.to_api_error(err) from None
-        return StreamingResponse(_events(job), media_type="text/event-stream",
+        return StreamingResponse(events(job), media_type="text/event-stream",
                                  headers={"Cache-Control": "no-store", "X-Accel-Buffering": "no"})
 
     @app.post("/v1/generate", tags=["v1"])
-    async def generate(body: GenerateRequest, request: Request, who: Tenant = Depends(tenant)) -> dict[str, Any]:
+    async def generate(body: GenerateRequest, request: Request, who: Caller = Depends(owner)) -> dict[str, Any]:
         """Answer a prompt from a private context document: ``{"id", "text", "report"}``."""
-        return await run(Job("generate", body, who), request)
+        return await run(Job("generate", body, who.tenant), request)
 
     @app.post("/v1/synthesize", tags=["v1"])
-    async def synthesize(body: SynthesizeRequest, request: Request, who: Tenant = Depends(tenant)) -> dict[str, Any]:
+    async def synthesize(body: SynthesizeRequest, request: Request, who: Caller = Depends(owner)) -> dict[str, Any]:
         """Synthetic texts from a reference set: ``{"id", "texts": [...]}``, epsilon per reference."""
-        return await run(Job("synthesize", body, who), request)
+        return await run(Job("synthesize", body, who.tenant), request)
 
     @app.post("/v1/account", tags=["v1"])
-    async def account(body: AccountRequest, who: Tenant = Depends(tenant)) -> dict[str, Any]:
+    async def account(body: AccountRequest, who: Caller = Depends(anyone)) -> dict[str, Any]:
         """The accountant alone (no budget is touched): epsilon from parameters, or the
         parameter (beta, clip) that meets a target epsilon."""
         try:
@@ -167,11 +170,14 @@ def create_app(db: str | Path, *, model: str = "rewriter", tagger: str = "auto",
 
     @app.get("/v1/budget", tags=["v1"])
     async def budget(id: str | None = Query(None, description="one document's units only"),
-                     who: Tenant = Depends(tenant)) -> dict[str, Any]:
+                     who: Caller = Depends(owner)) -> dict[str, Any]:
         """The tenant's units: epsilon spent (composed), remaining, and requests per state."""
-        units = await asyncio.to_thread(store.units, who, id)
-        return {"tenant": who.name, "budget": who.budget, "delta": who.delta,
-                "units": [u.to_dict() for u in units], "requests": await asyncio.to_thread(store.requests, who)}
+        units = await asyncio.to_thread(store.units, who.tenant, id)
+        t = who.tenant
+        return {"tenant": t.name, "budget": t.budget, "delta": t.delta,
+                "units": [u.to_dict() for u in units], "requests": await asyncio.to_thread(store.requests, t)}
+
+    app.include_router(vault_routes(worker, vault, tagging, limits, owner=owner, anyone=anyone))
 
     @app.get("/", include_in_schema=False)
     async def page() -> FileResponse:
@@ -192,33 +198,6 @@ def _load(model: str, tagger: str) -> tuple[Any, Any]:
     from tokendp.text.taggers import get_tagger
 
     return load_backend(model), get_tagger(tagger)
-
-
-async def _disconnected(request: Request) -> None:
-    """Return when the client has gone (the body was read before: only a disconnect comes)."""
-    while (await request.receive())["type"] != "http.disconnect":
-        pass
-
-
-async def _events(job: Job) -> AsyncIterator[str]:
-    """Server-sent events of a streaming sanitize job. The stream stops when its client goes
-    (the server cancels it, or a send fails at the next token): the job is then cancelled."""
-    try:
-        while (piece := await asyncio.to_thread(job.tokens.get)) is not END:
-            yield _event("token", {"text": piece})
-        error = job.future.exception()
-        if error is None:
-            yield _event("result", job.future.result())
-        else:
-            api = errors.to_api_error(error, charged=job.charged)
-            yield _event("error", errors.error_body(api.code, api.message, **api.extra))
-    finally:
-        if not job.future.done():
-            job.cancel("the client disconnected")
-
-
-def _event(name: str, data: Any) -> str:
-    return f"event: {name}\ndata: {json.dumps(data, ensure_ascii=False)}\n\n"
 
 
 def _account(body: AccountRequest) -> dict[str, Any]:

@@ -17,6 +17,14 @@ Streaming: the run's ``on_token(doc_index, token_id)`` decodes the document's to
 (here, on the worker thread: the tokenizer is not shared across threads) and puts the new text on
 its job's queue; :data:`END` follows the last piece (after the result or error is set).
 
+Vault releases (kind ``rewrite``, :mod:`tokendp.service.vault`) take the same path with the
+vault's ledger (:class:`~tokendp.service.vault_store.VaultStore`) in place of the budget store:
+planned, then each unit's reservation taken in one transaction (or the reader's quota refused),
+the prepared job given its reservations, checked against them before the first token, and after
+the last the actual spend committed (what the filter left returns to the unit) and the release
+cached. A release that fails after a token keeps its reservations spent in full; one cancelled
+after a token commits what its filter spent up to there.
+
 Cancelling (:meth:`Job.cancel`: its client went away, or the server is shutting down,
 :meth:`Worker.cancel_all`): a job not yet planned ends unplanned and uncharged; one reserved but
 not started is voided, like a failure before its first token; one generating stops at its next
@@ -38,9 +46,13 @@ from typing import Any
 from tokendp.service.keys import Tenant
 from tokendp.service.plans import Plan, plan_generate, plan_sanitize, plan_synthesize
 from tokendp.service.store import BudgetStore
+from tokendp.service.vault import REWRITE, plan_rewrite
+from tokendp.service.vault_store import VaultStore
 
 log = logging.getLogger("tokendp.service")
 END = object()
+VAULT_KINDS = frozenset({REWRITE})  # releases charged to the vault's units, not the budget store
+BATCHED = frozenset({"sanitize", REWRITE})  # kinds whose jobs may share a batch (on_token's index is a job's)
 
 
 class ModelUnavailable(Exception):
@@ -60,7 +72,7 @@ class Cancelled(Exception):
 class Job:
     """One request: its kind, body, tenant; the future that gets its response body."""
 
-    kind: str  # sanitize | generate | synthesize
+    kind: str  # sanitize | generate | synthesize | rewrite
     request: Any
     tenant: Tenant | None = None
     future: Future = field(default_factory=Future)
@@ -69,6 +81,7 @@ class Job:
     plan: Plan | None = None
     reservation: int | None = None
     charged: bool = False  # whether the job's reservation stands (set by the worker)
+    left: dict[str, float] | None = None  # vault releases: what the filter left of each unit's reservation
     cancelled: Cancelled | None = None  # set (from any thread) by cancel: the job stops at its next token
 
     def cancel(self, reason: str, *, shutdown: bool = False) -> None:
@@ -113,8 +126,8 @@ class Worker:
     """The queue and the thread that runs it (see the module docstring)."""
 
     def __init__(self, load: Callable[[], tuple[Any, Any]], store: BudgetStore, *, max_tokens: int,
-                 max_batch: int = 8, max_queue_take: int = 64) -> None:
-        self._load, self.store = load, store
+                 max_batch: int = 8, max_queue_take: int = 64, vault: VaultStore | None = None) -> None:
+        self._load, self.store, self.vault = load, store, vault
         self.max_tokens, self.max_batch, self.max_queue_take = max_tokens, max_batch, max_queue_take
         self.backend = self.tagger = None
         self.ready = threading.Event()
@@ -194,7 +207,7 @@ class Worker:
                 if self.load_error:
                     raise ModelUnavailable(self.load_error)
                 job.plan = self._plan(job)  # every check of the request; nothing is reserved before it passes
-                job.reservation = self.store.reserve(job.tenant, job.kind, job.plan.charges)
+                job.reservation = self._reserve(job)
             except Exception as err:
                 job.done(error=err)
                 continue
@@ -204,7 +217,22 @@ class Worker:
         for batch in batches(admitted, self.max_batch):
             self._generate(batch)
 
+    def _reserve(self, job: Job) -> int:
+        if job.kind in VAULT_KINDS:
+            plan = job.plan
+            taken = self.vault.reserve(job.request.caller, job.request.document, job.request.params.key(),
+                                       plan.tokens, plan.units, plan.release_budget)
+            plan.use(taken.units)
+            return taken.release
+        return self.store.reserve(job.tenant, job.kind, job.plan.charges)
+
+    def _reserved(self, job: Job) -> Any:
+        return self.vault.reserved(job.reservation) if job.kind in VAULT_KINDS else self.store.reserved(job.reservation)
+
     def _plan(self, job: Job) -> Plan:
+        if job.kind == REWRITE:
+            settings = self.vault.settings(job.request.caller.tenant)
+            return plan_rewrite(job.request, self.backend, settings, max_tokens=self.max_tokens)
         if job.kind == "sanitize":
             return plan_sanitize(job.request, self.backend, self.tagger, max_tokens=self.max_tokens)
         if job.kind == "generate":
@@ -222,7 +250,7 @@ class Worker:
                 self._end(job, error=job.cancelled, sampled=False)
                 continue
             try:
-                job.plan.check(self.store.reserved(job.reservation))
+                job.plan.check(self._reserved(job))
                 ready.append(job)
             except Exception as err:
                 log.error("request %s withheld before generation: %s", job.reservation, type(err).__name__)
@@ -236,7 +264,7 @@ class Worker:
         def on_token(i: int, token: int) -> None:
             from tokendp.generation import StopDocument
 
-            i = i if kind == "sanitize" else 0  # only sanitize batches jobs; the others' index is a text's
+            i = i if kind in BATCHED else 0  # only these batch jobs; the others' index is a text's
             sampled[i] = True
             if ready[i].cancelled is not None:  # sampled (and charged), not sent: the job ends here
                 stopped[i] = True
@@ -260,6 +288,8 @@ class Worker:
             self._end(job, result, error, any_token)
 
     def _end(self, job: Job, result: Any = None, error: BaseException | None = None, sampled: bool = True) -> None:
+        if job.kind in VAULT_KINDS:
+            return self._end_release(job, result, error, sampled)
         try:
             if error is not None and not sampled:
                 self.store.void(job.reservation)
@@ -268,6 +298,21 @@ class Worker:
                 state = "spent" if error is None else "cancelled" if isinstance(error, Cancelled) else "failed"
                 self.store.finish(job.reservation, state)
         finally:  # a state that cannot be written stays "reserved", which counts all the same
+            job.done(result if error is None else None, error)
+
+
+    def _end_release(self, job: Job, result: Any, error: BaseException | None, sampled: bool) -> None:
+        """A vault release ends: voided (no token), committed (what its filter spent; cached if
+        it finished), or failed (its reservations spent in full)."""
+        try:
+            if error is not None and not sampled:
+                self.vault.void(job.reservation)
+                job.charged = False
+            elif job.left is not None and (error is None or isinstance(error, Cancelled)):
+                self.vault.commit(job.reservation, job.left, result if error is None else None)
+            else:
+                self.vault.fail(job.reservation)
+        finally:  # a state that cannot be written stays "open", which counts as spent
             job.done(result if error is None else None, error)
 
 
@@ -312,4 +357,19 @@ def _run_synthesize(batch: list[Job], on_token: Callable[[int, int], None]) -> l
     return [{"id": job.request.id, "texts": [t.to_dict() for t in texts]}]
 
 
-_RUNNERS = {"sanitize": _run_sanitize, "generate": _run_generate, "synthesize": _run_synthesize}
+def _run_rewrite(batch: list[Job], on_token: Callable[[int, int], None]) -> list[dict]:
+    """Vault rewrites, batched: each with its own reservations as its filter budgets and a seed
+    from the OS; what each filter left goes on its job for the commit."""
+    from tokendp.fusion import PreparedFusion
+    from tokendp.jobs.sanitize import run_sanitize_spending
+
+    seeds = [secrets.randbits(63) if j.request.seed is None else j.request.seed for j in batch]
+    results, left = run_sanitize_spending(PreparedFusion.concat([j.plan.job for j in batch]), seed=seeds,
+                                          on_token=on_token)
+    for job, rest in zip(batch, left):
+        job.left = dict(zip(job.plan.units, rest))
+    return [j.plan.response(r) for j, r in zip(batch, results)]
+
+
+_RUNNERS = {"sanitize": _run_sanitize, "generate": _run_generate, "synthesize": _run_synthesize,
+            REWRITE: _run_rewrite}

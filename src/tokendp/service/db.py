@@ -1,11 +1,12 @@
-"""The service's SQLite database: one file in WAL mode shared by keys and the budget store.
+"""The service's SQLite database: one file in WAL mode shared by keys, the budget store and the
+vault (stored documents, units' lifetime ledgers, releases; :mod:`tokendp.service.vault_store`).
 
 WAL lets readers (GET /v1/budget) run beside the one writer; writers serialise on SQLite's
 write lock (``BEGIN IMMEDIATE`` takes it at the start of a transaction, so a check and the
 write that depends on it see the same state). ``synchronous=FULL`` makes a committed
 reservation survive a power loss, not only a process crash.
 
-The file holds tenants, document ids and key hashes: it is created readable by its owner only
+The file holds tenants, document ids, key hashes and the vault's documents (their private text): it is created readable by its owner only
 (0600), and an existing file, -wal or -shm with any other permission bit is tightened to 0600
 when it is opened (with a warning). SQLite gives the -wal and -shm files it creates the main file's mode.
 """
@@ -39,6 +40,7 @@ CREATE TABLE IF NOT EXISTS api_keys (
     prefix TEXT NOT NULL,          -- the first characters, to tell keys apart in listings
     tenant TEXT NOT NULL REFERENCES tenants(name),
     created TEXT NOT NULL
+    -- role, releases_per_day, tokens_per_day: added by MIGRATIONS
 );
 CREATE TABLE IF NOT EXISTS requests (
     id INTEGER PRIMARY KEY AUTOINCREMENT,
@@ -58,7 +60,70 @@ CREATE TABLE IF NOT EXISTS charges (
     value REAL NOT NULL
 );
 CREATE INDEX IF NOT EXISTS charges_unit ON charges(tenant, document, grp);
+CREATE TABLE IF NOT EXISTS vaults (
+    tenant TEXT PRIMARY KEY REFERENCES tenants(name),
+    alpha REAL NOT NULL,           -- the vault's Renyi order, fixed at its first use
+    budget REAL NOT NULL,          -- every unit's lifetime RDP budget B at alpha
+    created TEXT NOT NULL
+);
+CREATE TABLE IF NOT EXISTS documents (
+    tenant TEXT NOT NULL REFERENCES tenants(name),
+    id TEXT NOT NULL,
+    version TEXT NOT NULL,         -- random per write: a rewrite is cached per version
+    title TEXT NOT NULL,           -- public: readers see it
+    text TEXT NOT NULL,            -- private: only owner keys read it
+    spans TEXT NOT NULL,           -- JSON [{start, end, label, subject?}], offsets into text as given
+    subject TEXT,                  -- the default subject of spans without one
+    state TEXT NOT NULL,           -- draft (tagged by the server, to confirm) | confirmed
+    created TEXT NOT NULL,
+    updated TEXT NOT NULL,
+    PRIMARY KEY (tenant, id)
+);
+CREATE TABLE IF NOT EXISTS units (
+    tenant TEXT NOT NULL REFERENCES tenants(name),
+    unit TEXT NOT NULL,            -- service.units.unit_key: a subject, or (document, label)
+    spent REAL NOT NULL,           -- committed spend, an upper bound of the exact charges
+    PRIMARY KEY (tenant, unit)
+);
+CREATE TABLE IF NOT EXISTS releases (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    tenant TEXT NOT NULL REFERENCES tenants(name),
+    document TEXT NOT NULL,
+    version TEXT NOT NULL,
+    params TEXT NOT NULL,          -- canonical JSON of the release's public parameters
+    reader TEXT NOT NULL,          -- the asking key's hash (quotas)
+    tokens INTEGER NOT NULL,       -- T, counted against the key's tokens per day
+    state TEXT NOT NULL,           -- open (in flight, or cut off: counts as spent) | done | failed | void
+    created TEXT NOT NULL,
+    finished TEXT
+);
+CREATE INDEX IF NOT EXISTS releases_reader ON releases(reader, created);
+CREATE TABLE IF NOT EXISTS reservations (
+    release_id INTEGER NOT NULL REFERENCES releases(id),
+    tenant TEXT NOT NULL,
+    unit TEXT NOT NULL,
+    reserved REAL NOT NULL,        -- r_u = min(B_rel, what u has left), rounded down
+    spent REAL                     -- what the release spent of it (NULL while open)
+);
+CREATE INDEX IF NOT EXISTS reservations_unit ON reservations(tenant, unit);
+CREATE TABLE IF NOT EXISTS rewrites (
+    tenant TEXT NOT NULL,
+    document TEXT NOT NULL,
+    version TEXT NOT NULL,
+    params TEXT NOT NULL,
+    body TEXT NOT NULL,            -- the release as returned (JSON): post-processing, free to return again
+    created TEXT NOT NULL,
+    PRIMARY KEY (tenant, document, version, params)
+);
 """
+
+# Columns added to a database made by an earlier version: (table, column, definition). Keys made
+# before roles existed become owner keys of their tenant (they could do everything an owner can).
+MIGRATIONS = (
+    ("api_keys", "role", "TEXT NOT NULL DEFAULT 'owner'"),
+    ("api_keys", "releases_per_day", "INTEGER"),
+    ("api_keys", "tokens_per_day", "INTEGER"),
+)
 
 
 def open_db(path: str | Path) -> sqlite3.Connection:
@@ -74,7 +139,18 @@ def open_db(path: str | Path) -> sqlite3.Connection:
     conn.execute(f"PRAGMA busy_timeout={BUSY_TIMEOUT_MS}")
     conn.execute("PRAGMA foreign_keys=ON")
     conn.executescript(SCHEMA)
+    _migrate(conn)
     return conn
+
+
+def _migrate(conn: sqlite3.Connection) -> None:
+    """Add the columns of :data:`MIGRATIONS` that the file lacks (idempotent; under the write
+    lock, so two processes opening one old file add each column once)."""
+    with immediate(conn):
+        for table, column, definition in MIGRATIONS:
+            have = {row["name"] for row in conn.execute(f"PRAGMA table_info({table})")}
+            if column not in have:
+                conn.execute(f"ALTER TABLE {table} ADD COLUMN {column} {definition}")
 
 
 def _make_private(path: Path) -> None:

@@ -1,6 +1,8 @@
 """Errors as JSON with a stable code: ``{"error": {"code", "message", ...}}``.
 
-Codes: unauthorized (401), budget_exceeded (403), not_found (404), body_too_large (413: more
+Codes: unauthorized (401), budget_exceeded (403), forbidden (403: a reader key on an owner's
+route), not_found (404), document_exists (409: POST of an id the vault holds; PUT replaces),
+quota_exceeded (429: a reader key's own releases or tokens per day), body_too_large (413: more
 body bytes arrived than --max-body-bytes, whatever the framing), ambiguous_length (400: both
 Content-Length and Transfer-Encoding), text_too_long (413: a /v1/tag text above
 --max-tag-chars), invalid_request (422: the body does not match the schema), invalid_parameter
@@ -27,6 +29,7 @@ from tokendp.errors import InvalidInputError, InvalidParameterError, MissingDepe
 from tokendp.service.batching import Cancelled, ModelUnavailable
 from tokendp.service.plans import AccountingMismatch
 from tokendp.service.store import BudgetRefused
+from tokendp.service.vault_store import DocumentExists, QuotaExceeded
 
 log = logging.getLogger("tokendp.service")
 
@@ -53,6 +56,12 @@ def to_api_error(err: BaseException, *, charged: bool = False) -> APIError:
                         f"(spent {err.spent:.4g}, budget {err.budget:g}); nothing was charged or generated",
                         unit={"id": document, "group": group}, epsilon_spent=err.spent,
                         epsilon_after=err.after, budget=err.budget)
+    if isinstance(err, QuotaExceeded):
+        return APIError(429, "quota_exceeded", f"{err}; nothing was charged or generated (the tenant's owner sets "
+                        "quotas)", quota={"per_day": err.what, "limit": err.limit})
+    if isinstance(err, DocumentExists):
+        return APIError(409, "document_exists", "the vault holds a document with this id; PUT /v1/documents/{id} "
+                        "replaces it")
     if isinstance(err, InvalidParameterError):
         return APIError(400, "invalid_parameter", str(err))
     if isinstance(err, (InvalidInputError, MissingDependencyError)):

@@ -3,6 +3,10 @@
 A key is 32 random bytes (``secrets``), shown once as ``tdp_<base64url>``; the database keeps
 its SHA-256 only. A key of that entropy needs no slow password hash: nobody can search 2^256
 preimages, and a plain hash lets authentication be one indexed lookup.
+
+Every key has a role within its tenant (docs/vault.md): ``owner`` (everything: documents, the
+ledger, quotas, and the per-request API) or ``reader`` (only releases of stored documents, within
+its own quota). Keys made before roles existed are owner keys.
 """
 
 from __future__ import annotations
@@ -20,6 +24,7 @@ from tokendp.service.db import immediate
 KEY_PREFIX = "tdp_"
 DEFAULT_BUDGET = 10.0
 DEFAULT_DELTA = 1e-5
+ROLES = ("owner", "reader")
 
 
 @dataclass(frozen=True)
@@ -29,6 +34,17 @@ class Tenant:
     name: str
     budget: float
     delta: float
+
+
+@dataclass(frozen=True)
+class Caller:
+    """An authenticated key: its tenant, its role, and its hash (which names it in quotas and
+    releases; never the key itself)."""
+
+    tenant: Tenant
+    role: str
+    key_hash: str
+    prefix: str
 
 
 def now() -> str:
@@ -49,10 +65,13 @@ def _check_tenant(name: str, budget: float, delta: float) -> None:
 
 
 def create_key(conn: sqlite3.Connection, tenant: str, *, budget: float | None = None,
-               delta: float | None = None) -> tuple[str, Tenant]:
-    """A new key for ``tenant``, creating the tenant (with ``budget`` and ``delta``, or the
-    defaults) if it does not exist. An existing tenant's budget is fixed: giving a different
-    one is an error, since raising it would quietly re-open every unit's budget."""
+               delta: float | None = None, role: str = "owner") -> tuple[str, Tenant]:
+    """A new key with ``role`` (owner or reader) for ``tenant``, creating the tenant (with
+    ``budget`` and ``delta``, or the defaults) if it does not exist. An existing tenant's budget
+    is fixed: giving a different one is an error, since raising it would quietly re-open every
+    unit's budget."""
+    if role not in ROLES:
+        raise InvalidParameterError(f"--role must be owner or reader, got {role!r}")
     with immediate(conn):
         row = conn.execute("SELECT budget, delta FROM tenants WHERE name = ?", (tenant,)).fetchone()
         if row is None:
@@ -69,14 +88,14 @@ def create_key(conn: sqlite3.Connection, tenant: str, *, budget: float | None = 
                         f"created (omit --{what} to add a key, or create a new tenant)")
             budget, delta = row["budget"], row["delta"]
         key = KEY_PREFIX + secrets.token_urlsafe(32)
-        conn.execute("INSERT INTO api_keys (key_hash, prefix, tenant, created) VALUES (?, ?, ?, ?)",
-                     (hash_key(key), key[:10], tenant, now()))
+        conn.execute("INSERT INTO api_keys (key_hash, prefix, tenant, created, role) VALUES (?, ?, ?, ?, ?)",
+                     (hash_key(key), key[:10], tenant, now(), role))
     return key, Tenant(tenant, budget, delta)
 
 
 def list_keys(conn: sqlite3.Connection) -> list[dict]:
-    """Every key's prefix, tenant and creation time, with its tenant's budget (no hash, no key)."""
-    rows = conn.execute("SELECT k.prefix, k.tenant, k.created, t.budget, t.delta FROM api_keys k "
+    """Every key's prefix, tenant, role and creation time, with its tenant's budget (no hash, no key)."""
+    rows = conn.execute("SELECT k.prefix, k.tenant, k.role, k.created, t.budget, t.delta FROM api_keys k "
                         "JOIN tenants t ON t.name = k.tenant ORDER BY k.tenant, k.created").fetchall()
     return [dict(row) for row in rows]
 
@@ -93,9 +112,12 @@ def revoke_key(conn: sqlite3.Connection, prefix: str) -> str:
     return rows[0]["tenant"]
 
 
-def authenticate(conn: sqlite3.Connection, key: str) -> Tenant | None:
-    """The tenant that owns ``key``, or None."""
+def authenticate(conn: sqlite3.Connection, key: str) -> Caller | None:
+    """The key's tenant and role, or None."""
+    digest = hash_key(key)
     row = conn.execute(
-        "SELECT t.name, t.budget, t.delta FROM api_keys k JOIN tenants t ON t.name = k.tenant "
-        "WHERE k.key_hash = ?", (hash_key(key),)).fetchone()
-    return None if row is None else Tenant(row["name"], row["budget"], row["delta"])
+        "SELECT t.name, t.budget, t.delta, k.role, k.prefix FROM api_keys k JOIN tenants t ON t.name = k.tenant "
+        "WHERE k.key_hash = ?", (digest,)).fetchone()
+    if row is None:
+        return None
+    return Caller(Tenant(row["name"], row["budget"], row["delta"]), row["role"], digest, row["prefix"])

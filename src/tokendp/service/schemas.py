@@ -97,3 +97,34 @@ class AccountRequest(Strict):
     batch_size: int = Field(1, ge=1)
     temperature: float = Field(1.0, gt=0)
     clip: float | None = Field(None, ge=0)
+
+
+# ---------------------------------------------------------------------------- the vault (docs/vault.md)
+Subject = Field(None, min_length=1, max_length=200, description="the person this is about: the owner's id, never "
+                "shown to readers; spans of one subject share one lifetime budget across documents")
+
+
+class VaultSpanIn(Strict):
+    start: int = Field(ge=0)
+    end: int = Field(gt=0)
+    label: str = Field(min_length=1, max_length=64, description="one of tokendp's labels (PERSON, CODE, LOC, ORG, "
+                       "DEM, OCCUPATION, DATE, DURATION, DATETIME, QUANTITY, MISC)")
+    subject: str | None = Subject
+
+
+class DocumentBody(Strict):
+    title: str = Field("", max_length=200, description="PUBLIC: every reader of the tenant sees it")
+    text: str = Field(min_length=1, description="private: only owner keys read it back")
+    spans: list[VaultSpanIn] | None = Field(None, description="character offsets into text as given; omitted: the "
+                                            "server's tagger finds them and the document is a draft until confirmed")
+    subject: str | None = Subject
+
+
+class DocumentIn(DocumentBody):
+    id: str = Field(min_length=1, max_length=200, description="the document's id, chosen by the owner (readers "
+                    "see it)")
+
+
+class QuotaIn(Strict):
+    releases_per_day: int | None = Field(None, ge=0, description="fresh releases per 24 hours (null: no limit)")
+    tokens_per_day: int | None = Field(None, ge=0, description="T summed over fresh releases per 24 hours")

@@ -1,0 +1,151 @@
+"""Releases of stored documents: a rewrite under the lifetime per-unit filter (docs/privacy.md,
+"The vault: one lifetime filter per unit"; docs/vault.md).
+
+A release of document D at a public epsilon e is DP-Fusion under the per-group Rényi filter
+with ONE GROUP PER UNIT that has spans in D (:func:`tokendp.service.units.unit_key`), at the
+vault's order alpha: each group's row shows all of its unit's spans, whatever their labels. The
+groups are named ``unit-001``, ``unit-002``... by the position of their first span (public), so
+no subject id reaches the release. Each span is relabelled ``unit-00k/LABEL`` and grouped by a
+label -> group mapping, so that the library's own preparation
+(:func:`tokendp.jobs.sanitize.prepare_sanitize`) builds the rows, passages, T and certificate.
+
+The certificate is the release's own: each unit (e, delta)-DP for this release, from B_rel =
+dp_fusion_filter_budget(e, alpha, delta), public; the lifetime guarantee (the tenant's epsilon)
+is stated beside it. The filter then runs with each group's budget set to its unit's
+RESERVATION r_u <= B_rel (:meth:`Release.use`), which depends on the ledger and never appears
+in the release: the report is prepared, and checked, before the reservation exists.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from tokendp.backends import HFBackend
+from tokendp.errors import InvalidParameterError
+from tokendp.fusion import PreparedFusion
+from tokendp.jobs.config import SanitizeConfig
+from tokendp.jobs.sanitize import prepare_sanitize
+from tokendp.service.keys import Caller
+from tokendp.service.plans import AccountingMismatch, _certificate, expected_certificates
+from tokendp.service.units import unit_key
+from tokendp.service.vault_store import Settings, StoredDocument
+
+REWRITE = "rewrite"
+GROUP_PREFIX = "unit-"
+
+
+@dataclass(frozen=True)
+class RewriteParams:
+    """A rewrite's public parameters; equal parameters on one document version share one
+    stored release."""
+
+    epsilon: float
+    max_new_tokens: int | None = None
+
+    def __post_init__(self) -> None:
+        if not (math.isfinite(self.epsilon) and self.epsilon >= 0):
+            raise InvalidParameterError(f"epsilon must be a finite number >= 0, got {self.epsilon!r}")
+
+    def key(self) -> str:
+        return json.dumps({"kind": REWRITE, "epsilon": float(self.epsilon), "max_new_tokens": self.max_new_tokens},
+                          sort_keys=True)
+
+
+@dataclass(frozen=True)
+class RewriteRequest:
+    """What a rewrite job carries: who asks, the stored document (as read), the parameters."""
+
+    caller: Caller
+    document: StoredDocument
+    params: RewriteParams
+    seed: int | None = None
+
+    @property
+    def id(self) -> str:
+        return self.document.id
+
+
+def grouped_spans(document: StoredDocument) -> tuple[list[dict[str, Any]], dict[str, str], dict[str, str]]:
+    """The document's spans relabelled ``unit-00k/LABEL``, the label -> group mapping, and
+    group -> unit key. Groups are numbered by their unit's first span (by start, end)."""
+    names: dict[str, str] = {}  # unit key -> group name
+    for span in sorted(document.spans, key=lambda s: (s["start"], s["end"])):
+        unit = unit_key(document.id, span["label"], span.get("subject") or document.subject)
+        names.setdefault(unit, f"{GROUP_PREFIX}{len(names) + 1:03d}")
+    spans, groups = [], {}
+    for span in document.spans:
+        group = names[unit_key(document.id, span["label"], span.get("subject") or document.subject)]
+        label = f"{group}/{span['label']}"
+        spans.append({"start": span["start"], "end": span["end"], "label": label})
+        groups[label] = group
+    return spans, groups, {g: u for u, g in names.items()}
+
+
+@dataclass
+class Release:
+    """A rewrite ready to run: the prepared job (certificate fixed), the unit of each group in
+    the job's group order, and B_rel."""
+
+    kind: str
+    request: RewriteRequest
+    job: PreparedFusion
+    units: tuple[str, ...]
+    release_budget: float
+    settings: Settings
+
+    @property
+    def tokens(self) -> int:
+        """T, public: what the reader's token quota counts."""
+        return self.job.documents[0].max_new_tokens
+
+    def batch_key(self) -> tuple:
+        return (REWRITE, self.job.settings())
+
+    def use(self, reserved: Mapping[str, float]) -> None:
+        """Give each group its unit's reservation as its filter budget (the report keeps B_rel)."""
+        (doc,) = self.job.documents
+        budgets = tuple(float(reserved[u]) for u in self.units)
+        self.job = dataclasses.replace(self.job, documents=(dataclasses.replace(doc, budgets=budgets),))
+
+    def check(self, reserved: Mapping[str, float]) -> None:
+        """Before the first token: the job about to run spends exactly the reservations the
+        database holds, each within B_rel, one per unit of the document."""
+        (doc,) = self.job.documents
+        if set(reserved) != set(self.units) or doc.budgets != tuple(reserved[u] for u in self.units) \
+                or any(not 0 <= r <= self.release_budget for r in reserved.values()):
+            raise AccountingMismatch("rewrite: the job's budgets differ from the reservation")
+
+    def verify(self, reports: list[dict[str, Any]]) -> None:
+        """After generation: the report certifies exactly the prepared release."""
+        if [_certificate("sanitize", r) for r in reports] != expected_certificates("sanitize", self.job):
+            raise AccountingMismatch("rewrite: the release's certificate differs from the prepared one")
+
+    def response(self, result: Any) -> dict[str, Any]:
+        """The release as a reader receives it (and as it is cached): the text, the report and
+        the lifetime guarantee, all public."""
+        tenant = self.request.caller.tenant
+        return {"id": self.request.id, **result.to_dict(),
+                "lifetime": {"epsilon": tenant.budget, "delta": tenant.delta, "alpha": self.settings.alpha,
+                             "budget": self.settings.budget,
+                             "unit": "a subject (or a document and label) across every release of the vault"}}
+
+
+def plan_rewrite(request: RewriteRequest, backend: HFBackend, settings: Settings, *, max_tokens: int) -> Release:
+    """Prepare a rewrite (every check before anything is reserved): the document's spans as
+    unit groups, the filter at the vault's order with B_rel from epsilon, T within ``max_tokens``."""
+    spans, groups, units = grouped_spans(request.document)
+    tenant = request.caller.tenant
+    config = SanitizeConfig(method="dp-fusion", epsilon=request.params.epsilon, alpha=settings.alpha,
+                            delta=tenant.delta, groups=groups, accounting="filter",
+                            max_new_tokens=request.params.max_new_tokens)
+    job = prepare_sanitize([request.document.text], spans=[spans], config=config, model=backend,
+                           max_new_tokens_limit=max_tokens)
+    (doc,) = job.documents
+    order = tuple(units[g.name] for g in doc.context.groups)
+    release_budget = max(doc.budgets, default=0.0)
+    return Release(REWRITE, request, job, order, release_budget, settings)

@@ -1,0 +1,169 @@
+"""The vault's routes (docs/vault.md): the owner's documents, ledger and reader quotas; the
+readers' listing and releases.
+
+Every route declares who may call it through its dependency: ``owner`` (403 forbidden for a
+reader key) or ``anyone`` (owner or reader of the tenant). Everything is scoped to the caller's
+tenant: another tenant's document is "not found", exactly like one that does not exist. What
+a reader receives is public: ids and titles of confirmed documents, releases and their
+certificates. A draft, a missing document and another tenant's are the same 404; nothing about
+a unit's spend or remaining budget, or a release's lambdas, reaches a reader (docs/privacy.md,
+"The vault: one lifetime filter per unit").
+"""
+
+from __future__ import annotations
+
+import asyncio
+import queue
+from collections.abc import Callable
+from typing import Any
+
+from fastapi import APIRouter, Depends, Query, Request
+from fastapi.responses import StreamingResponse
+
+from tokendp.service import errors
+from tokendp.service.batching import Job, Worker
+from tokendp.service.documents import check_document
+from tokendp.service.errors import APIError
+from tokendp.service.keys import Caller
+from tokendp.service.limits import Limits
+from tokendp.service.schemas import DocumentBody, DocumentIn, QuotaIn
+from tokendp.service.streams import event, events, wait
+from tokendp.service.tagging import Tagging
+from tokendp.service.vault import REWRITE, RewriteParams, RewriteRequest
+from tokendp.service.vault_store import VaultStore
+
+NOT_FOUND = "no such document in this tenant's vault"
+SSE_HEADERS = {"Cache-Control": "no-store", "X-Accel-Buffering": "no"}
+
+
+def vault_routes(worker: Worker, vault: VaultStore, tagging: Tagging, limits: Limits, *,
+                 owner: Callable[..., Caller], anyone: Callable[..., Caller]) -> APIRouter:
+    """The routes above, on ``worker`` (releases) and ``vault`` (the database)."""
+    router = APIRouter(tags=["vault"])
+
+    async def stored(who: Caller, body: DocumentBody, id: str) -> tuple[dict[str, Any], str]:
+        """The document checked (spans given: confirmed; none: the server's tagger, a draft)."""
+        spans = None if body.spans is None else [s.model_dump() for s in body.spans]
+        state = "confirmed"
+        if spans is None:
+            if len(body.text) > limits.max_tag_chars:
+                raise APIError(413, "text_too_long", f"a document without spans is tagged by the server, which takes "
+                               f"at most {limits.max_tag_chars} characters (--max-tag-chars); give its spans")
+            try:
+                found = await tagging.tag(body.text)
+            except Exception as err:
+                raise errors.to_api_error(err) from None
+            spans, state = [{"start": s["start"], "end": s["end"], "label": s["label"]} for s in found], "draft"
+        try:
+            return check_document(id, body.title, body.text, spans, body.subject), state
+        except Exception as err:
+            raise errors.to_api_error(err) from None
+
+    @router.post("/v1/documents", status_code=201)
+    async def add_document(body: DocumentIn, who: Caller = Depends(owner)) -> dict[str, Any]:
+        """Store a new document (owner). Without spans it is tagged by the server and held as a
+        draft until the owner confirms its spans; only confirmed documents are released."""
+        doc, state = await stored(who, body, body.id)
+        try:
+            version = await asyncio.to_thread(vault.put, who.tenant, doc, state=state, create=True)
+        except Exception as err:
+            raise errors.to_api_error(err) from None
+        return {"id": body.id, "version": version, "state": state, "spans": len(doc["spans"])}
+
+    @router.put("/v1/documents/{id}")
+    async def replace_document(id: str, body: DocumentBody, who: Caller = Depends(owner)) -> dict[str, Any]:
+        """Store or replace a document (owner); its cached rewrites go, its units' spend stays."""
+        doc, state = await stored(who, body, id)
+        version = await asyncio.to_thread(vault.put, who.tenant, doc, state=state, create=False)
+        return {"id": id, "version": version, "state": state, "spans": len(doc["spans"])}
+
+    @router.get("/v1/documents/{id}")
+    async def get_document(id: str, who: Caller = Depends(owner)) -> dict[str, Any]:
+        """A stored document with its text, spans, subjects and state (owner only)."""
+        doc = await asyncio.to_thread(vault.get, who.tenant, id)
+        if doc is None:
+            raise APIError(404, "not_found", NOT_FOUND)
+        return doc.owner_view()
+
+    @router.delete("/v1/documents/{id}")
+    async def delete_document(id: str, who: Caller = Depends(owner)) -> dict[str, Any]:
+        """Delete a document and its cached rewrites (owner); its units' spend stays."""
+        if not await asyncio.to_thread(vault.delete, who.tenant, id):
+            raise APIError(404, "not_found", NOT_FOUND)
+        return {"id": id, "deleted": True}
+
+    @router.post("/v1/documents/{id}/confirm")
+    async def confirm_document(id: str, who: Caller = Depends(owner)) -> dict[str, Any]:
+        """Confirm a draft's spans as stored (owner; to change them, PUT the document with spans)."""
+        if not await asyncio.to_thread(vault.confirm, who.tenant, id):
+            raise APIError(404, "not_found", NOT_FOUND)
+        return {"id": id, "state": "confirmed"}
+
+    @router.get("/v1/documents")
+    async def list_documents(who: Caller = Depends(anyone)) -> dict[str, Any]:
+        """The tenant's documents: ids and public titles of confirmed ones (a reader), or every
+        one with its state (an owner: drafts to confirm included)."""
+        listing = await asyncio.to_thread(vault.listing, who.tenant, confirmed_only=who.role != "owner")
+        return {"documents": listing}
+
+    @router.get("/v1/documents/{id}/rewrite")
+    async def rewrite(id: str, request: Request,
+                      epsilon: float = Query(ge=0, description="each unit's epsilon for this release (at the "
+                                             "tenant's delta); the lifetime budget bounds all releases together"),
+                      max_new_tokens: int | None = Query(None, ge=1, description="T (default: from the document)"),
+                      stream: bool = Query(False, description="server-sent events (or Accept: text/event-stream)"),
+                      who: Caller = Depends(anyone)):
+        """A DP-Fusion rewrite of a confirmed document under every unit's lifetime filter,
+        with its certificate; made once per (document version, parameters), then returned again
+        at no cost (``"cached": true``). Never refused for a unit's budget: a unit whose budget
+        is spent is read as the public text."""
+        streaming = stream or "text/event-stream" in request.headers.get("accept", "")
+        doc = await asyncio.to_thread(vault.get, who.tenant, id)
+        if doc is None or doc.state != "confirmed":
+            raise APIError(404, "not_found", NOT_FOUND)
+        try:
+            params = RewriteParams(epsilon, max_new_tokens)
+        except Exception as err:
+            raise errors.to_api_error(err) from None
+        cached = await asyncio.to_thread(vault.cached, who.tenant, id, doc.version, params.key())
+        if cached is not None:
+            body = {**cached, "cached": True}
+            if not streaming:
+                return body
+            return StreamingResponse(iter([event("token", {"text": body["text"]}), event("result", body)]),
+                                     media_type="text/event-stream", headers=SSE_HEADERS)
+        job = Job(REWRITE, RewriteRequest(who, doc, params), who.tenant, tokens=queue.Queue() if streaming else None)
+        if not streaming:
+            return await wait(worker, job, request)
+        worker.submit(job)
+        try:
+            await asyncio.wrap_future(job.admitted)
+        except Exception as err:
+            raise errors.to_api_error(err) from None
+        return StreamingResponse(events(job), media_type="text/event-stream", headers=SSE_HEADERS)
+
+    @router.get("/v1/ledger")
+    async def ledger(who: Caller = Depends(owner)) -> dict[str, Any]:
+        """Every unit's lifetime budget, committed spend and open reservations, in RDP at the
+        vault's order, and releases per state (owner only: data-dependent)."""
+        return await asyncio.to_thread(vault.ledger, who.tenant)
+
+    @router.get("/v1/readers")
+    async def readers(who: Caller = Depends(owner)) -> dict[str, Any]:
+        """The tenant's reader keys (prefixes) and their quotas (owner only)."""
+        return {"readers": await asyncio.to_thread(vault.readers, who.tenant)}
+
+    @router.put("/v1/readers/{prefix}/quota")
+    async def set_quota(prefix: str, body: QuotaIn, who: Caller = Depends(owner)) -> dict[str, Any]:
+        """Set a reader key's quota: fresh releases and tokens (T) per 24 hours (owner only)."""
+        try:
+            found = await asyncio.to_thread(vault.set_quota, who.tenant, prefix,
+                                            releases_per_day=body.releases_per_day, tokens_per_day=body.tokens_per_day)
+        except Exception as err:
+            raise errors.to_api_error(err) from None
+        if not found:
+            raise APIError(404, "not_found", "no reader key of this tenant has that prefix (see GET /v1/readers)")
+        return {"prefix": prefix, **body.model_dump()}
+
+    return router
+

@@ -1,0 +1,295 @@
+"""The vault's database access, all of it: documents, the units' lifetime ledgers, releases with
+their reservations, cached rewrites and reader quotas (tables in :mod:`tokendp.service.db`).
+
+Portable SQL only (``?`` parameters, ``INSERT ... ON CONFLICT DO NOTHING``, no SQLite
+functions), each write in one :func:`~tokendp.service.db.immediate` transaction, so that another
+database can take the same statements behind the same small interface.
+
+The reservation rule (docs/privacy.md, "The vault: one lifetime filter per unit"):
+:meth:`VaultStore.reserve` reads each unit's committed spend and open reservations and records
+r_u = :func:`~tokendp.accounting.lifetime_reservation` (min(B_rel, B - spent - outstanding),
+rounded down) in ONE write transaction, which concurrent releases (threads, or processes on the
+same file) take one at a time. :meth:`commit` replaces a reservation by what the release spent
+(:func:`~tokendp.accounting.lifetime_spent`, rounded up); a reservation never committed (a crash,
+a failure after the first token) stays open and counts as spent for ever; :meth:`void` removes
+one whose release sampled no token.
+"""
+
+from __future__ import annotations
+
+import json
+import secrets
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime, timedelta, timezone
+from fractions import Fraction
+from typing import Any
+
+from tokendp.accounting import lifetime_alpha, lifetime_budget, lifetime_reservation, lifetime_spent
+from tokendp.accounting._rounding import ceil_float
+from tokendp.errors import InvalidParameterError
+from tokendp.service.db import immediate
+from tokendp.service.keys import Caller, Tenant, now
+from tokendp.service.units import describe
+
+
+class QuotaExceeded(Exception):
+    """The reader key is over its own quota (releases or tokens per day); nothing was reserved."""
+
+    def __init__(self, what: str, limit: int) -> None:
+        super().__init__(f"this key's quota of {limit} {what} per day is used up")
+        self.what, self.limit = what, limit
+
+
+class DocumentExists(Exception):
+    """POST of a document id the tenant already has (replace it with PUT)."""
+
+
+@dataclass(frozen=True)
+class Settings:
+    """A tenant's vault: its order and every unit's lifetime RDP budget B (public, fixed)."""
+
+    alpha: float
+    budget: float
+
+
+@dataclass(frozen=True)
+class StoredDocument:
+    id: str
+    version: str
+    title: str
+    text: str
+    spans: tuple[dict[str, Any], ...]  # {start, end, label, subject?}: offsets into text as given
+    subject: str | None
+    state: str  # draft | confirmed
+
+    def owner_view(self) -> dict[str, Any]:
+        return {"id": self.id, "title": self.title, "text": self.text, "spans": list(self.spans),
+                "subject": self.subject, "state": self.state, "version": self.version}
+
+
+@dataclass(frozen=True)
+class Reserved:
+    """An open release: its id and each unit's reservation r_u."""
+
+    release: int
+    units: dict[str, float]
+
+
+class VaultStore:
+    """The vault's tables on the service's database (``conn``: a callable giving this thread's
+    connection, :attr:`tokendp.service.store.BudgetStore.conn`)."""
+
+    def __init__(self, conn) -> None:
+        self._conn = conn
+
+    @property
+    def conn(self):
+        return self._conn()
+
+    # --- settings --------------------------------------------------------------------------
+    def settings(self, tenant: Tenant) -> Settings:
+        """The tenant's vault order and unit budget, fixed at first use from its public
+        lifetime epsilon and delta (:func:`~tokendp.accounting.lifetime_alpha`)."""
+        row = self.conn.execute("SELECT alpha, budget FROM vaults WHERE tenant = ?", (tenant.name,)).fetchone()
+        if row is not None:
+            return Settings(row["alpha"], row["budget"])
+        if tenant.budget == 0:
+            alpha, budget = 2.0, 0.0
+        else:
+            alpha = lifetime_alpha(epsilon=tenant.budget, delta=tenant.delta)
+            budget = lifetime_budget(epsilon=tenant.budget, delta=tenant.delta, alpha=alpha)
+        with immediate(self.conn) as conn:
+            conn.execute("INSERT INTO vaults (tenant, alpha, budget, created) VALUES (?, ?, ?, ?) "
+                         "ON CONFLICT DO NOTHING", (tenant.name, alpha, budget, now()))
+            row = conn.execute("SELECT alpha, budget FROM vaults WHERE tenant = ?", (tenant.name,)).fetchone()
+        return Settings(row["alpha"], row["budget"])
+
+    # --- documents -------------------------------------------------------------------------
+    def put(self, tenant: Tenant, doc: Mapping[str, Any], *, state: str, create: bool) -> str:
+        """Store a validated document (``create``: refuse an existing id); its new version.
+        Replacing a document drops its cached rewrites (they were of the old version)."""
+        version = secrets.token_hex(8)
+        row = (doc["title"], doc["text"], json.dumps(doc["spans"], ensure_ascii=False), doc.get("subject"), state)
+        with immediate(self.conn) as conn:
+            exists = conn.execute("SELECT 1 FROM documents WHERE tenant = ? AND id = ?",
+                                  (tenant.name, doc["id"])).fetchone() is not None
+            if exists and create:
+                raise DocumentExists(doc["id"])
+            if exists:
+                conn.execute("UPDATE documents SET version = ?, title = ?, text = ?, spans = ?, subject = ?, "
+                             "state = ?, updated = ? WHERE tenant = ? AND id = ?",
+                             (version, *row, now(), tenant.name, doc["id"]))
+                conn.execute("DELETE FROM rewrites WHERE tenant = ? AND document = ?", (tenant.name, doc["id"]))
+            else:
+                conn.execute("INSERT INTO documents (tenant, id, version, title, text, spans, subject, state, created, "
+                             "updated) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                             (tenant.name, doc["id"], version, *row, now(), now()))
+        return version
+
+    def get(self, tenant: Tenant, document: str) -> StoredDocument | None:
+        row = self.conn.execute("SELECT * FROM documents WHERE tenant = ? AND id = ?",
+                                (tenant.name, document)).fetchone()
+        if row is None:
+            return None
+        return StoredDocument(row["id"], row["version"], row["title"], row["text"], tuple(json.loads(row["spans"])),
+                              row["subject"], row["state"])
+
+    def listing(self, tenant: Tenant, *, confirmed_only: bool) -> list[dict[str, Any]]:
+        """Ids, public titles (and, for the owner, states) in id order."""
+        sql = "SELECT id, title, state FROM documents WHERE tenant = ?"
+        if confirmed_only:
+            sql += " AND state = 'confirmed'"
+        rows = self.conn.execute(sql + " ORDER BY id", (tenant.name,)).fetchall()
+        return [{"id": r["id"], "title": r["title"], **({} if confirmed_only else {"state": r["state"]})}
+                for r in rows]
+
+    def confirm(self, tenant: Tenant, document: str) -> bool:
+        with immediate(self.conn) as conn:
+            return conn.execute("UPDATE documents SET state = 'confirmed', updated = ? WHERE tenant = ? AND id = ?",
+                                (now(), tenant.name, document)).rowcount == 1
+
+    def delete(self, tenant: Tenant, document: str) -> bool:
+        """Delete a document and its cached rewrites; its units and their spend stay."""
+        with immediate(self.conn) as conn:
+            conn.execute("DELETE FROM rewrites WHERE tenant = ? AND document = ?", (tenant.name, document))
+            return conn.execute("DELETE FROM documents WHERE tenant = ? AND id = ?",
+                                (tenant.name, document)).rowcount == 1
+
+    # --- releases --------------------------------------------------------------------------
+    def cached(self, tenant: Tenant, document: str, version: str, params: str) -> dict[str, Any] | None:
+        row = self.conn.execute("SELECT body FROM rewrites WHERE tenant = ? AND document = ? AND version = ? "
+                                "AND params = ?", (tenant.name, document, version, params)).fetchone()
+        return None if row is None else json.loads(row["body"])
+
+    def reserve(self, caller: Caller, document: StoredDocument, params: str, tokens: int, units: Sequence[str],
+                release_budget: float) -> Reserved:
+        """Check the key's quota, then reserve each unit's r_u (module docstring), in one write
+        transaction; QuotaExceeded reserves nothing."""
+        tenant = caller.tenant.name
+        budget = self.settings(caller.tenant).budget
+        with immediate(self.conn) as conn:
+            self._check_quota(conn, caller, tokens)
+            rid = conn.execute("INSERT INTO releases (tenant, document, version, params, reader, tokens, state, created) "
+                               "VALUES (?, ?, ?, ?, ?, ?, 'open', ?)",
+                               (tenant, document.id, document.version, params, caller.key_hash, tokens, now())).lastrowid
+            out = {}
+            for unit in dict.fromkeys(units):
+                conn.execute("INSERT INTO units (tenant, unit, spent) VALUES (?, ?, 0) ON CONFLICT DO NOTHING",
+                             (tenant, unit))
+                spent = conn.execute("SELECT spent FROM units WHERE tenant = ? AND unit = ?",
+                                     (tenant, unit)).fetchone()["spent"]
+                r = lifetime_reservation(budget=budget, spent=spent, outstanding=self._outstanding(conn, tenant, unit),
+                                         release=release_budget)
+                conn.execute("INSERT INTO reservations (release_id, tenant, unit, reserved) VALUES (?, ?, ?, ?)",
+                             (rid, tenant, unit, r))
+                out[unit] = r
+        return Reserved(rid, out)
+
+    @staticmethod
+    def _outstanding(conn, tenant: str, unit: str) -> float:
+        """The exact sum of the unit's open reservations, rounded up."""
+        rows = conn.execute("SELECT r.reserved FROM reservations r JOIN releases l ON l.id = r.release_id "
+                            "WHERE r.tenant = ? AND r.unit = ? AND l.state = 'open'", (tenant, unit)).fetchall()
+        return ceil_float(sum((Fraction(r["reserved"]) for r in rows), Fraction(0)))
+
+    @staticmethod
+    def _check_quota(conn, caller: Caller, tokens: int) -> None:
+        row = conn.execute("SELECT releases_per_day, tokens_per_day FROM api_keys WHERE key_hash = ?",
+                           (caller.key_hash,)).fetchone()
+        if row is None or (row["releases_per_day"] is None and row["tokens_per_day"] is None):
+            return
+        since = (datetime.now(timezone.utc) - timedelta(days=1)).isoformat(timespec="seconds")
+        used = conn.execute("SELECT COUNT(*) AS n, COALESCE(SUM(tokens), 0) AS t FROM releases WHERE reader = ? "
+                            "AND created >= ? AND state <> 'void'", (caller.key_hash, since)).fetchone()
+        if row["releases_per_day"] is not None and used["n"] + 1 > row["releases_per_day"]:
+            raise QuotaExceeded("releases", row["releases_per_day"])
+        if row["tokens_per_day"] is not None and used["t"] + tokens > row["tokens_per_day"]:
+            raise QuotaExceeded("tokens", row["tokens_per_day"])
+
+    def reserved(self, release: int) -> dict[str, float]:
+        """The reservations of a release as the database holds them."""
+        rows = self.conn.execute("SELECT unit, reserved FROM reservations WHERE release_id = ?", (release,)).fetchall()
+        return {r["unit"]: r["reserved"] for r in rows}
+
+    def commit(self, release: int, left: Mapping[str, float], body: dict[str, Any] | None) -> None:
+        """Close a release: each unit's spend grows by what its reservation lost (``left``: what
+        the release's filter left of it), and ``body`` (the release as returned) is cached for
+        its (document version, parameters) while that version is stored."""
+        with immediate(self.conn) as conn:
+            row = conn.execute("SELECT * FROM releases WHERE id = ? AND state = 'open'", (release,)).fetchone()
+            if row is None:
+                return
+            for r in conn.execute("SELECT unit, reserved FROM reservations WHERE release_id = ?", (release,)).fetchall():
+                spent_now = conn.execute("SELECT spent FROM units WHERE tenant = ? AND unit = ?",
+                                         (row["tenant"], r["unit"])).fetchone()["spent"]
+                rest = left[r["unit"]]
+                conn.execute("UPDATE units SET spent = ? WHERE tenant = ? AND unit = ?",
+                             (lifetime_spent(spent=spent_now, reserved=r["reserved"], left=rest), row["tenant"], r["unit"]))
+                conn.execute("UPDATE reservations SET spent = ? WHERE release_id = ? AND unit = ?",
+                             (lifetime_spent(spent=0.0, reserved=r["reserved"], left=rest), release, r["unit"]))
+            conn.execute("UPDATE releases SET state = 'done', finished = ? WHERE id = ?", (now(), release))
+            if body is not None:
+                conn.execute("INSERT INTO rewrites (tenant, document, version, params, body, created) "
+                             "SELECT ?, ?, ?, ?, ?, ? WHERE EXISTS (SELECT 1 FROM documents WHERE tenant = ? AND id = ? "
+                             "AND version = ?) ON CONFLICT DO NOTHING",
+                             (row["tenant"], row["document"], row["version"], row["params"],
+                              json.dumps(body, ensure_ascii=False), now(), row["tenant"], row["document"], row["version"]))
+
+    def fail(self, release: int) -> None:
+        """A release that failed after its first token: its reservations stay, spent in full."""
+        with immediate(self.conn) as conn:
+            row = conn.execute("SELECT tenant FROM releases WHERE id = ? AND state = 'open'", (release,)).fetchone()
+            if row is None:
+                return
+            for r in conn.execute("SELECT unit, reserved FROM reservations WHERE release_id = ?", (release,)).fetchall():
+                spent_now = conn.execute("SELECT spent FROM units WHERE tenant = ? AND unit = ?",
+                                         (row["tenant"], r["unit"])).fetchone()["spent"]
+                conn.execute("UPDATE units SET spent = ? WHERE tenant = ? AND unit = ?",
+                             (lifetime_spent(spent=spent_now, reserved=r["reserved"], left=0.0), row["tenant"], r["unit"]))
+                conn.execute("UPDATE reservations SET spent = reserved WHERE release_id = ? AND unit = ?",
+                             (release, r["unit"]))
+            conn.execute("UPDATE releases SET state = 'failed', finished = ? WHERE id = ?", (now(), release))
+
+    def void(self, release: int) -> None:
+        """Remove the reservations of a release that sampled no token (nothing was released)."""
+        with immediate(self.conn) as conn:
+            if conn.execute("UPDATE releases SET state = 'void', finished = ? WHERE id = ? AND state = 'open'",
+                            (now(), release)).rowcount:
+                conn.execute("DELETE FROM reservations WHERE release_id = ?", (release,))
+
+    # --- the owner's ledger and quotas -----------------------------------------------------
+    def ledger(self, tenant: Tenant) -> dict[str, Any]:
+        """Every unit: committed spend, open reservations (in flight, or cut off by a crash:
+        both count as spent) and the lifetime budget, in RDP at the vault's order."""
+        settings = self.settings(tenant)
+        units = []
+        for row in self.conn.execute("SELECT unit, spent FROM units WHERE tenant = ? ORDER BY unit",
+                                     (tenant.name,)).fetchall():
+            held = self._outstanding(self.conn, tenant.name, row["unit"])
+            units.append({**describe(row["unit"]), "spent": row["spent"], "reserved": held,
+                          "remaining": lifetime_reservation(budget=settings.budget, spent=row["spent"],
+                                                            outstanding=held, release=settings.budget)})
+        states = self.conn.execute("SELECT state, COUNT(*) AS n FROM releases WHERE tenant = ? GROUP BY state",
+                                   (tenant.name,)).fetchall()
+        return {"alpha": settings.alpha, "budget": settings.budget, "epsilon": tenant.budget, "delta": tenant.delta,
+                "units": units, "releases": {r["state"]: r["n"] for r in states}}
+
+    def readers(self, tenant: Tenant) -> list[dict[str, Any]]:
+        rows = self.conn.execute("SELECT prefix, created, releases_per_day, tokens_per_day FROM api_keys "
+                                 "WHERE tenant = ? AND role = 'reader' ORDER BY created", (tenant.name,)).fetchall()
+        return [dict(r) for r in rows]
+
+    def set_quota(self, tenant: Tenant, prefix: str, *, releases_per_day: int | None,
+                  tokens_per_day: int | None) -> bool:
+        """Set the quota of the tenant's one reader key with ``prefix``; False if none."""
+        with immediate(self.conn) as conn:
+            rows = conn.execute("SELECT key_hash FROM api_keys WHERE tenant = ? AND role = 'reader' AND prefix = ?",
+                                (tenant.name, prefix)).fetchall()
+            if len(rows) > 1:
+                raise InvalidParameterError(f"{len(rows)} reader keys have the prefix {prefix!r}")
+            if not rows:
+                return False
+            conn.execute("UPDATE api_keys SET releases_per_day = ?, tokens_per_day = ? WHERE key_hash = ?",
+                         (releases_per_day, tokens_per_day, rows[0]["key_hash"]))
+        return True
