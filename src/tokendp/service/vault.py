@@ -132,7 +132,8 @@ class Release:
         return {"id": self.request.id, **result.to_dict(),
                 "lifetime": {"epsilon": tenant.budget, "delta": tenant.delta, "alpha": self.settings.alpha,
                              "budget": self.settings.budget,
-                             "unit": "a subject (or a document and label) across every release of the vault"}}
+                             "unit": "a subject (or a document and label) across every release of the vault"},
+                "cached": False}
 
 
 def plan_rewrite(request: RewriteRequest, backend: HFBackend, settings: Settings, *, max_tokens: int) -> Release:

@@ -1,0 +1,64 @@
+"""Shared by the vault's HTTP tests: a tenant with owner and reader keys, documents about one
+subject, and calls."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import httpx
+
+from tests.service.conftest import LETTER, auth
+
+LIFETIME = 4.0  # the tenant's lifetime epsilon per unit (alpha 6, B about 2.24 at delta 1e-5)
+RELEASE = 3.0  # one release's epsilon per unit (B_rel about 1.24): two releases cannot both take it in full
+SUBJECT = "patient-7"
+# "Tomas Lindqvist" in LETTER, about SUBJECT; "Helen Marsh" without a subject: the unit (document, PERSON).
+SPANS = [{"start": 8, "end": 19, "label": "PERSON"}, {"start": 54, "end": 69, "label": "PERSON", "subject": SUBJECT}]
+SECRETS = ("Helen", "Marsh", "Tomas", "Lindqvist", SUBJECT)
+
+
+def make_keys(db: Path, tenant: str, *roles: str, budget: float = LIFETIME) -> list[str]:
+    from tokendp.service.db import open_db
+    from tokendp.service.keys import create_key
+
+    conn = open_db(db)
+    try:
+        return [create_key(conn, tenant, budget=budget, role=role)[0] for role in roles]
+    finally:
+        conn.close()
+
+
+def document(id: str, title: str = "", **extra) -> dict:
+    return {"id": id, "title": title or f"letter {id}", "text": LETTER, "spans": SPANS, **extra}
+
+
+def call(server, method: str, path: str, key: str, **kw) -> httpx.Response:
+    return httpx.request(method, server.url + path, headers=auth(key), timeout=180, **kw)
+
+
+def rewrite(server, key: str, id: str, **params) -> httpx.Response:
+    return call(server, "GET", f"/v1/documents/{id}/rewrite", key, params={"epsilon": RELEASE, **params})
+
+
+def ledger(server, owner: str) -> dict:
+    reply = call(server, "GET", "/v1/ledger", owner)
+    assert reply.status_code == 200, reply.text
+    return reply.json()
+
+
+def unit(book: dict, **which) -> dict | None:
+    return next((u for u in book["units"] if all(u.get(k) == v for k, v in which.items())), None)
+
+
+def stream_events(server, key: str, id: str, **params) -> list[tuple[str, dict]]:
+    out, name = [], None
+    with httpx.stream("GET", server.url + f"/v1/documents/{id}/rewrite", headers=auth(key), timeout=180,
+                      params={"epsilon": RELEASE, "stream": "true", **params}) as r:
+        assert r.status_code == 200, r.read()
+        for line in r.iter_lines():
+            if line.startswith("event: "):
+                name = line[7:]
+            elif line.startswith("data: "):
+                out.append((name, json.loads(line[6:])))
+    return out
