@@ -23,7 +23,7 @@ import mpmath
 import pytest
 import torch
 
-from tests.mechanisms.test_filter_audit import EOS, PEAKED, TINY_ONE, UNIFORM, VOCAB, _divergence, _law, random_model
+from tests.mechanisms.test_filter_audit import EOS, PEAKED, TINY_ONE, UNIFORM, _divergence, _law, random_model
 from tokendp.accounting import lifetime_reservation, lifetime_spent
 from tokendp.mechanisms import DPFusionFilter, RenyiFilter
 from tokendp.service.units import unit_key
@@ -90,7 +90,8 @@ class Ledger:
 
 
 # ---------------------------------------------------------------------------- enumeration
-def release(model: Model, budgets: list[float], pace: float, alpha: float) -> list[tuple[tuple[int, ...], Fraction, torch.Tensor]]:
+def release(model: Model, budgets: list[float], pace: float, alpha: float
+            ) -> list[tuple[tuple[int, ...], Fraction, torch.Tensor]]:
     """Every output of one release with its exact probability and what its filter left per group."""
     m = len(budgets)
     frontier = [((), Fraction(1), torch.tensor(budgets, dtype=torch.float64))]

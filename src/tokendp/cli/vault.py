@@ -41,7 +41,8 @@ def add(corpus: str, tenant: str, replace: bool, tagger: str, db: str | None) ->
     row = conn.execute("SELECT name, budget, delta FROM tenants WHERE name = ?", (tenant,)).fetchone()
     if row is None:
         raise CLIError(f"no tenant {tenant!r} in the database; create it with `tokendp keys create --tenant {tenant}`")
-    owner, store, documents, seen = Tenant(row["name"], row["budget"], row["delta"]), VaultStore(lambda: conn), [], set()
+    owner, store = Tenant(row["name"], row["budget"], row["delta"]), VaultStore(lambda: conn)
+    documents, seen = [], set()
     tag = None
     for where, record in jsonl_records(corpus):
         doc_id, text = record.get("id"), record.get("text")

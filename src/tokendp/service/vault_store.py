@@ -170,9 +170,10 @@ class VaultStore:
         budget = self.settings(caller.tenant).budget
         with immediate(self.conn) as conn:
             self._check_quota(conn, caller, tokens)
-            rid = conn.execute("INSERT INTO releases (tenant, document, version, params, reader, tokens, state, created) "
-                               "VALUES (?, ?, ?, ?, ?, ?, 'open', ?)",
-                               (tenant, document.id, document.version, params, caller.key_hash, tokens, now())).lastrowid
+            rid = conn.execute("INSERT INTO releases (tenant, document, version, params, reader, tokens, state, "
+                               "created) VALUES (?, ?, ?, ?, ?, ?, 'open', ?)",
+                               (tenant, document.id, document.version, params, caller.key_hash, tokens,
+                                now())).lastrowid
             out = {}
             for unit in dict.fromkeys(units):
                 conn.execute("INSERT INTO units (tenant, unit, spent) VALUES (?, ?, 0) ON CONFLICT DO NOTHING",
@@ -217,39 +218,39 @@ class VaultStore:
         the release's filter left of it), and ``body`` (the release as returned) is cached for
         its (document version, parameters) while that version is stored."""
         with immediate(self.conn) as conn:
-            row = conn.execute("SELECT * FROM releases WHERE id = ? AND state = 'open'", (release,)).fetchone()
-            if row is None:
-                return
-            for r in conn.execute("SELECT unit, reserved FROM reservations WHERE release_id = ?", (release,)).fetchall():
-                spent_now = conn.execute("SELECT spent FROM units WHERE tenant = ? AND unit = ?",
-                                         (row["tenant"], r["unit"])).fetchone()["spent"]
-                rest = left[r["unit"]]
-                conn.execute("UPDATE units SET spent = ? WHERE tenant = ? AND unit = ?",
-                             (lifetime_spent(spent=spent_now, reserved=r["reserved"], left=rest), row["tenant"], r["unit"]))
-                conn.execute("UPDATE reservations SET spent = ? WHERE release_id = ? AND unit = ?",
-                             (lifetime_spent(spent=0.0, reserved=r["reserved"], left=rest), release, r["unit"]))
-            conn.execute("UPDATE releases SET state = 'done', finished = ? WHERE id = ?", (now(), release))
-            if body is not None:
+            row = self._close(conn, release, left, "done")
+            if row is not None and body is not None:
+                tenant, document, version = row["tenant"], row["document"], row["version"]
                 conn.execute("INSERT INTO rewrites (tenant, document, version, params, body, created) "
-                             "SELECT ?, ?, ?, ?, ?, ? WHERE EXISTS (SELECT 1 FROM documents WHERE tenant = ? AND id = ? "
-                             "AND version = ?) ON CONFLICT DO NOTHING",
-                             (row["tenant"], row["document"], row["version"], row["params"],
-                              json.dumps(body, ensure_ascii=False), now(), row["tenant"], row["document"], row["version"]))
+                             "SELECT ?, ?, ?, ?, ?, ? WHERE EXISTS (SELECT 1 FROM documents "
+                             "WHERE tenant = ? AND id = ? AND version = ?) ON CONFLICT DO NOTHING",
+                             (tenant, document, version, row["params"], json.dumps(body, ensure_ascii=False), now(),
+                              tenant, document, version))
 
     def fail(self, release: int) -> None:
-        """A release that failed after its first token: its reservations stay, spent in full."""
+        """A release that failed after its first token: its reservations are spent in full."""
         with immediate(self.conn) as conn:
-            row = conn.execute("SELECT tenant FROM releases WHERE id = ? AND state = 'open'", (release,)).fetchone()
-            if row is None:
-                return
-            for r in conn.execute("SELECT unit, reserved FROM reservations WHERE release_id = ?", (release,)).fetchall():
-                spent_now = conn.execute("SELECT spent FROM units WHERE tenant = ? AND unit = ?",
-                                         (row["tenant"], r["unit"])).fetchone()["spent"]
-                conn.execute("UPDATE units SET spent = ? WHERE tenant = ? AND unit = ?",
-                             (lifetime_spent(spent=spent_now, reserved=r["reserved"], left=0.0), row["tenant"], r["unit"]))
-                conn.execute("UPDATE reservations SET spent = reserved WHERE release_id = ? AND unit = ?",
-                             (release, r["unit"]))
-            conn.execute("UPDATE releases SET state = 'failed', finished = ? WHERE id = ?", (now(), release))
+            self._close(conn, release, None, "failed")
+
+    @staticmethod
+    def _close(conn, release: int, left: Mapping[str, float] | None, state: str):
+        """Turn an open release's reservations into spend (``left`` None: nothing returns);
+        its row, or None if it was not open."""
+        row = conn.execute("SELECT * FROM releases WHERE id = ? AND state = 'open'", (release,)).fetchone()
+        if row is None:
+            return None
+        held = conn.execute("SELECT unit, reserved FROM reservations WHERE release_id = ?", (release,)).fetchall()
+        for r in held:
+            unit, reserved = r["unit"], r["reserved"]
+            rest = 0.0 if left is None else left[unit]
+            spent = conn.execute("SELECT spent FROM units WHERE tenant = ? AND unit = ?",
+                                 (row["tenant"], unit)).fetchone()["spent"]
+            conn.execute("UPDATE units SET spent = ? WHERE tenant = ? AND unit = ?",
+                         (lifetime_spent(spent=spent, reserved=reserved, left=rest), row["tenant"], unit))
+            conn.execute("UPDATE reservations SET spent = ? WHERE release_id = ? AND unit = ?",
+                         (lifetime_spent(spent=0.0, reserved=reserved, left=rest), release, unit))
+        conn.execute("UPDATE releases SET state = ?, finished = ? WHERE id = ?", (state, now(), release))
+        return row
 
     def void(self, release: int) -> None:
         """Remove the reservations of a release that sampled no token (nothing was released)."""
