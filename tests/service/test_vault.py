@@ -231,3 +231,16 @@ def test_old_keys_become_owner_keys(tmp_path):
     found = authenticate(open_db(db), "tdp_old-key")
     assert found.role == "owner" and found.tenant.name == "t"
     assert authenticate(open_db(db), "tdp_old-key").role == "owner"  # idempotent
+
+
+def test_a_reader_has_its_own_rate_window(tmp_path):
+    """A reader at its rate limit does not stall its owner (owners share the tenant's window)."""
+    db = tmp_path / "rate.db"
+    owner, reader = make_keys(db, "clinic", "owner", "reader")
+    server = Server(db, tmp_path / "server.log", "--rate-limit", "3").start()
+    try:
+        codes = [call(server, "GET", "/v1/documents", reader).status_code for _ in range(4)]
+        assert codes == [200, 200, 200, 429]
+        assert call(server, "GET", "/v1/documents", owner).status_code == 200
+    finally:
+        server.stop()

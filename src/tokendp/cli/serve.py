@@ -35,7 +35,8 @@ def _db(path: str | None) -> str:
 @click.option("--max-new-tokens", type=click.IntRange(min=1), default=512, show_default=True,
               help="Most tokens (T) one request may ask for; T is charged in full to the budget.")
 @click.option("--rate-limit", type=click.IntRange(min=1), default=60, show_default=True,
-              help="Requests per tenant per minute, all its keys together (429 rate_limited above it).")
+              help="Requests per minute per tenant, all its owner keys together, and per reader key "
+                   "(429 rate_limited above it).")
 @click.option("--max-auth-failures", type=click.IntRange(min=1), default=10, show_default=True,
               help="Failed authentication attempts (a key that matches none) per client address per minute; "
                    "above it every /v1 request from that address is refused (429 auth_rate_limited, with "

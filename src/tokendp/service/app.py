@@ -76,13 +76,14 @@ def create_app(db: str | Path, *, model: str = "rewriter", tagger: str = "auto",
     app = FastAPI(title="tokendp", version=version, lifespan=lifespan,
                   docs_url="/docs" if docs else None, redoc_url="/redoc" if docs else None,
                   description="Token-level differential privacy with a durable privacy budget per "
-                              "(tenant, document id, privacy group). Budget semantics: docs/service.md.")
+                              "(tenant, document id, privacy group), and a vault of stored documents with one "
+                              "lifetime budget per person. Budget semantics: docs/service.md and docs/vault.md.")
     errors.install(app)
 
     def caller(request: Request) -> Caller:
-        """The key's tenant and role, within its tenant's rate. An address with too many failed attempts in the
-        last minute is refused before its key is looked up; the rate is the tenant's, so that a
-        new key does not open a new window."""
+        """The key's tenant and role, within its rate. An address with too many failed attempts
+        in the last minute is refused before its key is looked up; an owner's rate is its
+        tenant's, so that a new key does not open a new window, and each reader key has its own."""
         address = request.client.host if request.client else ""
         pause = failures.blocked(address)
         if pause is not None:
@@ -96,10 +97,13 @@ def create_app(db: str | Path, *, model: str = "rewriter", tagger: str = "auto",
                 failures.record(address)
             raise APIError(401, "unauthorized", "send Authorization: Bearer <key> with a key from `tokendp keys create`",
                            headers={"WWW-Authenticate": "Bearer"})
-        pause = rate.admit(found.tenant.name)
+        # Owners share their tenant's window (a new key opens none); each reader key has its own,
+        # so that a reader cannot stall its owner or the other readers (only owners make keys).
+        window = found.tenant.name if found.role == "owner" else f"{found.tenant.name}/{found.key_hash}"
+        pause = rate.admit(window)
         if pause is not None:
             raise _too_many("rate_limited", f"more than {limits.requests_per_minute} requests in a minute for this "
-                            "tenant", pause)
+                            + ("tenant" if found.role == "owner" else "reader key"), pause)
         return found
 
     def owner(who: Caller = Depends(caller)) -> Caller:

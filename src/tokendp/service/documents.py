@@ -27,6 +27,8 @@ def check_document(id: str, title: str, text: str, spans: Sequence[Mapping[str, 
     for what, value in (("id", id), ("title", title), ("text", text), ("subject", subject)):
         if value is not None and not _is_utf8(value):
             raise InvalidInputError(f"the document's {what} is not valid UTF-8 (it holds a lone surrogate)")
+    if "/" in id or any(ord(c) < 32 for c in id):
+        raise InvalidInputError("a document id may not hold '/' or control characters (it is part of the URL)")
     if not text.lstrip(BOM).strip():
         raise InvalidInputError("the document's text is empty")
     stored, parsed = [], []

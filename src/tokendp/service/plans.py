@@ -80,7 +80,7 @@ class Plan:
 
     def verify(self, reports: list[dict[str, Any]]) -> None:
         """After generation: every report certifies exactly the prepared job."""
-        if [_certificate(self.kind, r) for r in reports] != expected_certificates(self.kind, self.job):
+        if [report_certificate(self.kind, r) for r in reports] != expected_certificates(self.kind, self.job):
             raise AccountingMismatch(f"{self.kind} request: the job's certificate differs from the reservation")
 
 
@@ -105,7 +105,8 @@ def expected_certificates(kind: str, job: PreparedFusion | PreparedSynthesis) ->
              tuple((g.label, g.beta, g.epsilon) for g in d.groups)) for d in job.documents]
 
 
-def _certificate(kind: str, report: dict[str, Any]) -> tuple:
+def report_certificate(kind: str, report: dict[str, Any]) -> tuple:
+    """What a report certifies, in the shape of :func:`expected_certificates`."""
     if kind == "synthesize":
         return tuple(report.get(k) for k in ("epsilon", "clip", "delta", "max_tokens", "batch_size"))
     rows = [*report.get("groups", ()), *report.get("untrusted", ())]  # span groups, then chunks: the prepared order

@@ -31,7 +31,7 @@ from tokendp.fusion import PreparedFusion
 from tokendp.jobs.config import SanitizeConfig
 from tokendp.jobs.sanitize import prepare_sanitize
 from tokendp.service.keys import Caller
-from tokendp.service.plans import AccountingMismatch, _certificate, expected_certificates
+from tokendp.service.plans import AccountingMismatch, expected_certificates, report_certificate
 from tokendp.service.units import unit_key
 from tokendp.service.vault_store import Settings, StoredDocument
 
@@ -122,7 +122,7 @@ class Release:
 
     def verify(self, reports: list[dict[str, Any]]) -> None:
         """After generation: the report certifies exactly the prepared release."""
-        if [_certificate("sanitize", r) for r in reports] != expected_certificates("sanitize", self.job):
+        if [report_certificate("sanitize", r) for r in reports] != expected_certificates("sanitize", self.job):
             raise AccountingMismatch("rewrite: the release's certificate differs from the prepared one")
 
     def response(self, result: Any) -> dict[str, Any]:

@@ -41,7 +41,7 @@ def vault_routes(worker: Worker, vault: VaultStore, tagging: Tagging, limits: Li
     """The routes above, on ``worker`` (releases) and ``vault`` (the database)."""
     router = APIRouter(tags=["vault"])
 
-    async def stored(who: Caller, body: DocumentBody, id: str) -> tuple[dict[str, Any], str]:
+    async def stored(body: DocumentBody, id: str) -> tuple[dict[str, Any], str]:
         """The document checked (spans given: confirmed; none: the server's tagger, a draft)."""
         spans = None if body.spans is None else [s.model_dump() for s in body.spans]
         state = "confirmed"
@@ -63,7 +63,7 @@ def vault_routes(worker: Worker, vault: VaultStore, tagging: Tagging, limits: Li
     async def add_document(body: DocumentIn, who: Caller = Depends(owner)) -> dict[str, Any]:
         """Store a new document (owner). Without spans it is tagged by the server and held as a
         draft until the owner confirms its spans; only confirmed documents are released."""
-        doc, state = await stored(who, body, body.id)
+        doc, state = await stored(body, body.id)
         try:
             version = await asyncio.to_thread(vault.put, who.tenant, doc, state=state, create=True)
         except Exception as err:
@@ -73,7 +73,7 @@ def vault_routes(worker: Worker, vault: VaultStore, tagging: Tagging, limits: Li
     @router.put("/v1/documents/{id}")
     async def replace_document(id: str, body: DocumentBody, who: Caller = Depends(owner)) -> dict[str, Any]:
         """Store or replace a document (owner); its cached rewrites go, its units' spend stays."""
-        doc, state = await stored(who, body, id)
+        doc, state = await stored(body, id)
         version = await asyncio.to_thread(vault.put, who.tenant, doc, state=state, create=False)
         return {"id": id, "version": version, "state": state, "spans": len(doc["spans"])}
 
