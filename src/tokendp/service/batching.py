@@ -222,7 +222,11 @@ class Worker:
             plan = job.plan
             taken = self.vault.reserve(job.request.caller, job.request.document, job.request.params.key(),
                                        plan.tokens, plan.units, plan.release_budget)
-            plan.use(taken.units)
+            try:
+                plan.use(taken.units)
+            except BaseException:  # nothing generated: the reservation goes
+                self.vault.void(taken.release)
+                raise
             return taken.release
         return self.store.reserve(job.tenant, job.kind, job.plan.charges)
 

@@ -1,0 +1,97 @@
+"""A vault release through the worker, in process (tiny model, a real SQLite file): what each
+ending leaves on the units' ledger (docs/privacy.md, "The vault: one lifetime filter per unit")."""
+
+from __future__ import annotations
+
+import queue
+
+import pytest
+
+from tokendp.service import batching
+from tokendp.service.batching import END, Job, Worker
+from tokendp.service.keys import authenticate, create_key
+from tokendp.service.plans import AccountingMismatch
+from tokendp.service.store import BudgetStore
+from tokendp.service.vault import REWRITE, RewriteParams, RewriteRequest
+from tokendp.service.vault_store import VaultStore
+
+from tests.service.vault_helpers import SUBJECT, document
+
+
+@pytest.fixture()
+def setup(tmp_path):
+    from tokendp.backends import load_backend
+
+    store = BudgetStore(tmp_path / "service.db")
+    vault = VaultStore(lambda: store.conn)
+    key, tenant = create_key(store.conn, "clinic", budget=4.0, role="reader")
+    caller = authenticate(store.conn, key)
+    vault.put(tenant, document("d1"), state="confirmed", create=True)
+    worker = Worker(lambda: (load_backend("tiny"), None), store, max_tokens=32, vault=vault)
+    worker.start()
+    yield worker, vault, caller
+    worker.stop()
+
+
+def release(worker, vault, caller) -> tuple[Job, list]:
+    doc = vault.get(caller.tenant, "d1")
+    job = worker.submit(Job(REWRITE, RewriteRequest(caller, doc, RewriteParams(3.0, 6)), caller.tenant,
+                            tokens=queue.Queue()))
+    job.future.exception(timeout=300)
+    pieces = []
+    while (piece := job.tokens.get(timeout=5)) is not END:
+        pieces.append(piece)
+    return job, pieces
+
+
+def subject(vault, caller) -> dict:
+    book = vault.ledger(caller.tenant)
+    return next(u for u in book["units"] if u.get("subject") == SUBJECT), book["releases"]
+
+
+def test_a_release_commits_what_its_filter_spent_and_is_cached(setup):
+    worker, vault, caller = setup
+    job, pieces = release(worker, vault, caller)
+    body = job.future.result()
+    held, states = subject(vault, caller)
+    assert "".join(pieces) and states == {"done": 1} and held["reserved"] == 0
+    assert 0 < held["spent"] <= job.plan.release_budget
+    assert vault.cached(caller.tenant, "d1", vault.get(caller.tenant, "d1").version,
+                        RewriteParams(3.0, 6).key()) == body
+
+
+def test_a_reservation_that_differs_from_the_job_streams_no_token_and_is_voided(setup, monkeypatch):
+    worker, vault, caller = setup
+    real = vault.reserved
+    monkeypatch.setattr(vault, "reserved", lambda rid: {u: r / 2 for u, r in real(rid).items()})
+    job, pieces = release(worker, vault, caller)
+    assert isinstance(job.future.exception(), AccountingMismatch) and pieces == [] and not job.charged
+    held, states = subject(vault, caller)
+    assert held["spent"] == held["reserved"] == 0 and states == {"void": 1}
+
+
+def test_a_failure_after_a_token_keeps_the_whole_reservation_spent(setup, monkeypatch):
+    worker, vault, caller = setup
+
+    def broken(batch, on_token):
+        on_token(0, 5)
+        raise RuntimeError("failed mid-way")
+
+    monkeypatch.setitem(batching._RUNNERS, REWRITE, broken)
+    job, _ = release(worker, vault, caller)
+    assert isinstance(job.future.exception(), RuntimeError) and job.charged
+    held, states = subject(vault, caller)
+    assert held["spent"] == job.plan.release_budget and held["reserved"] == 0 and states == {"failed": 1}
+
+
+def test_a_failure_before_the_first_token_charges_nothing(setup, monkeypatch):
+    worker, vault, caller = setup
+
+    def broken(batch, on_token):
+        raise RuntimeError("prefill failed")
+
+    monkeypatch.setitem(batching._RUNNERS, REWRITE, broken)
+    job, _ = release(worker, vault, caller)
+    assert isinstance(job.future.exception(), RuntimeError) and not job.charged
+    held, states = subject(vault, caller)
+    assert held["spent"] == held["reserved"] == 0 and states == {"void": 1}
