@@ -130,8 +130,8 @@ def test_an_exhausted_budget_reads_only_the_public_row():
 
 def test_the_cli_and_the_service_plan_speak_the_filter(tmp_path):
     from tokendp.cli import main
-    from tokendp.service.plans import charges_of, plan_sanitize
-    from tokendp.service.schemas import SanitizeRequest
+    from tokendp.service.plans import plan_generate, plan_sanitize
+    from tokendp.service.schemas import GenerateRequest, SanitizeRequest
 
     doc = tmp_path / "doc.txt"
     doc.write_text(LETTER)
@@ -155,3 +155,37 @@ def test_the_cli_and_the_service_plan_speak_the_filter(tmp_path):
     assert {unit[1]: c.value for unit, c in plan.charges.items()} == {"DATE": budget, "LOC": budget,
                                                                       "PERSON": budget}
     assert all(c.alpha == 4.0 and math.isfinite(c.value) for c in plan.charges.values())
+    req = GenerateRequest(id="letter", prompt="Who?", context=LETTER, spans=req.spans, epsilon=8, alpha=4.0,
+                          accounting="filter", max_new_tokens=6)
+    plan = plan_generate(req, tinylm.backend(OPTIONS), None, max_tokens=64)
+    assert plan.job.accounting == "filter"
+    assert {unit[1]: c.value for unit, c in plan.charges.items()} == {"DATE": budget, "LOC": budget,
+                                                                      "PERSON": budget}
+
+
+def test_generate_spends_its_span_groups_through_the_filter(tiny):
+    """generate's span groups under the filter: the certificate from (epsilon, delta, alpha)
+    alone, whatever T; the copier sees no name at epsilon 0; untrusted chunks (any change is a
+    neighbour, outside the filter's proof) are refused before anything loads."""
+    from tokendp.jobs.generate import generate
+
+    short, long = (generate("Who?", context=LETTER, spans=SPANS, model=tiny, epsilon=8, alpha=4.0, seed=0,
+                            accounting="filter", max_new_tokens=t) for t in (4, 24))
+    budget = dp_fusion_filter_budget(epsilon=8, alpha=4.0, delta=1e-5)
+    for res in (short, long):
+        assert res.report.accounting == "filter" and "whatever the answer's length" in res.report.guarantee
+        assert all(g.budget == budget and g.epsilon <= 8 for g in res.report.groups)
+    assert [g.epsilon for g in short.report.groups] == [g.epsilon for g in long.report.groups]
+    copier = tinylm.backend(OPTIONS, copier=True)
+    res = generate("Who?", context=LETTER, spans=SPANS, model=copier, epsilon=0, accounting="filter", seed=0,
+                   max_new_tokens=60)
+    assert not any(name in res.text for name in ("Helen", "Lindqvist", "Leeds", "Patel"))
+    with pytest.raises(InvalidParameterError, match="untrusted chunks"):
+        generate("Who?", context=LETTER, spans=SPANS, untrusted="a page", model="no-such-model", epsilon=4,
+                 accounting="filter")
+    with pytest.raises(InvalidParameterError, match="give epsilon="):
+        generate("Who?", context=LETTER, spans=SPANS, model="no-such-model", beta=0.1, accounting="filter")
+    out = CliRunner().invoke(__import__("tokendp.cli", fromlist=["main"]).main, [
+        "generate", "--prompt", "Who?", "--untrusted", __file__, "--model", "no-such-model", "--epsilon", "4",
+        "--accounting", "filter"])
+    assert out.exit_code == 2 and "untrusted chunks" in out.output and "loading model" not in out.output

@@ -83,6 +83,16 @@ def check_accounting(accounting: str, pace: float, method: str, beta: Budget) ->
                                     "fixed accounting's per-token cap)")
 
 
+def check_untrusted_accounting(accounting: str, method: str, chunks: int) -> None:
+    """generate's untrusted chunks stay under the fixed accounting: the filter's proof is for a
+    neighbour that hides a group, and a chunk's neighbour is any other chunk."""
+    if accounting == "filter" and method == "dp-fusion" and chunks:
+        raise InvalidParameterError(
+            "the filter accounting covers span groups, whose neighbour hides the group; an untrusted chunk's "
+            "neighbour is any other chunk, which its proof does not cover: use accounting='fixed' with untrusted "
+            "chunks (docs/privacy.md, \"DP-Fusion with a per-group Rényi filter\")")
+
+
 def default_new_tokens(document_tokens: int) -> int:
     """Sanitize's default T for a text of ``document_tokens`` tokens: 1.2x it + 16 (public)."""
     return math.ceil(1.2 * document_tokens) + 16

@@ -16,6 +16,7 @@ import click
 from tokendp.cli._aliases import renamed  # noqa: F401 (re-exported for the commands)
 from tokendp.cli._console import console
 from tokendp.cli._exit import BadInputError, CLIError, Interrupted, library_errors  # noqa: F401 (re-exported)
+from tokendp.params import ACCOUNTINGS, DEFAULT_PACE
 
 
 class InputPath(click.Path):
@@ -59,6 +60,19 @@ def decoding_options(command: Callable) -> Callable:
     for option in reversed(options):
         command = option(command)
     return command
+
+
+def accounting_options(command: Callable) -> Callable:
+    """``--accounting`` and ``--pace``: how DP-Fusion charges its span groups (public settings)."""
+    command = click.option(
+        "--pace", type=click.FloatRange(min=1), default=DEFAULT_PACE, show_default=True,
+        help="With --accounting filter: the most one token may spend, as a multiple of the fixed accounting's "
+             "per-token cap (public).")(command)
+    return click.option(
+        "--accounting", type=click.Choice(list(ACCOUNTINGS)), default="fixed", show_default=True,
+        help="fixed: every one of the T tokens is charged the per-token cap. filter: each group spends an RDP "
+             "budget fixed from --epsilon alone, charged per token what it actually moved (a per-group Renyi "
+             "filter), so the certificate does not depend on T (docs/privacy.md).")(command)
 
 
 DTYPES = ("float32", "bfloat16", "float16")

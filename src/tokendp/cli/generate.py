@@ -7,7 +7,7 @@ from typing import Any
 
 import click
 
-from tokendp.cli._common import (INPUT_FILE, CLIError, decoding_options, diagnostics_option, emit_diagnostics,
+from tokendp.cli._common import (INPUT_FILE, CLIError, accounting_options, decoding_options, diagnostics_option, emit_diagnostics,
                                  library_errors, placement_options, tagger_option, threads_option, use_threads)
 from tokendp.cli._console import console, quiet_libraries
 from tokendp.cli.sanitize import _emit, format_report
@@ -47,6 +47,7 @@ def format_generate_report(report: dict[str, Any]) -> str:
 @click.option("--alpha", type=float, default=None,
               help="Renyi order of the bound [default: the best order for --epsilon, from public parameters only; "
                    "2 with --beta]. The report gives the order used.")
+@accounting_options
 @click.option("--delta", type=float, default=1e-5, show_default=True,
               help="Delta of the (epsilon, delta) guarantee, in (0, 1); keep it below 1/(number of people).")
 @click.option("--groups", type=click.Choice(["by-label", "single"]), default="by-label", show_default=True,
@@ -81,7 +82,7 @@ def format_generate_report(report: dict[str, Any]) -> str:
 @library_errors
 def generate(prompt: str, contexts: tuple[str, ...], spans_paths: tuple[str, ...], tagger: str,
              untrusted: tuple[str, ...], model: str, epsilon: float | None, beta: float | None, alpha: float | None,
-             delta: float, groups: str, max_new_tokens: int, temperature: float, seed: int | None, stand_in: str,
+             accounting: str, pace: float, delta: float, groups: str, max_new_tokens: int, temperature: float, seed: int | None, stand_in: str,
              max_untrusted_tokens: int | None, question: str, method: str, no_repeat_ngram_size: int, repetition_penalty: float,
              speculative: bool | None, draft_tokens: int, device: str | None, dtype: str | None,
              threads: int | None, as_json: bool,
@@ -93,7 +94,8 @@ def generate(prompt: str, contexts: tuple[str, ...], spans_paths: tuple[str, ...
     answer is at most e^epsilon times its probability with the chunk withheld, plus delta. It
     does not cover the prompt or the text of the --context documents outside their spans.
 
-    One of --epsilon or --beta is required (with --method dp-fusion).
+    One of --epsilon or --beta is required (with --method dp-fusion). --accounting filter
+    covers span groups and needs --epsilon; it refuses --untrusted chunks.
     """
     if spans_paths and len(spans_paths) != len(contexts):
         raise CLIError(f"got {len(spans_paths)} --spans for {len(contexts)} --context; give one per --context, "
@@ -101,6 +103,11 @@ def generate(prompt: str, contexts: tuple[str, ...], spans_paths: tuple[str, ...
     from tokendp.text.documents import read_text_file
     from tokendp.text.taggers import get_tagger, spans_from_json
 
+    from tokendp.params import check_accounting, check_params, check_untrusted_accounting
+
+    check_params(method, alpha, delta, temperature, beta, epsilon)  # before anything is read or loaded
+    check_accounting(accounting, pace, method, beta)
+    check_untrusted_accounting(accounting, method, len(untrusted))
     texts = [read_text_file(p) for p in contexts]
     chunks = [read_text_file(p) for p in untrusted]
     spans = [spans_from_json(p, t) for p, t in zip(spans_paths, texts)] if spans_paths else None
@@ -119,7 +126,7 @@ def generate(prompt: str, contexts: tuple[str, ...], spans_paths: tuple[str, ...
             max_new_tokens=max_new_tokens, temperature=temperature, stand_in=stand_in,
             max_untrusted_tokens=max_untrusted_tokens, question=question, no_repeat_ngram_size=no_repeat_ngram_size,
             repetition_penalty=repetition_penalty, speculative=speculative, draft_tokens=draft_tokens,
-            device=device, dtype=dtype)
+            device=device, dtype=dtype, accounting=accounting, pace=pace)
     with out.tokens(f"generating up to {max_new_tokens} tokens", max_new_tokens, desc="generate",
                     as_json=as_json) as on_token:
         result = run_generate(prepared, seed=seed, on_token=on_token, diagnostics=diagnostics)[0]

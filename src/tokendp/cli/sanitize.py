@@ -9,7 +9,7 @@ from typing import Any
 
 import click
 
-from tokendp.cli._common import (INPUT_FILE, CLIError, decoding_options, diagnostics_option,
+from tokendp.cli._common import (INPUT_FILE, CLIError, accounting_options, decoding_options, diagnostics_option,
                                  emit_diagnostics, engine_options, library_errors, placement_options, ray_options,
                                  renamed, run_corpus, tagger_option, use_threads)
 from tokendp.cli._console import console, quiet_libraries
@@ -106,13 +106,7 @@ def format_report(report: dict[str, Any]) -> str:
               help="Divergence cap per group. One of --epsilon or --beta is required (with --method dp-fusion).")
 @click.option("--epsilon", type=float, default=None,
               help="Target epsilon per group. One of --epsilon or --beta is required (with --method dp-fusion).")
-@click.option("--accounting", type=click.Choice(["fixed", "filter"]), default="fixed", show_default=True,
-              help="fixed: every one of the T tokens is charged the per-token cap. filter: each group spends an RDP "
-                   "budget fixed from --epsilon alone, charged per token what it actually moved (a per-group "
-                   "Renyi filter), so the certificate does not depend on T (docs/privacy.md).")
-@click.option("--pace", type=click.FloatRange(min=1), default=4.0, show_default=True,
-              help="With --accounting filter: the most one token may spend, as a multiple of the fixed "
-                   "accounting's per-token cap (public).")
+@accounting_options
 @click.option("--passage-tokens", type=click.IntRange(min=16), default=320, show_default=True,
               help="A document of more tokens is rewritten passage by passage (cut at line breaks outside the spans, "
                    "each passage reading the previous one and its rewrite), with one certificate for the whole "

@@ -125,18 +125,28 @@ def _perplexities(backend: HFBackend, bounds: Sequence[BoundMethod], i: int) -> 
 
     One forward pass over the distinct rows the methods read (the original, public, scrubbed
     and group views), then each method's step vectorised over positions ``(n, R, V) -> (n, V)``.
+    The widest method's rows come first, so that each method's rows are a slice of the logits (a
+    view) whenever they are contiguous: a full-length document's logits are gigabytes.
     """
     doc = bounds[0].docs[i]
-    views = list(dict.fromkeys(r for b in bounds for r in b.rows(doc)))  # distinct rows, in order
+    widest = max(bounds, key=lambda b: len(b.rows(doc)))
+    views = list(dict.fromkeys([*widest.rows(doc), *(r for b in bounds for r in b.rows(doc))]))  # distinct rows
     logits = continuation_logits(backend, views, doc.target)  # (D, n, V)
     n = logits.shape[1]
     target = torch.tensor(doc.target, device=logits.device)  # (n,)
     out = []
     for bound in bounds:
-        index = torch.tensor([views.index(r) for r in bound.rows(doc)], device=logits.device)
-        logprobs = bound.teacher_forced(logits[index].transpose(0, 1), i)  # (n, V)
+        rows = _rows_of(logits, [views.index(r) for r in bound.rows(doc)])  # (R, n, V)
+        logprobs = bound.teacher_forced(rows.transpose(0, 1), i)  # (n, V)
         out.append((float(-target_logprobs(logprobs, target).double().sum()), n))
     return out
+
+
+def _rows_of(logits: torch.Tensor, index: list[int]) -> torch.Tensor:
+    """``logits[index]``: a view when the indices are consecutive, else a copy."""
+    if index == list(range(index[0], index[0] + len(index))):
+        return logits[index[0]:index[0] + len(index)]
+    return logits[torch.tensor(index, device=logits.device)]
 
 
 def _attack(backend: HFBackend, doc: EvalDocument, released: Sequence[int], k: float) -> dict[str, dict[str, float]]:

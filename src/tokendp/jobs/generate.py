@@ -31,7 +31,8 @@ from tokendp.backends import HFBackend, load_backend
 from tokendp.errors import InvalidInputError, InvalidParameterError
 from tokendp.fusion import (Decoding, FusionReport, PreparedFusion, TextResult, check_fits_untagged, check_known_groups,
                             prepare_documents, reported_alpha, run_fusion, spans_of)
-from tokendp.params import Budget, Method, check_params
+from tokendp.params import (DEFAULT_PACE, Accounting, Budget, Method, check_accounting, check_params,
+                            check_untrusted_accounting)
 from tokendp.text.contexts import DocumentContexts, GroupSpec, placeholders, prompt_template
 from tokendp.text.prompts import (DEFAULT_GENERATE_INSTRUCTION, MAX_UNTRUSTED_TOKENS, STAND_IN, QuestionPlace,
                                   build_prompt_contexts)
@@ -110,6 +111,7 @@ def generate(
     device: str | None = None, dtype: str | None = None, on_token: Callable[[int, int], None] | None = None,
     no_repeat_ngram_size: int = 0, repetition_penalty: float = 1.0,
     speculative: bool | None = None, draft_tokens: int = 8, diagnostics: bool = False,
+    accounting: Accounting = "fixed", pace: float = DEFAULT_PACE,
 ) -> GenerateResult:
     """Answer one prompt (``tokendp.generate``); ``context`` is one document (``spans`` its spans)
     or a list (``spans`` one list or None per document). Every other parameter is as for
@@ -121,7 +123,7 @@ def generate(
         template=template, placeholder=placeholder, stand_in=stand_in, max_untrusted_tokens=max_untrusted_tokens,
         question=question, stop=stop, on_overlap=on_overlap, device=device, dtype=dtype, on_token=on_token,
         no_repeat_ngram_size=no_repeat_ngram_size, repetition_penalty=repetition_penalty, speculative=speculative,
-        draft_tokens=draft_tokens, diagnostics=diagnostics)[0]
+        draft_tokens=draft_tokens, diagnostics=diagnostics, accounting=accounting, pace=pace)[0]
 
 
 def generate_batch(
@@ -139,6 +141,7 @@ def generate_batch(
     device: str | None = None, dtype: str | None = None, on_token: Callable[[int, int], None] | None = None,
     no_repeat_ngram_size: int = 0, repetition_penalty: float = 1.0,
     speculative: bool | None = None, draft_tokens: int = 8, diagnostics: bool = False,
+    accounting: Accounting = "fixed", pace: float = DEFAULT_PACE,
 ) -> list[GenerateResult]:
     """Answer many prompts in one batch (one forward pass per generated token for all).
 
@@ -181,6 +184,10 @@ def generate_batch(
             speculative, draft_tokens, diagnostics: as for :func:`tokendp.jobs.sanitize.sanitize_batch`
             (drafts come from the public row: the prompt, trusted text and stand-ins; the
             diagnostics, computed from the chunks too, are never in the report).
+        accounting, pace: DP-Fusion's accounting for the span groups, as for
+            :func:`tokendp.jobs.sanitize.sanitize_batch`. The filter's proof is for span groups
+            (the neighbour blanks a group); a prompt with untrusted chunks (any change of a
+            chunk is a neighbour) is refused under ``"filter"``.
     """
     prepared = prepare_generate(
         prompts, context=context, spans=spans, untrusted=untrusted, tagger=tagger, model=model, tokenizer=tokenizer,
@@ -189,7 +196,8 @@ def generate_batch(
         temperature=temperature, instruction=instruction, template=template, placeholder=placeholder,
         stand_in=stand_in, max_untrusted_tokens=max_untrusted_tokens, question=question, stop=stop,
         on_overlap=on_overlap, device=device, dtype=dtype, no_repeat_ngram_size=no_repeat_ngram_size,
-        repetition_penalty=repetition_penalty, speculative=speculative, draft_tokens=draft_tokens)
+        repetition_penalty=repetition_penalty, speculative=speculative, draft_tokens=draft_tokens,
+        accounting=accounting, pace=pace)
     return run_generate(prepared, seed=seed, on_token=on_token, diagnostics=diagnostics)
 
 
@@ -212,11 +220,13 @@ def prepare_generate(
     stand_in: str = STAND_IN, max_untrusted_tokens: int | None = None, question: QuestionPlace = "last",
     stop: Sequence[str] = (), on_overlap: Literal["merge", "error"] = "merge", device: str | None = None,
     dtype: str | None = None, no_repeat_ngram_size: int = 0, repetition_penalty: float = 1.0,
-    speculative: bool | None = None, draft_tokens: int = 8,
+    speculative: bool | None = None, draft_tokens: int = 8, accounting: Accounting = "fixed",
+    pace: float = DEFAULT_PACE,
 ) -> PreparedGenerate:
     """Check every parameter, tag, build the rows and fix each prompt's certificate, without
     generating anything (parameters as for :func:`generate_batch`)."""
     check_params(method, alpha, delta, temperature, beta, epsilon)
+    check_accounting(accounting, pace, method, beta)
     if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int) or max_new_tokens < 1:
         raise InvalidParameterError(f"max_new_tokens must be an integer >= 1, got {max_new_tokens!r}")
     decoding = Decoding(temperature, tuple(stop), no_repeat_ngram_size, repetition_penalty, speculative, draft_tokens)
@@ -231,6 +241,7 @@ def prepare_generate(
     docs = [_documents(None if context is None else context[i], None if spans is None else spans[i], f"prompt {i + 1}")
             for i in range(n)]
     chunks = [_chunks(None if untrusted is None else untrusted[i]) for i in range(n)]
+    check_untrusted_accounting(accounting, method, sum(map(len, chunks)))
     if any(s is None for d in docs for _, s in d):
         from tokendp.text.taggers import get_tagger  # before the model: a missing package fails at once
 
@@ -254,8 +265,10 @@ def prepare_generate(
         _check_fits(backend, c, max_new_tokens)
     for budget, what in ((beta, "beta"), (epsilon, "epsilon")):
         check_known_groups(budget, {g.name for c in contexts for g in c.groups}, what)
-    documents = prepare_documents(method, alpha, delta, contexts, [max_new_tokens] * n, beta=beta, epsilon=epsilon)
-    return PreparedGenerate(method, float(delta), backend, tuple(documents), decoding, ph, stand_in)
+    documents = prepare_documents(method, alpha, delta, contexts, [max_new_tokens] * n, beta=beta, epsilon=epsilon,
+                                  accounting=accounting, pace=pace)
+    return PreparedGenerate(method, float(delta), backend, tuple(documents), decoding, ph, accounting=accounting,
+                            stand_in=stand_in)
 
 
 def run_generate(prepared: PreparedGenerate, *, seed: int | Sequence[int] | None = None,
@@ -264,13 +277,16 @@ def run_generate(prepared: PreparedGenerate, *, seed: int | Sequence[int] | None
     prepared groups (span groups in ``groups``, untrusted chunks in ``untrusted``; ``diagnostics``:
     as for :func:`generate_batch`)."""
     job, outputs = run_fusion(prepared, seed=seed, on_token=on_token)
+    filtered = prepared.accounting == "filter" and prepared.method == "dp-fusion"
     results = []
     for i, (doc, out) in enumerate(zip(prepared.documents, outputs)):
         untrusted = [info.untrusted for info in doc.context.groups]
         report = GenerateReport(
             prepared.method, prepared.backend.name, reported_alpha(prepared.method, doc), prepared.delta,
-            doc.max_new_tokens, len(out.token_ids), out.stop_reason, _guarantee(prepared.method, doc.max_new_tokens),
+            doc.max_new_tokens, len(out.token_ids), out.stop_reason,
+            _guarantee(prepared.method, doc.max_new_tokens, filtered),
             tuple(g for g, u in zip(doc.groups, untrusted) if not u), prepared.decoding.constraints(),
+            accounting="filter" if filtered else "fixed",
             untrusted=tuple(UntrustedReport(g.label, g.beta, g.epsilon) for g, u in zip(doc.groups, untrusted) if u),
             stand_in=prepared.stand_in, max_untrusted_tokens=doc.context.max_untrusted_tokens)
         results.append(GenerateResult(out.text, report, job.diagnostics(i, out.diagnostics) if diagnostics else None))
@@ -294,11 +310,15 @@ def _check_fits(backend: HFBackend, contexts: DocumentContexts, max_new_tokens: 
             f"{limit} tokens; pass fewer or shorter trusted documents, lower max_untrusted_tokens or max_new_tokens")
 
 
-def _guarantee(method: str, limit: int) -> str:
+def _guarantee(method: str, limit: int, filtered: bool) -> str:
     if method == "original":
         return "none: every span and every untrusted chunk was read as is"
     if method == "public":
         return "epsilon 0 for every group: only the public row (spans hidden, untrusted chunks withheld) was read"
+    if filtered:
+        return ("(epsilon_i, delta)-DP per span group i, against the prompt with group i's spans hidden, whatever "
+                "the answer's length: each group spends its RDP budget B_i at order alpha through a Renyi filter "
+                "(tokendp.accounting.dp_fusion_filter_epsilon, proof in docs/privacy.md)")
     return (f"(epsilon_i, delta)-DP per group i over all {limit} possible generated tokens: for a span group, "
             "against the prompt with group i's spans hidden; for an untrusted chunk, against the prompt with "
             "that chunk withheld, whatever the chunk says (DP-Fusion's RDP bound: "

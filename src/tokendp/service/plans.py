@@ -119,7 +119,7 @@ def _fusion_options(req: SanitizeRequest | GenerateRequest) -> dict[str, Any]:
     private = req.method != "public"
     return dict(method=req.method, alpha=req.alpha if private else None, beta=req.beta if private else None,
                 epsilon=req.epsilon if private else None, delta=req.delta, temperature=req.temperature,
-                groups="by-label")
+                groups="by-label", accounting=req.accounting, pace=req.pace)
 
 
 def _spans(spans: list | None) -> list[dict] | None:
@@ -129,8 +129,7 @@ def _spans(spans: list | None) -> list[dict] | None:
 def plan_sanitize(req: SanitizeRequest, backend: HFBackend, tagger: Any, *, max_tokens: int) -> Plan:
     """One /v1/sanitize request: T given (at most ``max_tokens``) or 1.2x the document + 16."""
     config = SanitizeConfig(labels=req.labels, keep=req.keep, max_new_tokens=req.max_new_tokens,
-                            accounting=req.accounting, pace=req.pace, passage_tokens=req.passage_tokens,
-                            **_fusion_options(req))
+                            passage_tokens=req.passage_tokens, **_fusion_options(req))
     job = prepare_sanitize([req.text], spans=[_spans(req.spans)], config=config, tagger=tagger, model=backend,
                            max_new_tokens_limit=max_tokens)
     return Plan("sanitize", req, job, charges_of("sanitize", req.id, job))

@@ -10,6 +10,8 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from tokendp.params import DEFAULT_PACE
+
 Id = Field(min_length=1, max_length=200, description="the protected document's id, chosen by the client")
 Budget = float | dict[str, float] | None
 
@@ -28,7 +30,18 @@ class TagRequest(Strict):
     text: str = Field(min_length=1)
 
 
-class SanitizeRequest(Strict):
+class Accounting(Strict):
+    """DP-Fusion's accounting of the span groups (docs/privacy.md): a request reserves each
+    group's epsilon, computed from public parameters, under either."""
+
+    accounting: Literal["fixed", "filter"] = Field("fixed", description="DP-Fusion's accounting: every token "
+                                                   "charged the cap (fixed) or each group's budget spent where its "
+                                                   "text matters (filter, needs epsilon)")
+    pace: float = Field(DEFAULT_PACE, ge=1, description="with the filter: the most one token may spend, as a multiple of "
+                                               "the fixed accounting's per-token cap")
+
+
+class SanitizeRequest(Accounting):
     id: str = Id
     text: str = Field(min_length=1)
     spans: list[SpanIn] | None = Field(None, description="character spans; omitted: the server's tagger")
@@ -36,11 +49,6 @@ class SanitizeRequest(Strict):
                                      "label not kept); with labels, every label of the spans must be in labels or "
                                      "keep, or the request is refused before anything is charged")
     keep: list[str] | None = Field(None, max_length=32, description="labels released as plain text, NOT protected")
-    accounting: Literal["fixed", "filter"] = Field("fixed", description="DP-Fusion's accounting: every token "
-                                                   "charged the cap (fixed) or each group's budget spent where its "
-                                                   "text matters (filter, needs epsilon)")
-    pace: float = Field(4.0, ge=1, description="with the filter: the most one token may spend, as a multiple of "
-                                               "the fixed accounting's per-token cap")
     passage_tokens: int | None = Field(320, ge=16, description="a longer document is rewritten passage by "
                                                                "passage, one certificate for the whole; null: one "
                                                                "passage")
@@ -55,7 +63,7 @@ class SanitizeRequest(Strict):
     stream: bool = False
 
 
-class GenerateRequest(Strict):
+class GenerateRequest(Accounting):
     id: str = Id
     prompt: str = Field(min_length=1)
     context: str = Field(min_length=1, description="the trusted document whose groups are charged")
