@@ -97,11 +97,13 @@ def test_a_subject_in_two_documents_is_one_group_and_one_charge_per_answer(vault
 
 
 def test_answers_are_never_stored_each_is_a_fresh_release(vault):
-    server, keys, _ = vault
+    server, keys, db = vault
     before = ledger(server, keys["owner"])["releases"].get("done", 0)
     for _ in range(2):
         assert ask(server, keys["reader"], max_new_tokens=2).status_code == 200
     assert ledger(server, keys["owner"])["releases"]["done"] == before + 2
+    with sqlite3.connect(db) as conn:
+        assert conn.execute("SELECT COUNT(*) FROM rewrites").fetchone() == (0,)
 
 
 def test_a_stream_sends_tokens_then_the_result(vault):

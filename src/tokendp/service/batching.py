@@ -309,14 +309,14 @@ class Worker:
 
 
     def _end_release(self, job: Job, result: Any, error: BaseException | None, sampled: bool) -> None:
-        """A vault release ends: voided (no token), committed (what its filter spent; cached if
-        it finished), or failed (its reservations spent in full)."""
+        """A vault release ends: voided (no token), committed (what its filter spent; a rewrite
+        that finished is cached, an answer never is), or failed (its reservations spent in full)."""
         try:
             if error is not None and not sampled:
                 self.vault.void(job.reservation)
                 job.charged = False
             elif job.left is not None and (error is None or isinstance(error, Cancelled)):
-                self.vault.commit(job.reservation, job.left, result if error is None else None)
+                self.vault.commit(job.reservation, job.left, result if error is None and job.plan.stored else None)
             else:
                 self.vault.fail(job.reservation)
         finally:  # a state that cannot be written stays "open", which counts as spent

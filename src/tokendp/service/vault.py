@@ -23,7 +23,7 @@ import json
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 from tokendp.backends import HFBackend
 from tokendp.errors import InvalidParameterError
@@ -119,6 +119,7 @@ class Release:
     units: tuple[str, ...]
     release_budget: float
     settings: Settings
+    stored: ClassVar[bool] = True  # a finished release is cached per (document version, parameters)
 
     @property
     def tokens(self) -> int:

@@ -78,7 +78,10 @@ class AskRequest:
 
 
 class Answer(Release):
-    """An answer ready to run: a :class:`~tokendp.service.vault.Release` of a generate job."""
+    """An answer ready to run: a :class:`~tokendp.service.vault.Release` of a generate job,
+    never stored (module docstring)."""
+
+    stored = False
 
     def response(self, result: Any) -> dict[str, Any]:
         """The answer as the reader receives it: the text, the certificate, the ids of the

@@ -21,6 +21,7 @@ from typing import Any
 from fastapi import APIRouter, Depends, Query, Request
 from fastapi.responses import StreamingResponse
 
+from tokendp.jobs.generate import DEFAULT_MAX_NEW_TOKENS
 from tokendp.service import errors
 from tokendp.service.batching import Job, Worker
 from tokendp.service.documents import check_document
@@ -38,7 +39,6 @@ from tokendp.service.vault_store import StoredDocument, VaultStore
 NOT_FOUND = "no such document in this tenant's vault"
 NO_MATCH = ("no confirmed document's public text (spans hidden) shares a word with the question; name the documents "
             "to read with \"documents\", or rephrase")
-DEFAULT_ASK_TOKENS = 128
 SSE_HEADERS = {"Cache-Control": "no-store", "X-Accel-Buffering": "no"}
 
 
@@ -156,7 +156,7 @@ def vault_routes(worker: Worker, vault: VaultStore, tagging: Tagging, limits: Li
             raise APIError(400, "invalid_parameter", "give documents (the ones to read) or top_k (how many to "
                            "retrieve), not both")
         try:
-            params = AskParams(body.epsilon, body.max_new_tokens or min(DEFAULT_ASK_TOKENS, limits.max_new_tokens),
+            params = AskParams(body.epsilon, body.max_new_tokens or min(DEFAULT_MAX_NEW_TOKENS, limits.max_new_tokens),
                                body.temperature)
         except Exception as err:
             raise errors.to_api_error(err) from None
