@@ -125,10 +125,14 @@ def test_a_stream_sends_tokens_then_the_result(vault):
 def test_neighbouring_vaults_read_the_same_documents(vault):
     """Tenants clinic and twin differ only in their span text: every question reads the same documents."""
     server, keys, _ = vault
-    for question in (QUESTION, "Helen Marsh", "Lindqvist ward", "Which ward was closed on Monday?", "Karin"):
+    read = {}
+    for question in (QUESTION, "Helen Marsh", "Lindqvist ward", "Which ward was closed on Monday?", "Karin",
+                     "Bergqvist"):
         got = [ask(server, keys[k], question=question, max_new_tokens=1) for k in ("reader", "twin_reader")]
-        assert [r.status_code for r in got][0] == got[1].status_code, question
+        assert got[0].status_code == got[1].status_code in (200, 404), question
         assert got[0].json().get("documents") == got[1].json().get("documents"), question
+        read[question] = got[0].json().get("documents")
+    assert read[QUESTION] == ["a", "b"] and read["Lindqvist ward"] == ["ward"] and read["Karin"] is None
 
 
 def test_the_index_follows_the_owner(vault):
