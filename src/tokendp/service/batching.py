@@ -18,8 +18,8 @@ Streaming: the run's ``on_token(doc_index, token_id)`` decodes the document's to
 its job's queue; :data:`END` follows the last piece (after the result or error is set).
 
 Vault releases (kinds ``rewrite``, :mod:`tokendp.service.vault`, and ``ask``,
-:mod:`tokendp.service.vault_ask`) take the same path with the
-vault's ledger (:class:`~tokendp.service.vault_store.VaultStore`) in place of the budget store:
+:mod:`tokendp.service.vault_ask`) take the same path with the vault's ledger
+(:class:`~tokendp.service.vault_store.VaultStore`) in place of the budget store:
 planned, then each unit's reservation taken in one transaction (or the reader's quota refused),
 the prepared job given its reservations, checked against them before the first token, and after
 the last the actual spend committed (what the filter left returns to the unit) and the release
