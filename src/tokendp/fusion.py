@@ -322,6 +322,21 @@ class PreparedFusion:
         return dataclasses.replace(jobs[0], documents=tuple(d for j in jobs for d in j.documents))
 
 
+def run_fusion_spending(prepared: PreparedFusion, *, seed: int | Sequence[int] | None = None,
+                        on_token: Callable[[int, int], None] | None = None
+                        ) -> tuple[FusionJob, list[Generated], list[tuple[float, ...]]]:
+    """:func:`run_fusion` under the filter accounting, with what each document's filter left of
+    each group's budget (the ledgers as they end, at or below the budget minus the exact
+    charges). Data-dependent: for a durable ledger (the vault's), never part of a release."""
+    if prepared.accounting != "filter" or prepared.method != "dp-fusion":
+        raise InvalidParameterError("spending is reported for DP-Fusion jobs under the filter accounting only")
+    job, outputs = run_fusion(prepared, seed=seed, on_token=on_token)
+    assert job.filter is not None
+    left = [tuple(job.filter.remaining[i, :len(d.context.groups)].cpu().tolist())
+            for i, d in enumerate(prepared.documents)]
+    return job, outputs, left
+
+
 def run_fusion(prepared: PreparedFusion, *, seed: int | Sequence[int] | None = None,
                on_token: Callable[[int, int], None] | None = None,
                on_finish: Callable[[FusionJob, int, Generated], None] | None = None

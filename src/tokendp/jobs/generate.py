@@ -30,7 +30,7 @@ from typing import Any, Literal
 from tokendp.backends import HFBackend, load_backend
 from tokendp.errors import InvalidInputError, InvalidParameterError
 from tokendp.fusion import (Decoding, FusionReport, PreparedFusion, TextResult, check_fits_untagged, check_known_groups,
-                            prepare_documents, reported_alpha, run_fusion, spans_of)
+                            prepare_documents, reported_alpha, run_fusion, run_fusion_spending, spans_of)
 from tokendp.params import (DEFAULT_PACE, Accounting, Budget, Method, check_accounting, check_params,
                             check_untrusted_accounting)
 from tokendp.text.contexts import DocumentContexts, GroupSpec, placeholders, prompt_template
@@ -284,15 +284,8 @@ def run_generate_spending(prepared: PreparedGenerate, *, seed: int | Sequence[in
                           on_token: Callable[[int, int], None] | None = None
                           ) -> tuple[list[GenerateResult], list[tuple[float, ...]]]:
     """:func:`run_generate` under the filter accounting, with what each prompt's filter left of
-    each group's budget (the ledgers as they end, at or below the budget minus the exact charges;
-    as :func:`tokendp.jobs.sanitize.run_sanitize_spending`). Data-dependent: for a durable ledger
-    (the vault's), never part of a release."""
-    if prepared.accounting != "filter" or prepared.method != "dp-fusion":
-        raise InvalidParameterError("run_generate_spending needs a DP-Fusion job under the filter accounting")
-    job, outputs = run_fusion(prepared, seed=seed, on_token=on_token)
-    assert job.filter is not None
-    left = [tuple(job.filter.remaining[i, :len(d.context.groups)].cpu().tolist())
-            for i, d in enumerate(prepared.documents)]
+    each group's budget (:func:`tokendp.fusion.run_fusion_spending`; never part of a release)."""
+    job, outputs, left = run_fusion_spending(prepared, seed=seed, on_token=on_token)
     return _results(prepared, job, outputs, False), left
 
 

@@ -28,8 +28,8 @@ from typing import Any, Literal
 from tokendp.backends import HFBackend, load_backend
 from tokendp.errors import InvalidInputError, InvalidParameterError
 from tokendp.fusion import (Chunk, Decoding, FusionJob, FusionReport, PreparedDocument, PreparedFusion, TextResult,
-                            check_fits_untagged, prepare_documents, reported_alpha, run_fusion, run_fusion_stream,
-                            spans_of)
+                            check_fits_untagged, prepare_documents, reported_alpha, run_fusion, run_fusion_spending,
+                            run_fusion_stream, spans_of)
 from tokendp.fusion import choose_alpha  # noqa: F401 (re-exported: tokendp.jobs.sanitize.choose_alpha)
 from tokendp.generation import Generated
 from tokendp.jobs.config import SanitizeConfig
@@ -342,14 +342,8 @@ def run_sanitize_spending(prepared: PreparedFusion, *, seed: int | Sequence[int]
                           on_token: Callable[[int, int], None] | None = None
                           ) -> tuple[list[SanitizeResult], list[tuple[float, ...]]]:
     """:func:`run_sanitize` under the filter accounting, with what each document's filter left
-    of each group's budget (the ledgers as they end, at or below the budget minus the exact
-    charges). Data-dependent: for a durable ledger (the vault's), never part of a release."""
-    if prepared.accounting != "filter" or prepared.method != "dp-fusion":
-        raise InvalidParameterError("run_sanitize_spending needs a DP-Fusion job under the filter accounting")
-    job, outputs = run_fusion(prepared, seed=seed, on_token=on_token)
-    assert job.filter is not None
-    left = [tuple(job.filter.remaining[i, :len(d.context.groups)].cpu().tolist())
-            for i, d in enumerate(prepared.documents)]
+    of each group's budget (:func:`tokendp.fusion.run_fusion_spending`; never part of a release)."""
+    _, outputs, left = run_fusion_spending(prepared, seed=seed, on_token=on_token)
     return [_result(prepared, d, out, None) for d, out in zip(prepared.documents, outputs)], left
 
 
