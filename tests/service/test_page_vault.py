@@ -102,6 +102,19 @@ def test_the_owner_adds_a_draft_removes_and_adds_spans_confirms_and_sees_units_a
     assert ("POST", "/v1/documents/hidden-draft/confirm") in sent
     assert call(server, "GET", "/v1/documents/hidden-draft", keys["owner"]).json()["state"] == "confirmed"
 
+    # a document with its spans as JSON is stored confirmed; JSON that does not parse is refused on the page
+    page.fill("#new-id", "given-spans")
+    page.fill("#new-text", LETTER)
+    page.fill("#new-spans", "[{")
+    page.click("#add-document")
+    assert "not valid JSON" in page.inner_text("#owner-error")
+    page.fill("#new-spans", '[{"start": 8, "end": 19, "label": "PERSON", "subject": "dr-marsh"}]')
+    page.click("#add-document")
+    page.wait_for_selector("#documents tbody tr:has-text('given-spans') .state-confirmed")
+    assert page.is_hidden("#review-card") and page.inner_text("#owner-error") == ""
+    assert call(server, "GET", "/v1/documents/given-spans", keys["owner"]).json()["spans"] == [
+        {"start": 8, "end": 19, "label": "PERSON", "subject": "dr-marsh"}]
+
     # a release charges the units, which the ledger shows; a reader's quota is set on the page
     released = call(server, "GET", "/v1/documents/draft-letter/rewrite", keys["reader"],
                     params={"epsilon": 2, "max_new_tokens": 4})
