@@ -38,14 +38,15 @@ def spans_of(text: str, spans) -> list[dict]:
 @pytest.fixture(scope="module")
 def vault_page(service):
     """(server, keys): tenant vault-page on the shared server, with an owner and a reader key, the
-    confirmed document ward-letter and the draft hidden-draft."""
+    confirmed document ward-letter and the drafts hidden-draft and kept-draft."""
     server, _ = service
     owner, reader = make_keys(server.db, TENANT, "owner", "reader")
     ward = {"id": "ward-letter", "title": "Ward 3 note", "subject": "patient-k", "text": WARD,
             "spans": spans_of(WARD, WARD_SPANS)}
     assert call(server, "POST", "/v1/documents", owner, json=ward).status_code == 201
-    draft = {"id": "hidden-draft", "title": "not yet", "text": DRAFT}
-    assert call(server, "POST", "/v1/documents", owner, json=draft).json()["state"] == "draft"
+    for id in ("hidden-draft", "kept-draft"):  # the owner's test confirms the first
+        draft = {"id": id, "title": "not yet", "text": DRAFT}
+        assert call(server, "POST", "/v1/documents", owner, json=draft).json()["state"] == "draft"
     return server, {"owner": owner, "reader": reader}
 
 
@@ -150,6 +151,7 @@ def test_the_reader_lists_titles_and_gets_a_streamed_rewrite_and_its_certificate
     assert page.is_hidden("#owner-view") and page.inner_text("#whoami") == f"reader of {TENANT}"
     page.wait_for_selector("#catalog tbody tr:has-text('ward-letter')")
     assert "Ward 3 note" in page.locator("#catalog tbody tr", has_text="ward-letter").inner_text()
+    assert "kept-draft" not in page.inner_text("#catalog")  # a draft is the owner's until confirmed
 
     page.fill("#release-epsilon", "2.5")
     page.fill("#release-tokens", "6")
