@@ -96,14 +96,15 @@ def test_the_owner_adds_a_draft_removes_and_adds_spans_confirms_and_sees_units_a
     page.wait_for_selector("#documents tbody tr:has-text('draft-letter') .state-confirmed")
 
     # a draft whose proposed spans are right is confirmed as it is
-    page.locator("#documents tbody tr", has_text="hidden-draft").get_by_role("button").click()
+    page.locator("#documents tbody tr", has_text="hidden-draft").get_by_role("button", name="review spans").click()
     page.wait_for_selector(SHOWN.format("review-card"))
     page.click("#review-confirm")
     page.wait_for_selector("#review-card", state="hidden")
     assert ("POST", "/v1/documents/hidden-draft/confirm") in sent
     assert call(server, "GET", "/v1/documents/hidden-draft", keys["owner"]).json()["state"] == "confirmed"
 
-    # a document with its spans as JSON is stored confirmed; JSON that does not parse is refused on the page
+    # a document with its spans as JSON is stored confirmed (JSON that does not parse is refused on the
+    # page); the owner deletes it
     page.fill("#new-id", "given-spans")
     page.fill("#new-text", LETTER)
     page.fill("#new-spans", "[{")
@@ -115,6 +116,10 @@ def test_the_owner_adds_a_draft_removes_and_adds_spans_confirms_and_sees_units_a
     assert page.is_hidden("#review-card") and page.inner_text("#owner-error") == ""
     assert call(server, "GET", "/v1/documents/given-spans", keys["owner"]).json()["spans"] == [
         {"start": 8, "end": 19, "label": "PERSON", "subject": "dr-marsh"}]
+    page.once("dialog", lambda dialog: dialog.accept())
+    page.locator("#documents tbody tr", has_text="given-spans").get_by_role("button", name="delete").click()
+    page.wait_for_selector("#documents tbody tr:has-text('given-spans')", state="detached")
+    assert call(server, "GET", "/v1/documents/given-spans", keys["owner"]).status_code == 404
 
     # a release charges the units, which the ledger shows; a reader's quota is set on the page
     released = call(server, "GET", "/v1/documents/draft-letter/rewrite", keys["reader"],
@@ -182,7 +187,7 @@ def test_the_reader_lists_titles_and_gets_a_streamed_rewrite_and_its_certificate
 def test_another_key_reloads_the_page_so_nothing_the_owner_loaded_stays_for_a_reader(vault_page, browser):
     server, keys = vault_page
     page, console = open_page(browser, server, keys["owner"])
-    page.locator("#documents tbody tr", has_text="ward-letter").get_by_role("button").click()
+    page.locator("#documents tbody tr", has_text="ward-letter").get_by_role("button", name="spans", exact=True).click()
     page.wait_for_selector("#review-doc mark")
     assert WARD in page.inner_text("#review-doc")
     page.fill("#key", keys["reader"])

@@ -17,7 +17,8 @@ async function refreshDocuments() {
   $("documents").tBodies[0].replaceChildren(...documents.map((d) => {
     const row = textRow([d.id, d.title, d.state]);
     row.cells[2].className = "state-" + d.state;
-    row.insertCell().append(button(d.state === "draft" ? "review spans" : "spans", () => attempt(() => review(d.id))));
+    row.insertCell().append(button(d.state === "draft" ? "review spans" : "spans", () => attempt(() => review(d.id))),
+                            button("delete", () => attempt(() => remove(d.id))));
     return row;
   }));
   if (!documents.length) $("documents").tBodies[0].replaceChildren(textRow(["No documents yet.", "", ""]));
@@ -47,6 +48,13 @@ $("add-document").onclick = () => attempt(async () => {
     $("add-document").disabled = false;
   }
 });
+
+async function remove(id) {
+  if (!window.confirm(`Delete ${id} and its stored rewrites? The spend of its units stays.`)) return;
+  await call("DELETE", "/v1/documents/" + encodeURIComponent(id));
+  if (reviewed?.id === id) closeReview();
+  await refreshDocuments();
+}
 
 // --- reviewing and confirming a document's spans ---------------------------------------------
 const editor = new SpanEditor({ view: $("review-doc"), table: $("review-spans"), label: $("review-label"),
