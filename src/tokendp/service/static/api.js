@@ -28,7 +28,7 @@ export async function call(method, path, body) {
   return response.json();
 }
 
-export async function* events(response) {
+async function* events(response) {
   const reader = response.body.pipeThrough(new TextDecoderStream()).getReader();
   let buffer = "";
   for (;;) {

@@ -3,7 +3,7 @@ export const $ = (id) => document.getElementById(id);
 
 export const fmt = (x) => (x === null || x === undefined ? "-" : Number(x).toPrecision(4));
 
-export const LABELS = ["PERSON", "DATE", "DURATION", "LOC", "ORG", "CODE", "DEM", "OCCUPATION", "QUANTITY", "MISC", "DATETIME"];
+const LABELS = ["PERSON", "DATE", "DURATION", "LOC", "ORG", "CODE", "DEM", "OCCUPATION", "QUANTITY", "MISC", "DATETIME"];
 
 export function labelOptions(select, chosen) {
   select.replaceChildren(...LABELS.map((l) => new Option(l, l, false, l === chosen)));

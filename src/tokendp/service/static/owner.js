@@ -6,9 +6,9 @@ import { SpanEditor, fromPoints } from "./spans.js";
 
 function showError(message) { $("owner-error").textContent = message || ""; }
 
-async function attempt(action) {  // run action, showing its failure; true if it succeeded
+async function attempt(action) {  // run action, showing its failure
   showError("");
-  try { await action(); return true; } catch (err) { showError(err.message); return false; }
+  try { await action(); } catch (err) { showError(err.message); }
 }
 
 // --- documents -------------------------------------------------------------------------------

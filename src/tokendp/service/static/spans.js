@@ -23,7 +23,7 @@ export function fromPoints(text, spans) {
   return spans.map((s) => ({ ...s, start: starts[s.start], end: starts[s.end] }));
 }
 
-export function toPoints(text, spans) {
+function toPoints(text, spans) {
   const starts = pointStarts(text);
   return spans.map((s) => ({ ...s, start: bisect(starts, s.start), end: bisect(starts, s.end) }));
 }
