@@ -144,6 +144,19 @@ class VaultStore:
         return [{"id": r["id"], "title": r["title"], **({} if confirmed_only else {"state": r["state"]})}
                 for r in rows]
 
+    def confirmed_versions(self, tenant: Tenant) -> list[tuple[str, str]]:
+        """(id, version) of every confirmed document, in id order: what retrieval indexes."""
+        rows = self.conn.execute("SELECT id, version FROM documents WHERE tenant = ? AND state = 'confirmed' "
+                                 "ORDER BY id", (tenant.name,)).fetchall()
+        return [(r["id"], r["version"]) for r in rows]
+
+    def confirmed(self, tenant: Tenant) -> list[StoredDocument]:
+        """Every confirmed document, in id order (retrieval reads their public versions only)."""
+        rows = self.conn.execute("SELECT * FROM documents WHERE tenant = ? AND state = 'confirmed' ORDER BY id",
+                                 (tenant.name,)).fetchall()
+        return [StoredDocument(r["id"], r["version"], r["title"], r["text"], tuple(json.loads(r["spans"])),
+                               r["subject"], r["state"]) for r in rows]
+
     def confirm(self, tenant: Tenant, document: str) -> bool:
         with immediate(self.conn) as conn:
             return conn.execute("UPDATE documents SET state = 'confirmed', updated = ? WHERE tenant = ? AND id = ?",
