@@ -25,7 +25,7 @@ SELECT = """([doc, needle, before]) => {
   window.getSelection().addRange(range);
   return from + before >= 0;
 }"""
-MODULES = ("app", "api", "dom", "spans", "report", "sanitize", "owner", "reader")
+MODULES = ("app", "api", "dom", "spans", "report", "sanitize", "owner", "reader", "ask")
 PAGE_FILES = {"/", "/static/style.css", *(f"/static/{m}.js" for m in MODULES)}
 WATCH_CSP = """window.cspViolations = [];
 document.addEventListener("securitypolicyviolation", (e) => window.cspViolations.push(e.effectiveDirective));"""

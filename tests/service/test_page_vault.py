@@ -25,7 +25,8 @@ WARD_SPANS = [("Dr Quorvath Zindelby", "PERSON", "dr-quorvath"), ("Mrs Ylvarra B
 DRAFT = "Xyphorine Quallbeck was admitted to the ward by Dr Quorvath Zindelby."
 STORED = (WARD, DRAFT, "Quorvath", "Zindelby", "Ylvarra", "Brennick", "Smarch", "Xyphorine", "Quallbeck",
           "dr-quorvath", "patient-k")
-READER_CALLS = {("GET", "/v1/whoami"), ("GET", "/v1/documents"), ("GET", "/v1/documents/ward-letter/rewrite")}
+READER_CALLS = {("GET", "/v1/whoami"), ("GET", "/v1/documents"), ("GET", "/v1/documents/ward-letter/rewrite"),
+                ("POST", "/v1/ask")}
 MARKS = "(view) => [...document.querySelectorAll(`#${view} mark`)].map((m) => m.textContent)"
 SHOWN = "#{}:not([hidden])"
 
@@ -141,7 +142,7 @@ def test_the_owner_adds_a_draft_removes_and_adds_spans_confirms_and_sees_units_a
     assert csp_violations(page, console) == []
 
 
-def test_the_reader_lists_titles_and_gets_a_streamed_rewrite_and_its_certificate_and_never_any_stored_text(
+def test_the_reader_lists_titles_gets_a_streamed_rewrite_and_answer_with_certificates_and_never_any_stored_text(
         vault_page, browser):
     server, keys = vault_page
     received = []  # (method, path, body) of every response from the server, intercepted
@@ -174,6 +175,19 @@ def test_the_reader_lists_titles_and_gets_a_streamed_rewrite_and_its_certificate
     # the same release again is the stored one, at no cost
     page.locator("#catalog tbody tr", has_text="ward-letter").get_by_role("button", name="rewrite").click()
     page.wait_for_selector("#release-summary:has-text('returned again')")
+
+    # a question about the chosen document, answered streamed with its certificate and the documents read
+    page.fill("#ask-question", "What is the note about?")
+    page.select_option("#ask-documents", ["ward-letter"])
+    page.fill("#ask-epsilon", "2.5")
+    page.fill("#ask-tokens", "6")
+    page.click("#ask-run")
+    page.wait_for_selector("#ask-summary:not(:empty)", timeout=120_000)
+    assert page.inner_text("#ask-output").strip() and page.inner_text("#ask-error") == ""
+    assert page.inner_text("#ask-read") == "Read: ward-letter"
+    assert page.locator("#ask-report tbody tr").count() == 2
+    [answer] = [body for _, path, body in received if path == "/v1/ask"]
+    assert answer.count("event: token") > 1 and "event: result" in answer
 
     calls = {(method, path) for method, path, _ in received if path.startswith("/v1/")}
     assert calls == READER_CALLS  # not even an attempt at anything else

@@ -1,9 +1,10 @@
 // The reader's view (docs/vault.md): the tenant's document ids and public titles, and a streamed
-// rewrite of one at a chosen epsilon with its certificate. It fetches nothing else: a document's
+// rewrite of one at a chosen epsilon with its certificate (questions: ask.js). It fetches nothing else: a document's
 // text, spans, subjects and the ledger are the owner's, and this view never asks for them.
 import { call, failure, headers, stream } from "./api.js";
-import { $, button, fmt, textRow } from "./dom.js";
-import { renderGroups, runSummary } from "./report.js";
+import { offerDocuments } from "./ask.js";
+import { $, button, textRow } from "./dom.js";
+import { renderCertificate } from "./report.js";
 
 function showError(message) { $("reader-error").textContent = message || ""; }
 
@@ -16,6 +17,7 @@ async function refreshCatalog() {
     return row;
   }));
   if (!documents.length) $("catalog").tBodies[0].replaceChildren(textRow(["No documents have been released to readers yet."]));
+  offerDocuments(documents);
 }
 
 async function rewrite(id) {
@@ -31,24 +33,12 @@ async function rewrite(id) {
                                  { headers: headers({ Accept: "text/event-stream" }) });
     if (!response.ok) { showError(await failure(response)); return; }
     const result = await stream(response, $("release-output"), showError);
-    if (result) showCertificate(result);
+    if (result) renderCertificate("release", result);
   } catch (err) {
     showError("The connection failed: " + err.message);
   } finally {
     $("catalog").classList.remove("busy");
   }
-}
-
-function showCertificate({ report, lifetime, cached }) {
-  const epsilons = [...new Set(report.groups.map((g) => fmt(g.epsilon)))].join(", ");
-  $("release-summary").textContent = report.groups.length
-    ? `Each of the ${report.groups.length} units below (a person, or a kind of detail) is (ε ${epsilons}, δ ${report.delta})-DP ` +
-      `in this release. ${cached ? "This rewrite was made before and is returned again: nothing more was spent." : ""}`
-    : "This document has no private spans: the rewrite reads only public text.";
-  $("release-lifetime").textContent = `Across every release of every document, each person is (ε ${lifetime.epsilon}, ` +
-    `δ ${lifetime.delta})-DP for the vault's lifetime (RDP budget ${fmt(lifetime.budget)} at α ${lifetime.alpha}).`;
-  renderGroups($("release-report"), report);
-  $("release-guarantee").textContent = `${report.mechanism} on ${report.model}: ${runSummary(report)} ${report.guarantee}`;
 }
 
 $("catalog-refresh").onclick = refreshCatalog;
