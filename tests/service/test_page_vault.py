@@ -124,13 +124,14 @@ def test_the_owner_adds_a_draft_removes_and_adds_spans_confirms_and_sees_units_a
 
     # a release charges the units, which the ledger shows; a reader's quota is set on the page
     released = call(server, "GET", "/v1/documents/draft-letter/rewrite", keys["reader"],
-                    params={"epsilon": 2, "max_new_tokens": 4})
+                    params={"epsilon": 3, "max_new_tokens": 4})
     assert released.status_code == 200, released.text
     page.click("#ledger-refresh")
     page.wait_for_selector("#ledger tbody tr:has-text('subject admissions')")
     ledger = page.inner_text("#ledger")
     assert "subject patient-7" in ledger and "subject dr-marsh" in ledger
-    assert "α 6" in page.inner_text("#ledger-note")
+    alpha = call(server, "GET", "/v1/ledger", keys["owner"]).json()["alpha"]
+    assert f"order α {alpha:g}" in page.inner_text("#ledger-note")
     row = page.locator("#readers tbody tr", has_text=keys["reader"][:10])
     row.locator("input").first.fill("50")
     row.get_by_role("button", name="save").click()
@@ -159,7 +160,7 @@ def test_the_reader_lists_titles_gets_a_streamed_rewrite_and_answer_with_certifi
     assert "Ward 3 note" in page.locator("#catalog tbody tr", has_text="ward-letter").inner_text()
     assert "kept-draft" not in page.inner_text("#catalog")  # a draft is the owner's until confirmed
 
-    page.fill("#release-epsilon", "2.5")
+    page.fill("#release-epsilon", "3")
     page.fill("#release-tokens", "6")
     page.locator("#catalog tbody tr", has_text="ward-letter").get_by_role("button", name="rewrite").click()
     page.wait_for_selector("#release-summary:not(:empty)", timeout=120_000)
@@ -167,7 +168,7 @@ def test_the_reader_lists_titles_gets_a_streamed_rewrite_and_answer_with_certifi
     # two units: Dr Zindelby's subject, and the patient's (the document's subject) for her name and the date
     assert [r.split("\t")[:2] for r in page.locator("#release-report tbody tr").all_inner_texts()] == [
         ["unit-001", "1"], ["unit-002", "2"]]
-    assert "(ε 2.500, δ 0.00001)-DP" in page.inner_text("#release-summary")
+    assert "(ε 3.000, δ 0.00001)-DP" in page.inner_text("#release-summary")
     assert "(ε 4, δ 0.00001)-DP for the vault's lifetime" in page.inner_text("#release-lifetime")
     [release] = [body for _, path, body in received if path.endswith("/rewrite")]
     assert release.count("event: token") > 1 and "event: result" in release  # streamed token by token
@@ -179,7 +180,7 @@ def test_the_reader_lists_titles_gets_a_streamed_rewrite_and_answer_with_certifi
     # a question about the chosen document, answered streamed with its certificate and the documents read
     page.fill("#ask-question", "What is the note about?")
     page.select_option("#ask-documents", ["ward-letter"])
-    page.fill("#ask-epsilon", "2.5")
+    page.fill("#ask-epsilon", "3")
     page.fill("#ask-tokens", "6")
     page.click("#ask-run")
     page.wait_for_selector("#ask-summary:not(:empty)", timeout=120_000)
