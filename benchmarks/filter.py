@@ -7,7 +7,7 @@ with the filter, at each target epsilon, from ONE forward pass over the document
 tokens + 16), which the fixed accounting's certificate counts and the filter's does not. The
 public rewrite's perplexity (epsilon 0) and the original's (no privacy) bound the range.
 
-    PYTHONPATH=src python benchmarks/filter.py --split tune --limit 6 --paces 1,2,4,8,16 --epsilons 2,8 --out runs/filter-tune
+    PYTHONPATH=src python benchmarks/filter.py --split tune --limit 2 --max-chars 4000 --paces 0.25,0.5,1,2 --alphas 3 --epsilons 8 --out runs/filter-tune
     PYTHONPATH=src python benchmarks/filter.py --split report --limit 12 --epsilons 1,2,4,8,16 --out runs/filter-report
 
 Resumable: each document's figures are written to ``OUT/docs/ID.json`` as it is done; a rerun
@@ -39,14 +39,15 @@ DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "tab"
 
 
 def settings(epsilons: list[float], paces: list[float], groups: int, tokens: int, delta: float,
-             alphas: list[float]) -> list[Setting]:
+             alphas: list[float], fixed: bool = True) -> list[Setting]:
     """Public, original, and per epsilon the fixed accounting at the order it chooses for this
-    document, and the filter at each pace and each of ``alphas`` (None: the order the filter
-    chooses for the target), all from public parameters."""
+    document (unless not ``fixed``), and the filter at each pace and each of ``alphas`` (None: the
+    order the filter chooses for the target), all from public parameters."""
     out = [Setting("public", "-"), Setting("original", "-")]
     for eps in epsilons:
-        fixed = choose_alpha([(eps, max(groups, 1), tokens)], delta=delta)
-        out.append(Setting("dp-fusion", f"eps={eps:g}", alpha=fixed, target=eps))
+        if fixed:
+            out.append(Setting("dp-fusion", f"eps={eps:g}", alpha=choose_alpha([(eps, max(groups, 1), tokens)],
+                                                                              delta=delta), target=eps))
         for a in alphas:
             alpha = dp_fusion_filter_alpha(epsilon=eps, delta=delta) if a is None else a
             out += [Setting("dp-fusion-filter", f"eps={eps:g},pace={p:g},alpha={alpha:g}", alpha=alpha, target=eps,
@@ -54,12 +55,12 @@ def settings(epsilons: list[float], paces: list[float], groups: int, tokens: int
     return out
 
 
-def score_document(backend, text, spans, *, epsilons, paces, alphas, delta) -> dict:
+def score_document(backend, text, spans, *, epsilons, paces, alphas, delta, fixed=True) -> dict:
     tok, opts = backend.tokenizer, backend.options
     rows = document_rows(text, spans, tok, template=prompt_template(tok, options=opts),
                          placeholder=placeholders(tok, options=opts))
     tokens = math.ceil(1.2 * len(rows.target)) + 16
-    chosen = settings(epsilons, paces, len(rows.groups), tokens, delta, alphas)
+    chosen = settings(epsilons, paces, len(rows.groups), tokens, delta, alphas, fixed)
     bounds = [BoundMethod(s, [rows], vocab_size=backend.vocab_size, max_new_tokens=tokens, delta=delta)
               for s in chosen]
     start = time.perf_counter()
@@ -126,6 +127,8 @@ def main() -> None:
     parser.add_argument("--paces", default=str(DEFAULT_PACE))
     parser.add_argument("--alphas", default="auto",
                         help="the filter's orders, e.g. auto,2.5,3 (auto: dp_fusion_filter_alpha for the target)")
+    parser.add_argument("--no-fixed", action="store_true",
+                        help="score the filter only (the fixed accounting's figures do not change with its settings)")
     parser.add_argument("--delta", type=float, default=1e-5)
     parser.add_argument("--model", default="rewriter")
     parser.add_argument("--threads", type=int, default=None)
@@ -147,7 +150,7 @@ def main() -> None:
             if args.max_chars:
                 text, spans = truncate_document(text, spans, max_chars=args.max_chars)
             record = score_document(backend, text, spans, epsilons=epsilons, paces=paces, alphas=alphas,
-                                    delta=args.delta)
+                                    delta=args.delta, fixed=not args.no_fixed)
             path.write_text(json.dumps(record, indent=1))
             print(f"{doc_id}: {record['tokens']} tokens, {record['groups']} groups, {record['seconds']:.0f} s",
                   flush=True)

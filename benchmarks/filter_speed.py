@@ -44,7 +44,7 @@ def documents(long_chars: int) -> list[tuple[str, str, list[dict]]]:
 def per_token(backend, text: str, spans: list[dict], *, accounting: str, epsilon: float, seed: int) -> tuple[float, int]:
     """Seconds per released token of one rewrite, and the tokens released."""
     start = time.perf_counter()
-    result = sanitize(text, spans, model=backend, epsilon=epsilon, accounting=accounting, seed=seed)
+    result = sanitize(text, spans=spans, model=backend, epsilon=epsilon, accounting=accounting, seed=seed)
     seconds = time.perf_counter() - start
     tokens = max(1, result.report.tokens_generated)
     return seconds / tokens, tokens

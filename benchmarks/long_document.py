@@ -71,7 +71,7 @@ def main() -> None:
         if released % 500 == 0:
             print(f"{released} tokens, {time.perf_counter() - start:.0f} s", flush=True)
 
-    result = sanitize(text, spans, model=backend, epsilon=args.epsilon, accounting=args.accounting, seed=args.seed,
+    result = sanitize(text, spans=spans, model=backend, epsilon=args.epsilon, accounting=args.accounting, seed=args.seed,
                       on_token=progress)
     seconds = time.perf_counter() - start
     report = result.report.to_dict()

@@ -35,7 +35,8 @@ from typing import Any
 import torch
 
 from tokendp.accounting import (Ledger, dp_fusion_beta, dp_fusion_epsilon, dp_fusion_filter_alpha,
-                                dp_fusion_filter_budget, dp_fusion_filter_epsilon, dp_fusion_rdp_per_token)
+                                dp_fusion_filter_budget, dp_fusion_filter_epsilon, dp_fusion_filter_pace,
+                                dp_fusion_rdp_per_token)
 from tokendp.accounting.mechanisms import DP_FUSION_ORDERS, dp_fusion_alpha
 from tokendp.backends import HFBackend, RowSequence
 from tokendp.drafts import PromptLookup
@@ -216,8 +217,8 @@ def prepare_documents(method: str, alpha: float | None, delta: float, contexts: 
                       pace: float = DEFAULT_PACE) -> list[PreparedDocument]:
     """Each document's order, betas and certificate (module docstring); every value the
     guarantee rests on is checked here, before anything runs. ``accounting="filter"``: each
-    group's budget B_i from (epsilon_i, delta, alpha) and a pacing cap ``pace`` times the fixed
-    accounting's per-token cap at the document's T (:func:`_prepare_filter`)."""
+    group's budget B_i from (epsilon_i, delta, alpha) and a pacing cap from ``pace``, B_i and the
+    group's hidden tokens (:func:`_prepare_filter`)."""
     alphas = resolve_alphas(method, alpha, contexts, limits, epsilon, delta=delta, accounting=accounting)
     if accounting == "filter" and method == "dp-fusion":
         return [_prepare_filter(a, delta, c, t, epsilon, pace) for c, a, t in zip(contexts, alphas, limits)]
@@ -229,13 +230,14 @@ def _prepare_filter(alpha: float, delta: float, ctx: DocumentContexts, t: int, e
     """A document under the per-group Renyi filter (docs/privacy.md, "DP-Fusion with a per-group
     Renyi filter"): B_i = dp_fusion_filter_budget(epsilon_i, alpha, delta), its certificate
     dp_fusion_filter_epsilon(B_i) (at most epsilon_i, whatever the length), and the public
-    per-step cap alpha * beta_i with beta_i = ``pace`` times the fixed accounting's beta for
-    (epsilon_i, m, T): the pace keeps one token from spending a whole budget."""
+    per-step cap alpha * beta_i = :func:`~tokendp.accounting.dp_fusion_filter_pace`: one token
+    may spend at most ``pace`` B_i / n_i, n_i the group's hidden tokens."""
     names = [g.name for g in ctx.groups]
     targets = per_group(epsilon, names, "epsilon")
-    fixed = group_betas(ctx, alpha=alpha, delta=delta, max_tokens=t, beta=None, epsilon=epsilon)
+    m = len(ctx.groups)
     budgets = [0.0 if e == 0 else dp_fusion_filter_budget(epsilon=e, alpha=alpha, delta=delta) for e in targets]
-    betas = [pace * b for b in fixed]
+    betas = [dp_fusion_filter_pace(budget=B, tokens=max(g.n_tokens, 1), pace=pace, groups=m, alpha=alpha) / alpha
+             for g, B in zip(ctx.groups, budgets)]
     reports = tuple(GroupReport(g.name, g.n_spans, g.n_tokens, b, dp_fusion_filter_epsilon(budget=B, alpha=alpha,
                                                                                            delta=delta), e, B)
                     for g, b, B, e in zip(ctx.groups, betas, budgets, targets))

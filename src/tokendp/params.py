@@ -13,9 +13,9 @@ Method = Literal["dp-fusion", "original", "public"]
 METHODS = ("dp-fusion", "original", "public")
 Accounting = Literal["fixed", "filter"]
 ACCOUNTINGS = ("fixed", "filter")
-#: The filter accounting's per-step cap, as a multiple of the fixed accounting's per-token cap
-#: for the same (epsilon, m, T) (docs/sanitize.md, "Accounting: fixed or filter").
-DEFAULT_PACE = 4.0
+#: The filter accounting's per-step cap: one token may spend at most pace * B_i / n_i of group
+#: i's budget, n_i its hidden tokens (docs/sanitize.md, "Accounting: fixed or filter").
+DEFAULT_PACE = 0.5
 #: The most document tokens one passage holds: longer documents are rewritten passage by passage
 #: (docs/sanitize.md, "Long documents"); the rewriter was trained on passages of up to about 300.
 DEFAULT_PASSAGE_TOKENS = 320
@@ -72,12 +72,12 @@ def check_params(method: str, alpha: float | None, delta: float, temperature: fl
 
 def check_accounting(accounting: str, pace: float, method: str, beta: Budget) -> None:
     """DP-Fusion's accounting: ``"fixed"`` (every token charged the cap) or ``"filter"`` (each
-    group's budget spent where its text matters), with a pace >= 1 and epsilon targets."""
+    group's budget spent where its text matters), with a pace > 0 and epsilon targets."""
     if accounting not in ACCOUNTINGS:
         raise InvalidParameterError(f"accounting must be one of {ACCOUNTINGS}, got {accounting!r}")
-    if not (is_number(pace) and pace >= 1):
-        raise InvalidParameterError(f"pace must be a number >= 1 (a multiple of the fixed accounting's per-token "
-                                    f"cap), got {pace!r}")
+    if not (is_number(pace) and pace > 0):
+        raise InvalidParameterError(f"pace must be a number > 0 (the share of a group's budget per hidden token "
+                                    f"that one token may spend), got {pace!r}")
     if accounting == "filter" and method == "dp-fusion" and beta is not None:
         raise InvalidParameterError("the filter accounting spends a budget per group: give epsilon= (beta= is the "
                                     "fixed accounting's per-token cap)")

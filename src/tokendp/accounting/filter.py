@@ -30,7 +30,7 @@ from tokendp.accounting.rdp import conversion_offset, epsilon_sum, offset_terms
 from tokendp.errors import InvalidParameterError
 
 __all__ = ["FILTER_BUDGET_SHARE", "dp_fusion_filter_alpha", "dp_fusion_filter_budget", "dp_fusion_filter_cap",
-           "dp_fusion_filter_charge", "dp_fusion_filter_epsilon"]
+           "dp_fusion_filter_charge", "dp_fusion_filter_epsilon", "dp_fusion_filter_pace"]
 
 FILTER_BUDGET_SHARE = 0.3
 """The least share of epsilon that :func:`dp_fusion_filter_alpha` keeps as RDP budget B (the rest
@@ -145,3 +145,21 @@ def dp_fusion_filter_cap(*, remaining: float, groups: int, alpha: float) -> floa
             break
         d = above
     return d
+
+
+def dp_fusion_filter_pace(*, budget: float, tokens: int, pace: float, groups: int, alpha: float) -> float:
+    """The public pacing cap of a group: the largest divergence d one step may use, the one
+    whose charge (:func:`dp_fusion_filter_charge`) fits ``pace`` * B / n, where B = ``budget``
+    and n = ``tokens``, the tokens the group hides (public: one placeholder per hidden token).
+
+    At pace 1, the group's budget covers each hidden token's worth of text once at the full
+    cap; a smaller pace keeps room for the tokens after them (a name said again, a date
+    computed from a hidden one), a larger one lets the first mentions spend more. From public
+    parameters only (docs/privacy.md, "DP-Fusion with a per-group Rényi filter"); 0 when B = 0.
+    """
+    budget = check_nonnegative("budget", budget)
+    tokens = check_count("tokens", tokens)
+    pace = check_nonnegative("pace", pace)
+    if budget == 0 or pace == 0:
+        return 0.0
+    return dp_fusion_filter_cap(remaining=pace * budget / tokens, groups=groups, alpha=alpha)

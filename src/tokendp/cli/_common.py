@@ -65,9 +65,9 @@ def decoding_options(command: Callable) -> Callable:
 def accounting_options(command: Callable) -> Callable:
     """``--accounting`` and ``--pace``: how DP-Fusion charges its span groups (public settings)."""
     command = click.option(
-        "--pace", type=click.FloatRange(min=1), default=DEFAULT_PACE, show_default=True,
-        help="With --accounting filter: the most one token may spend, as a multiple of the fixed accounting's "
-             "per-token cap (public).")(command)
+        "--pace", type=click.FloatRange(min=0, min_open=True), default=DEFAULT_PACE, show_default=True,
+        help="With --accounting filter: one token may spend at most PACE x B / n of a group's budget B, n the "
+             "tokens the group hides (public).")(command)
     return click.option(
         "--accounting", type=click.Choice(list(ACCOUNTINGS)), default="fixed", show_default=True,
         help="fixed: every one of the T tokens is charged the per-token cap. filter: each group spends an RDP "

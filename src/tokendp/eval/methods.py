@@ -37,7 +37,7 @@ import torch
 
 from tokendp.accounting import (dp_decoding_epsilon, dp_decoding_lam, dp_fusion_beta, dp_fusion_epsilon,
                                 dp_fusion_filter_alpha, dp_fusion_filter_budget, dp_fusion_filter_epsilon,
-                                dp_prompt_epsilon, dp_prompt_temperature)
+                                dp_fusion_filter_pace, dp_prompt_epsilon, dp_prompt_temperature)
 from tokendp.errors import InvalidParameterError
 from tokendp.mechanisms import DPDecoding, DPFusion, DPFusionFilter, DPPrompt, MechanismStep, Original, Public, RenyiFilter
 from tokendp.params import DEFAULT_PACE
@@ -66,6 +66,7 @@ class DocumentRows:
     groups: tuple[tuple[int, ...], ...]  # DP-Fusion's private rows, one per group (may be empty)
     scrub: tuple[int, ...]
     public_prefix: int  # leading tokens the public and group rows share, from the span positions
+    group_tokens: tuple[int, ...]  # per group, the tokens it hides (public: one placeholder each)
 
 
 def scrub_text(text: str, spans: Sequence[Span]) -> str:
@@ -86,7 +87,7 @@ def document_rows(text: str, spans: Sequence[Span], tokenizer: Any, *, template:
     target = tuple(tokenizer(text, add_special_tokens=False)["input_ids"])
     scrubbed = tuple(tokenizer(scrub_text(text, spans), add_special_tokens=False)["input_ids"])
     return DocumentRows(target, template.wrap(target), ctx.rows[0], tuple(ctx.rows[1:]),
-                        template.wrap(scrubbed), ctx.public_prefix)
+                        template.wrap(scrubbed), ctx.public_prefix, tuple(g.n_tokens for g in ctx.groups))
 
 
 @dataclass(frozen=True)
@@ -101,7 +102,7 @@ class Setting:
     alpha: float | None = None
     cap: float | None = None  # DP-Fusion alpha * beta when fixed (paper settings)
     target: float | None = None
-    pace: float = DEFAULT_PACE  # dp-fusion-filter: the per-step cap over the fixed accounting's
+    pace: float = DEFAULT_PACE  # dp-fusion-filter: one token spends at most pace * B_i / n_i
 
     @property
     def key(self) -> str:
@@ -246,13 +247,19 @@ class BoundMethod:
         self.betas = torch.zeros((len(self.docs), width), dtype=torch.float64)  # (N, m_max); float32 could round beta up
         self.budgets = torch.zeros((len(self.docs), width), dtype=torch.float64)  # (N, m_max): the filter's B
         self.group_mask = torch.zeros((len(self.docs), width), dtype=torch.bool)  # (N, m_max)
-        for i, m in enumerate(counts):
+        for i, (doc, m) in enumerate(zip(self.docs, counts)):
             if m:
-                # the filter's pace is a divergence cap: pace * alpha * beta of the fixed accounting
-                self.betas[i, :m] = self._beta(m) * (s.pace * s.alpha if filtered else 1.0)
+                self.betas[i, :m] = torch.tensor(self._paces(doc) if filtered else [self._beta(m)] * m,
+                                                 dtype=torch.float64)
                 self.budgets[i, :m] = self._budget() if filtered else 0.0
                 self.group_mask[i, :m] = True
         self.filter = RenyiFilter(self.budgets.clone()) if filtered else None
+
+    def _paces(self, doc: DocumentRows) -> list[float]:
+        """The filter's per-step divergence caps of ``doc``'s groups (dp_fusion_filter_pace)."""
+        s, m = self.setting, len(doc.groups)
+        return [dp_fusion_filter_pace(budget=self._budget(), tokens=max(n, 1), pace=s.pace, groups=m, alpha=s.alpha)
+                for n in doc.group_tokens]
 
     def _budget(self) -> float:
         s = self.setting

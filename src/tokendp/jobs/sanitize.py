@@ -199,8 +199,8 @@ def sanitize_batch(
             moved, through a per-group Renyi filter: the certificate does not depend on T;
             docs/privacy.md, "DP-Fusion with a per-group Rényi filter"). The filter needs
             ``epsilon``.
-        pace: under the filter, the most one token may spend, as a multiple (>= 1) of the fixed
-            accounting's per-token cap for the same epsilon, groups and T (public).
+        pace: under the filter, one token may spend at most ``pace`` * B_i / n_i of group i's
+            budget, n_i the tokens the group hides (public; > 0).
         passage_tokens: a document of more tokens is rewritten passage by passage, cut at line
             breaks outside the spans, each passage reading the previous one and its rewrite; one
             certificate covers the whole document (docs/sanitize.md, "Long documents"). None:

@@ -37,8 +37,8 @@ class Accounting(Strict):
     accounting: Literal["fixed", "filter"] = Field("fixed", description="DP-Fusion's accounting: every token "
                                                    "charged the cap (fixed) or each group's budget spent where its "
                                                    "text matters (filter, needs epsilon)")
-    pace: float = Field(DEFAULT_PACE, ge=1, description="with the filter: the most one token may spend, as a multiple of "
-                                               "the fixed accounting's per-token cap")
+    pace: float = Field(DEFAULT_PACE, gt=0, description="with the filter: one token may spend at most pace * B / n "
+                                                        "of a group's budget B, n the tokens it hides")
 
 
 class SanitizeRequest(Accounting):
