@@ -19,7 +19,7 @@ pytestmark = pytest.mark.slow
 
 # (method, path) a reader key may call; every other route of the app must answer a reader 403.
 READER_ROUTES = {("GET", "/v1/documents"), ("GET", "/v1/documents/{id}/rewrite"), ("POST", "/v1/ask"),
-                 ("POST", "/v1/account")}
+                 ("POST", "/v1/account"), ("GET", "/v1/whoami")}
 
 
 @pytest.fixture(scope="module")
@@ -71,6 +71,15 @@ def test_a_reader_lists_ids_and_titles_and_never_receives_text_spans_or_ledger(v
     assert not any(k in json.dumps(body["report"]) for k in ("lam", "spent", "remaining", "reserved", "divergence"))
     assert body["lifetime"]["epsilon"] == LIFETIME
     assert all(g["epsilon"] == pytest.approx(RELEASE) for g in body["report"]["groups"])
+
+
+def test_whoami_tells_a_key_its_tenant_and_role_and_nothing_else(vault):
+    server, keys, _ = vault
+    for name, role in (("owner", "owner"), ("reader", "reader"), ("other_reader", "reader")):
+        reply = call(server, "GET", "/v1/whoami", keys[name])
+        assert reply.status_code == 200 and reply.json() == {"tenant": "other" if name == "other_reader" else "clinic",
+                                                              "role": role}
+    assert call(server, "GET", "/v1/whoami", "tdp_" + "x" * 43).status_code == 401
 
 
 def test_another_tenant_sees_nothing_of_this_vault(vault):

@@ -4,8 +4,8 @@ Every /v1 call authenticates its key (401 unauthorized), counts against the key'
 minute (429 rate_limited), checks the key's role (403 forbidden: every route declares the roles
 it admits, :func:`create_app`'s ``owner`` and ``anyone``; docs/vault.md) and sees only its own
 tenant's data. A reader key may list the stored documents' ids and titles, ask for releases of
-them (:mod:`tokendp.service.vault_routes`) and use the accountant (/v1/account, pure arithmetic);
-every other route is the owner's. Jobs go through the one
+them (:mod:`tokendp.service.vault_routes`), use the accountant (/v1/account, pure arithmetic) and
+ask its own tenant and role (/v1/whoami); every other route is the owner's. Jobs go through the one
 :class:`~tokendp.service.batching.Worker`; the endpoints only wait for them. /v1/sanitize
 answers JSON, or server-sent events when the body has ``"stream": true`` or the Accept header
 asks for ``text/event-stream``: ``token`` events (``{"text": new text}``), then one ``result``
@@ -171,6 +171,12 @@ def create_app(db: str | Path, *, model: str = "rewriter", tagger: str = "auto",
             return _account(body)
         except Exception as err:
             raise errors.to_api_error(err) from None
+
+    @app.get("/v1/whoami", tags=["v1"])
+    async def whoami(who: Caller = Depends(anyone)) -> dict[str, str]:
+        """The key's tenant and role (``owner`` or ``reader``), and nothing else: the page shows
+        the view of the role, and a reader's view fetches nothing a reader may not have."""
+        return {"tenant": who.tenant.name, "role": who.role}
 
     @app.get("/v1/budget", tags=["v1"])
     async def budget(id: str | None = Query(None, description="one document's units only"),
