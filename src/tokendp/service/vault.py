@@ -69,6 +69,15 @@ class RewriteRequest:
     def id(self) -> str:
         return self.document.id
 
+    @property
+    def tokens(self) -> int | None:
+        """T if the request fixes it (the quota counts it when the ticket is taken)."""
+        return self.params.max_new_tokens
+
+    def units(self) -> tuple[str, ...]:
+        """The units the release reads, from the stored spans alone (its ticket holds them)."""
+        return tuple(grouped_spans(self.document)[2].values())
+
 
 def grouped_spans(document: StoredDocument) -> tuple[list[dict[str, Any]], dict[str, str], dict[str, str]]:
     """The document's spans relabelled ``unit-00k/LABEL``, the label -> group mapping, and
