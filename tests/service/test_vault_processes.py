@@ -18,6 +18,7 @@ import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from fractions import Fraction
+from urllib.parse import urlsplit
 
 import httpx
 import pytest
@@ -38,6 +39,12 @@ def vault_db(request, tmp_path):
     if request.param == "sqlite":
         return tmp_path / "vault.db"
     return fresh_database(request.getfixturevalue("postgres_server"))
+
+
+def no_password_in_logs(db, folder) -> None:
+    """A DSN's password never reaches a server's log."""
+    password = urlsplit(str(db)).password
+    assert password is None or all(password not in log.read_text() for log in folder.glob("*.log"))
 
 
 def rows(db, sql: str, params=()) -> list[dict]:
@@ -82,6 +89,7 @@ def test_two_processes_and_two_readers_never_overspend_a_shared_subject_and_a_re
     finally:
         for server in servers:
             server.stop()
+    no_password_in_logs(db, tmp_path)
 
 
 def test_a_short_release_arriving_second_reserves_after_the_long_one_commits(vault_db, tmp_path):
@@ -172,3 +180,4 @@ def test_a_killed_servers_ticket_expires_with_its_reservation_spent_and_unblocks
     finally:
         doomed.stop()
         survivor.stop()
+    no_password_in_logs(db, tmp_path)
