@@ -129,3 +129,24 @@ def test_a_release_cancelled_while_it_waits_is_voided(setup):
     held, states = subject(vault, caller)
     assert held["spent"] == held["reserved"] == 0 and states == {"waiting": 1, "void": 1}
     vault.void(earlier)
+
+
+def test_a_commit_the_database_refuses_is_closed_again_as_a_failure_and_never_holds_the_subject(setup, monkeypatch):
+    worker, vault, caller = setup
+    real, calls = vault.commit, []
+
+    def refused(*args):
+        calls.append(args)
+        raise RuntimeError("database unavailable")
+
+    monkeypatch.setattr(vault, "commit", refused)
+    job, _ = release(worker, vault, caller)
+    assert job.future.exception() is None and calls  # the reader has the release
+    deadline = time.monotonic() + 30
+    while vault.ledger(caller.tenant)["releases"] != {"failed": 1} and time.monotonic() < deadline:
+        time.sleep(0.1)
+    held, states = subject(vault, caller)
+    assert states == {"failed": 1} and held["spent"] == job.plan.release_budget  # spent in full, ticket closed
+    monkeypatch.setattr(vault, "commit", real)
+    job, _ = release(worker, vault, caller)  # the subject is not held back
+    assert job.future.exception() is None

@@ -30,7 +30,8 @@ against them before the first token, and after the last the actual spend committ
 filter left returns to the unit) and the release cached. A release that fails after a token
 keeps its reservations spent in full; one cancelled after a token commits what its filter spent
 up to there; one cancelled or refused while it waits is voided. The heartbeat
-(:mod:`tokendp.service.heartbeat`) keeps this process's tickets alive while the worker runs.
+(:mod:`tokendp.service.heartbeat`) keeps this process's tickets alive while the worker runs; a
+ticket the database would not close is closed again at the next round (a commit as a failure).
 
 Cancelling (:meth:`Job.cancel`: its client went away, or the server is shutting down,
 :meth:`Worker.cancel_all`): a job not yet planned ends unplanned and uncharged; one reserved but
@@ -148,6 +149,7 @@ class Worker:
         self._arrivals: queue.Queue = queue.Queue()  # vault releases before their ticket
         self._ticketer = threading.Thread(target=self._take_tickets, name="tokendp-tickets", daemon=True)
         self._waiting: list[Job] = []  # vault releases planned, ticket not yet free to reserve
+        self._unclosed: list[tuple[Callable[[int], None], int]] = []  # tickets to close again (_close_ticket)
         self._heartbeat = Heartbeat(vault) if vault is not None else None
         self._live: set[Job] = set()  # submitted and not done
         self._lock = threading.Lock()
@@ -215,7 +217,7 @@ class Worker:
         self.ready.set()
         while True:
             try:
-                first = self._queue.get(timeout=self.poll_s if self._waiting else None)
+                first = self._queue.get(timeout=self.poll_s if self._waiting or self._unclosed else None)
             except queue.Empty:  # only releases set aside: recheck their tickets
                 first = RECHECK
             if first is None:
@@ -236,8 +238,8 @@ class Worker:
             except Exception as err:  # the thread must outlive any one batch
                 log.error("worker error: %s", type(err).__name__)
                 for job in jobs:
-                    if not job.future.done():
-                        job.done(error=err)
+                    if not job.future.done() and job not in self._waiting:
+                        self._refuse(job, err)  # nothing generated: a release's ticket closes
 
     def _run(self, jobs: list[Job]) -> None:
         admitted = []
@@ -264,17 +266,17 @@ class Worker:
             self._generate(batch)
 
     def _refuse(self, job: Job, err: BaseException) -> None:
-        """End a job that reserved nothing (a vault release's ticket is voided)."""
-        try:
-            if job.kind in VAULT_KINDS and job.reservation is not None:
-                self.vault.void(job.reservation)
-        finally:
-            job.done(error=err)
+        """End a job that generated nothing (a vault release's ticket is voided)."""
+        if job.kind in VAULT_KINDS and job.reservation is not None:
+            self._close_ticket(self.vault.void, job.reservation)
+            job.charged = False
+        job.done(error=err)
 
     def _admit_waiting(self) -> list[Job]:
         """The releases set aside whose tickets may now reserve, reserved, in ticket order. A
         ticket's reservation waits for every earlier ticket of its units (in any process);
         those whose process missed its lease are expired first."""
+        self._retry_unclosed()
         admitted, still = [], []
         for job in sorted(self._waiting, key=lambda j: j.reservation):
             if job.cancelled is not None:  # gone while it waited: nothing reserved
@@ -394,14 +396,31 @@ class Worker:
         it finished), or failed (its reservations spent in full)."""
         try:
             if error is not None and not sampled:
-                self.vault.void(job.reservation)
+                self._close_ticket(self.vault.void, job.reservation)
                 job.charged = False
             elif job.left is not None and (error is None or isinstance(error, Cancelled)):
-                self.vault.commit(job.reservation, job.left, result if error is None else None)
+                self._close_ticket(lambda rid: self.vault.commit(rid, job.left, result if error is None else None),
+                                   job.reservation, retry=self.vault.fail)
             else:
-                self.vault.fail(job.reservation)
+                self._close_ticket(self.vault.fail, job.reservation)
         finally:  # a state that cannot be written stays "open", which counts as spent
             job.done(result if error is None else None, error)
+
+    def _close_ticket(self, close: Callable[[int], None], release: int, retry: Callable[[int], None] | None = None
+                      ) -> None:
+        """Close a release's ticket; if the database refuses, close it again at the worker's next
+        round (with ``retry``: a commit is retried as a failure, spent in full), so that an open
+        ticket of a live process never holds its units back for ever."""
+        try:
+            close(release)
+        except Exception as err:
+            log.error("release %s could not be closed (retried): %s", release, type(err).__name__)
+            self._unclosed.append((retry or close, release))
+
+    def _retry_unclosed(self) -> None:
+        pending, self._unclosed = self._unclosed, []
+        for close, release in pending:
+            self._close_ticket(close, release)
 
 
 class _TextStream:
