@@ -60,3 +60,21 @@ def test_floats_keep_double_precision_on_postgresql(postgres_server):
     assert conn.execute("SELECT budget FROM tenants").fetchone()["budget"] == value
     assert conn.execute("SELECT spent FROM units").fetchone()[0] == math.nextafter(value, 1)
     conn.close()
+
+
+def test_a_connection_lost_to_a_database_restart_is_opened_again(postgres_server):
+    """Each thread's connection is reopened when PostgreSQL dropped it (a restart, a failover)."""
+    import psycopg
+
+    from tokendp.service.store import BudgetStore
+
+    dsn = fresh_database(postgres_server)
+    store = BudgetStore(dsn)
+    first = store.conn
+    with psycopg.connect(postgres_server.dsn(), autocommit=True) as admin:
+        admin.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = %s",
+                      (dsn.rsplit("/", 1)[1],))
+    with pytest.raises(psycopg.OperationalError):
+        first.execute("SELECT 1").fetchone()
+    assert first.broken and store.conn is not first
+    assert store.conn.execute("SELECT COUNT(*) AS n FROM tenants").fetchone()["n"] == 0

@@ -173,6 +173,11 @@ class Connection:
     def close(self) -> None:
         raise NotImplementedError
 
+    @property
+    def broken(self) -> bool:
+        """Whether the connection is lost (a database server that restarted): open a new one."""
+        return False
+
 
 def is_postgres(target: str | Path) -> bool:
     return str(target).startswith(POSTGRES_SCHEMES)

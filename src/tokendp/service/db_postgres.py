@@ -82,6 +82,10 @@ class PostgresConnection(Connection):
     def close(self) -> None:
         self.raw.close()
 
+    @property
+    def broken(self) -> bool:
+        return self.raw.broken or self.raw.closed
+
 
 def open_postgres(dsn: str) -> PostgresConnection:
     """A connection in autocommit mode (transactions are explicit), schema created."""

@@ -66,7 +66,7 @@ class BudgetStore:
     @property
     def conn(self):
         conn = getattr(self._local, "conn", None)
-        if conn is None:
+        if conn is None or conn.broken:  # a PostgreSQL server that restarted: connect again
             conn = self._local.conn = open_db(self.path)
         return conn
 
