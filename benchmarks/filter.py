@@ -25,35 +25,41 @@ from pathlib import Path
 
 import torch
 
+from tokendp.accounting import dp_fusion_filter_alpha
 from tokendp.backends import load_backend
 from tokendp.eval.candidates import truncate_document
 from tokendp.eval.methods import BoundMethod, Setting, document_rows
 from tokendp.eval.sanitization import _perplexities
 from tokendp.fusion import choose_alpha
+from tokendp.params import DEFAULT_PACE
 from tokendp.text.contexts import placeholders, prompt_template
 from tokendp.text.tab import load_tab
 
 DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "tab"
 
 
-def settings(epsilons: list[float], paces: list[float], groups: int, tokens: int, delta: float) -> list[Setting]:
-    """Public, original, and per epsilon the fixed accounting and the filter at each pace, all at
-    the order the fixed accounting would choose for this document (public parameters)."""
+def settings(epsilons: list[float], paces: list[float], groups: int, tokens: int, delta: float,
+             alphas: list[float]) -> list[Setting]:
+    """Public, original, and per epsilon the fixed accounting at the order it chooses for this
+    document, and the filter at each pace and each of ``alphas`` (None: the order the filter
+    chooses for the target), all from public parameters."""
     out = [Setting("public", "-"), Setting("original", "-")]
     for eps in epsilons:
-        alpha = choose_alpha([(eps, max(groups, 1), tokens)], delta=delta)
-        out.append(Setting("dp-fusion", f"eps={eps:g}", alpha=alpha, target=eps))
-        out += [Setting("dp-fusion-filter", f"eps={eps:g},pace={p:g}", alpha=alpha, target=eps, pace=p)
-                for p in paces]
+        fixed = choose_alpha([(eps, max(groups, 1), tokens)], delta=delta)
+        out.append(Setting("dp-fusion", f"eps={eps:g}", alpha=fixed, target=eps))
+        for a in alphas:
+            alpha = dp_fusion_filter_alpha(epsilon=eps, delta=delta) if a is None else a
+            out += [Setting("dp-fusion-filter", f"eps={eps:g},pace={p:g},alpha={alpha:g}", alpha=alpha, target=eps,
+                            pace=p) for p in paces]
     return out
 
 
-def score_document(backend, text, spans, *, epsilons, paces, delta) -> dict:
+def score_document(backend, text, spans, *, epsilons, paces, alphas, delta) -> dict:
     tok, opts = backend.tokenizer, backend.options
     rows = document_rows(text, spans, tok, template=prompt_template(tok, options=opts),
                          placeholder=placeholders(tok, options=opts))
     tokens = math.ceil(1.2 * len(rows.target)) + 16
-    chosen = settings(epsilons, paces, len(rows.groups), tokens, delta)
+    chosen = settings(epsilons, paces, len(rows.groups), tokens, delta, alphas)
     bounds = [BoundMethod(s, [rows], vocab_size=backend.vocab_size, max_new_tokens=tokens, delta=delta)
               for s in chosen]
     start = time.perf_counter()
@@ -90,14 +96,14 @@ def plot(rows: list[dict], path: Path) -> None:
     import matplotlib.pyplot as plt
 
     fig, ax = plt.subplots(figsize=(6, 4))
-    for method, pace, style in [("dp-fusion", None, "o-")] + [("dp-fusion-filter", p, "s--") for p in
-                                                             sorted({r["pace"] for r in rows
-                                                                     if r["method"] == "dp-fusion-filter"})]:
-        pts = sorted((r["target"], r["ppl"]) for r in rows if r["method"] == method and (pace is None or
-                                                                                      r["pace"] == pace))
-        if pts:
-            label = "fixed accounting" if pace is None else f"filter (pace {pace:g})"
-            ax.plot(*zip(*pts), style, label=label)
+    curves: dict[str, list[tuple[float, float]]] = {}
+    for r in rows:
+        if r["method"] in ("dp-fusion", "dp-fusion-filter"):
+            label = ("fixed accounting" if r["method"] == "dp-fusion"
+                     else "filter (" + r["name"].split(",", 1)[1].replace("=", " ").replace(",", ", ") + ")")
+            curves.setdefault(label, []).append((r["target"], r["ppl"]))
+    for label, pts in curves.items():
+        ax.plot(*zip(*sorted(pts)), "o-" if label.startswith("fixed") else "s--", label=label)
     for method, colour in (("public", "grey"), ("original", "black")):
         for r in rows:
             if r["method"] == method:
@@ -117,7 +123,9 @@ def main() -> None:
     parser.add_argument("--limit", type=int, default=6)
     parser.add_argument("--max-chars", type=int, default=None, help="cut documents (default: full length)")
     parser.add_argument("--epsilons", default="2,8")
-    parser.add_argument("--paces", default="4")
+    parser.add_argument("--paces", default=str(DEFAULT_PACE))
+    parser.add_argument("--alphas", default="auto",
+                        help="the filter's orders, e.g. auto,2.5,3 (auto: dp_fusion_filter_alpha for the target)")
     parser.add_argument("--delta", type=float, default=1e-5)
     parser.add_argument("--model", default="rewriter")
     parser.add_argument("--threads", type=int, default=None)
@@ -127,6 +135,7 @@ def main() -> None:
         torch.set_num_threads(args.threads)
     epsilons = [float(x) for x in args.epsilons.split(",")]
     paces = [float(x) for x in args.paces.split(",")]
+    alphas = [None if x == "auto" else float(x) for x in args.alphas.split(",")]
     tab = load_tab(args.data, args.split)
     backend = load_backend(args.model)
     (args.out / "docs").mkdir(parents=True, exist_ok=True)
@@ -137,7 +146,8 @@ def main() -> None:
             text, spans = tab.texts[doc_id], tab.gold[doc_id]
             if args.max_chars:
                 text, spans = truncate_document(text, spans, max_chars=args.max_chars)
-            record = score_document(backend, text, spans, epsilons=epsilons, paces=paces, delta=args.delta)
+            record = score_document(backend, text, spans, epsilons=epsilons, paces=paces, alphas=alphas,
+                                    delta=args.delta)
             path.write_text(json.dumps(record, indent=1))
             print(f"{doc_id}: {record['tokens']} tokens, {record['groups']} groups, {record['seconds']:.0f} s",
                   flush=True)

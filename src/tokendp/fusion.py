@@ -34,8 +34,8 @@ from typing import Any
 
 import torch
 
-from tokendp.accounting import (Ledger, dp_fusion_beta, dp_fusion_epsilon, dp_fusion_filter_budget,
-                                dp_fusion_filter_epsilon, dp_fusion_rdp_per_token)
+from tokendp.accounting import (Ledger, dp_fusion_beta, dp_fusion_epsilon, dp_fusion_filter_alpha,
+                                dp_fusion_filter_budget, dp_fusion_filter_epsilon, dp_fusion_rdp_per_token)
 from tokendp.accounting.mechanisms import DP_FUSION_ORDERS, dp_fusion_alpha
 from tokendp.backends import HFBackend, RowSequence
 from tokendp.drafts import PromptLookup
@@ -148,16 +148,20 @@ def choose_alpha(targets: Sequence[tuple[float, int, int]], *, delta: float) -> 
 
 
 def resolve_alphas(method: str, alpha: float | None, contexts: Sequence[DocumentContexts], limits: Sequence[int],
-                   epsilon: Budget, *, delta: float) -> list[float]:
+                   epsilon: Budget, *, delta: float, accounting: Accounting = "fixed") -> list[float]:
     """The Renyi order of each document: ``alpha`` if given; else, for DP-Fusion with epsilon
     targets, :func:`choose_alpha` over the document's own targets (never its batchmates', so a
-    document's guarantee and output do not depend on the batch); else 2."""
+    document's guarantee and output do not depend on the batch), or under the filter
+    :func:`~tokendp.accounting.dp_fusion_filter_alpha` for its smallest target; else 2."""
     if alpha is not None:
         return [float(alpha)] * len(contexts)
     if method != "dp-fusion" or epsilon is None:
         return [DEFAULT_ALPHA] * len(contexts)
     targets = [[(e, len(c.groups), t) for e in per_group(epsilon, [g.name for g in c.groups], "epsilon") if e > 0]
                for c, t in zip(contexts, limits)]
+    if accounting == "filter":
+        return [dp_fusion_filter_alpha(epsilon=min(e for e, _, _ in tg), delta=delta) if tg else DEFAULT_ALPHA
+                for tg in targets]
     return [choose_alpha(tg, delta=delta) if tg else DEFAULT_ALPHA for tg in targets]
 
 
@@ -214,7 +218,7 @@ def prepare_documents(method: str, alpha: float | None, delta: float, contexts: 
     guarantee rests on is checked here, before anything runs. ``accounting="filter"``: each
     group's budget B_i from (epsilon_i, delta, alpha) and a pacing cap ``pace`` times the fixed
     accounting's per-token cap at the document's T (:func:`_prepare_filter`)."""
-    alphas = resolve_alphas(method, alpha, contexts, limits, epsilon, delta=delta)
+    alphas = resolve_alphas(method, alpha, contexts, limits, epsilon, delta=delta, accounting=accounting)
     if accounting == "filter" and method == "dp-fusion":
         return [_prepare_filter(a, delta, c, t, epsilon, pace) for c, a, t in zip(contexts, alphas, limits)]
     return [_prepare(method, a, delta, c, t, beta, epsilon) for c, a, t in zip(contexts, alphas, limits)]

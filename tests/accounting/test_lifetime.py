@@ -10,8 +10,8 @@ from fractions import Fraction
 import mpmath
 import pytest
 
-from tokendp.accounting import (dp_fusion_filter_epsilon, lifetime_alpha, lifetime_budget, lifetime_reservation,
-                                lifetime_spent)
+from tokendp.accounting import (dp_fusion_filter_alpha, dp_fusion_filter_epsilon, lifetime_alpha, lifetime_budget,
+                                lifetime_reservation, lifetime_spent)
 from tokendp.accounting.mechanisms import DP_FUSION_ORDERS
 from tokendp.errors import InvalidParameterError
 
@@ -23,13 +23,14 @@ def _offset(alpha: float, delta: float) -> mpmath.mpf:
 
 
 @pytest.mark.parametrize("epsilon, delta", [(1, 1e-5), (4, 1e-5), (8, 1e-5), (20, 1e-6), (2, 1e-3)])
-def test_the_order_is_the_smallest_whose_conversion_costs_at_most_half_the_epsilon(epsilon, delta):
+def test_the_order_is_the_smallest_whose_conversion_leaves_at_least_three_tenths_of_the_epsilon(epsilon, delta):
     alpha = lifetime_alpha(epsilon=epsilon, delta=delta)
-    assert _offset(alpha, delta) <= epsilon / 2
+    assert alpha == dp_fusion_filter_alpha(epsilon=epsilon, delta=delta)  # the filter's own rule
+    assert _offset(alpha, delta) <= 0.7 * epsilon
     smaller = [a for a in DP_FUSION_ORDERS if a < alpha]
-    assert all(_offset(a, delta) > epsilon / 2 - 1e-12 for a in smaller)
+    assert all(_offset(a, delta) > 0.7 * epsilon - 1e-12 for a in smaller)
     budget = lifetime_budget(epsilon=epsilon, delta=delta, alpha=alpha)
-    assert budget >= epsilon / 2 * (1 - 1e-12)
+    assert budget >= 0.3 * epsilon * (1 - 1e-12)
     assert dp_fusion_filter_epsilon(budget=budget, alpha=alpha, delta=delta) <= epsilon
 
 

@@ -18,7 +18,8 @@ from tests.service.vault_helpers import (LIFETIME, RELEASE, SECRETS, SUBJECT, ca
 pytestmark = pytest.mark.slow
 
 # (method, path) a reader key may call; every other route of the app must answer a reader 403.
-READER_ROUTES = {("GET", "/v1/documents"), ("GET", "/v1/documents/{id}/rewrite"), ("POST", "/v1/account")}
+READER_ROUTES = {("GET", "/v1/documents"), ("GET", "/v1/documents/{id}/rewrite"), ("POST", "/v1/ask"),
+                 ("POST", "/v1/account")}
 
 
 @pytest.fixture(scope="module")

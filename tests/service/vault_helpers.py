@@ -10,7 +10,7 @@ import httpx
 
 from tests.service.conftest import LETTER, auth
 
-LIFETIME = 4.0  # the tenant's lifetime epsilon per unit (alpha 6, B about 2.24 at delta 1e-5)
+LIFETIME = 4.0  # the tenant's lifetime epsilon per unit (alpha 5, B about 1.75 at delta 1e-5)
 RELEASE = 3.0  # one release's epsilon per unit (B_rel about 1.24): two releases cannot both take it in full
 SUBJECT = "patient-7"
 # "Tomas Lindqvist" in LETTER, about SUBJECT; "Helen Marsh" without a subject: the unit (document, PERSON).

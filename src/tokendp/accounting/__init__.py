@@ -19,6 +19,7 @@ from tokendp.accounting.dpsgd import (
 )
 from tokendp.accounting.events import PrivacyEvent, PureDpEvent, RdpEvent, SubsampledGaussianEvent, ZcdpEvent
 from tokendp.accounting.filter import (
+    dp_fusion_filter_alpha,
     dp_fusion_filter_budget,
     dp_fusion_filter_cap,
     dp_fusion_filter_charge,
@@ -110,6 +111,7 @@ __all__ = [
     "dp_decoding_lam",
     "dp_fusion_beta",
     "dp_fusion_epsilon",
+    "dp_fusion_filter_alpha",
     "dp_fusion_filter_budget",
     "dp_fusion_filter_cap",
     "dp_fusion_filter_charge",

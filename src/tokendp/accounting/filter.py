@@ -25,11 +25,17 @@ from fractions import Fraction
 
 from tokendp.accounting._checks import check_count, check_delta, check_nonnegative, check_order
 from tokendp.accounting._rounding import ceil_float
-from tokendp.accounting.mechanisms import _mixture_cap, _mixture_rdp, _step_down_until
+from tokendp.accounting.mechanisms import DP_FUSION_ORDERS, _mixture_cap, _mixture_rdp, _step_down_until
 from tokendp.accounting.rdp import conversion_offset, epsilon_sum, offset_terms
 from tokendp.errors import InvalidParameterError
 
-__all__ = ["dp_fusion_filter_budget", "dp_fusion_filter_cap", "dp_fusion_filter_charge", "dp_fusion_filter_epsilon"]
+__all__ = ["FILTER_BUDGET_SHARE", "dp_fusion_filter_alpha", "dp_fusion_filter_budget", "dp_fusion_filter_cap",
+           "dp_fusion_filter_charge", "dp_fusion_filter_epsilon"]
+
+FILTER_BUDGET_SHARE = 0.3
+"""The least share of epsilon that :func:`dp_fusion_filter_alpha` keeps as RDP budget B (the rest
+pays the conversion to (epsilon, delta)); chosen on TAB's tuning half (docs/sanitize.md,
+"Accounting: fixed or filter")."""
 
 _STEPS_UP = 64
 """Ulps :func:`dp_fusion_filter_cap` may climb above its closed form while the charge still fits."""
@@ -49,6 +55,28 @@ def dp_fusion_filter_epsilon(*, budget: float, alpha: float, delta: float) -> fl
     if budget == 0:
         return 0.0
     return max(0.0, epsilon_sum([budget], offset_terms(alpha, delta)))
+
+
+def dp_fusion_filter_alpha(*, epsilon: float, delta: float) -> float:
+    """The filter's order for a target ``epsilon`` at ``delta``: the smallest order of
+    :data:`~tokendp.accounting.mechanisms.DP_FUSION_ORDERS` whose conversion offset
+    log((a-1)/a) - (log delta + log a)/(a-1) (rounded up) is at most (1 - FILTER_BUDGET_SHARE)
+    epsilon, so that B >= 0.3 epsilon.
+
+    The trade-off: a smaller order charges a token less for the same mixing weight (D_a grows
+    with a, and the mixture's amplification log(1 + (e^((a-1) d) - 1)/m)/(a-1) is stronger at
+    small a), a larger one loses less of epsilon to the conversion. The filter spends its budget
+    on few tokens with large weights, where the first effect wins; the fixed accounting spreads
+    T small charges, where the second does (:func:`~tokendp.fusion.choose_alpha`). Public
+    parameters only. Refused when no order qualifies (epsilon too small for delta).
+    """
+    epsilon = check_nonnegative("epsilon", epsilon)
+    delta = check_delta(delta)
+    for alpha in DP_FUSION_ORDERS:
+        if epsilon_sum([], offset_terms(alpha, delta)) <= (1 - FILTER_BUDGET_SHARE) * epsilon:
+            return float(alpha)
+    raise InvalidParameterError(f"epsilon {epsilon:g} at delta {delta:g} leaves no Renyi budget at any order up to "
+                                f"{DP_FUSION_ORDERS[-1]:g}; raise epsilon or delta")
 
 
 def dp_fusion_filter_budget(*, epsilon: float, alpha: float, delta: float) -> float:

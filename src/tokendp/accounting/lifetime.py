@@ -22,31 +22,20 @@ from __future__ import annotations
 import math
 from fractions import Fraction
 
-from tokendp.accounting._checks import check_delta, check_nonnegative
+from tokendp.accounting._checks import check_nonnegative
 from tokendp.accounting._rounding import ceil_float
-from tokendp.accounting.filter import dp_fusion_filter_budget
-from tokendp.accounting.mechanisms import DP_FUSION_ORDERS
-from tokendp.accounting.rdp import epsilon_sum, offset_terms
+from tokendp.accounting.filter import dp_fusion_filter_alpha, dp_fusion_filter_budget
 from tokendp.errors import InvalidParameterError
 
 __all__ = ["lifetime_alpha", "lifetime_budget", "lifetime_reservation", "lifetime_spent"]
 
 
 def lifetime_alpha(*, epsilon: float, delta: float) -> float:
-    """The vault's order for a lifetime ``epsilon`` at ``delta``: the smallest order of
-    :data:`~tokendp.accounting.mechanisms.DP_FUSION_ORDERS` whose conversion offset
-    log((a-1)/a) - (log delta + log a)/(a-1) (rounded up) is at most epsilon / 2, so that at
-    least half the lifetime epsilon is RDP budget B. A smaller order makes each token cheaper
-    (the per-step charge grows with alpha), a larger one wastes less on the conversion; the rule
-    uses public parameters only. Refused when no order qualifies (epsilon too small for delta).
-    """
-    epsilon = check_nonnegative("epsilon", epsilon)
-    delta = check_delta(delta)
-    for alpha in DP_FUSION_ORDERS:
-        if epsilon_sum([], offset_terms(alpha, delta)) <= epsilon / 2:
-            return float(alpha)
-    raise InvalidParameterError(f"a lifetime epsilon of {epsilon:g} at delta {delta:g} leaves no Renyi budget at "
-                                f"any order up to {DP_FUSION_ORDERS[-1]:g}; raise the tenant's budget or delta")
+    """The vault's order for a lifetime ``epsilon`` at ``delta``: the per-group filter's own rule
+    (:func:`~tokendp.accounting.dp_fusion_filter_alpha`: the smallest grid order that keeps at
+    least 0.3 epsilon as RDP budget), since a unit's lifetime filter spends like a document's.
+    Public parameters only; refused when no order qualifies (epsilon too small for delta)."""
+    return dp_fusion_filter_alpha(epsilon=epsilon, delta=delta)
 
 
 def lifetime_budget(*, epsilon: float, delta: float, alpha: float) -> float:

@@ -36,8 +36,8 @@ from typing import Any
 import torch
 
 from tokendp.accounting import (dp_decoding_epsilon, dp_decoding_lam, dp_fusion_beta, dp_fusion_epsilon,
-                                dp_fusion_filter_budget, dp_fusion_filter_epsilon, dp_prompt_epsilon,
-                                dp_prompt_temperature)
+                                dp_fusion_filter_alpha, dp_fusion_filter_budget, dp_fusion_filter_epsilon,
+                                dp_prompt_epsilon, dp_prompt_temperature)
 from tokendp.errors import InvalidParameterError
 from tokendp.mechanisms import DPDecoding, DPFusion, DPFusionFilter, DPPrompt, MechanismStep, Original, Public, RenyiFilter
 from tokendp.params import DEFAULT_PACE
@@ -140,6 +140,8 @@ def _calibrated(method: str, eps: float, vocab_size: int, tokens: int, delta: fl
     if method == "dp-prompt":
         tau = dp_prompt_temperature(epsilon=eps, clip_width=DP_PROMPT_WIDTH, max_tokens=tokens)
         return Setting(method, name, clip_width=DP_PROMPT_WIDTH, temperature=tau, target=eps)
+    if method == "dp-fusion-filter":  # the order the filter chooses for its target (public)
+        return Setting(method, name, alpha=dp_fusion_filter_alpha(epsilon=eps, delta=delta), target=eps)
     targets = [(eps, m, tokens) for m in sorted({max(1, m) for m in group_counts})]
     return Setting(method, name, alpha=choose_alpha(targets, delta=delta), target=eps)
 

@@ -277,6 +277,27 @@ def run_generate(prepared: PreparedGenerate, *, seed: int | Sequence[int] | None
     prepared groups (span groups in ``groups``, untrusted chunks in ``untrusted``; ``diagnostics``:
     as for :func:`generate_batch`)."""
     job, outputs = run_fusion(prepared, seed=seed, on_token=on_token)
+    return _results(prepared, job, outputs, diagnostics)
+
+
+def run_generate_spending(prepared: PreparedGenerate, *, seed: int | Sequence[int] | None = None,
+                          on_token: Callable[[int, int], None] | None = None
+                          ) -> tuple[list[GenerateResult], list[tuple[float, ...]]]:
+    """:func:`run_generate` under the filter accounting, with what each prompt's filter left of
+    each group's budget (the ledgers as they end, at or below the budget minus the exact charges;
+    as :func:`tokendp.jobs.sanitize.run_sanitize_spending`). Data-dependent: for a durable ledger
+    (the vault's), never part of a release."""
+    if prepared.accounting != "filter" or prepared.method != "dp-fusion":
+        raise InvalidParameterError("run_generate_spending needs a DP-Fusion job under the filter accounting")
+    job, outputs = run_fusion(prepared, seed=seed, on_token=on_token)
+    assert job.filter is not None
+    left = [tuple(job.filter.remaining[i, :len(d.context.groups)].cpu().tolist())
+            for i, d in enumerate(prepared.documents)]
+    return _results(prepared, job, outputs, False), left
+
+
+def _results(prepared: PreparedGenerate, job: Any, outputs: Sequence[Any], diagnostics: bool) -> list[GenerateResult]:
+    """Each prompt's answer and report, from the finished fusion job and its outputs."""
     filtered = prepared.accounting == "filter" and prepared.method == "dp-fusion"
     results = []
     for i, (doc, out) in enumerate(zip(prepared.documents, outputs)):

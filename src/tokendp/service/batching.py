@@ -17,9 +17,9 @@ Streaming: the run's ``on_token(doc_index, token_id)`` decodes the document's to
 (here, on the worker thread: the tokenizer is not shared across threads) and puts the new text on
 its job's queue; :data:`END` follows the last piece (after the result or error is set).
 
-Vault releases (kind ``rewrite``, :mod:`tokendp.service.vault`) take the same path with the
-vault's ledger (:class:`~tokendp.service.vault_store.VaultStore`) in place of the budget store,
-in arrival order (docs/privacy.md, "The vault: one lifetime filter per unit"). :meth:`submit`
+Vault releases (kinds ``rewrite``, :mod:`tokendp.service.vault`, and ``ask``,
+:mod:`tokendp.service.vault_ask`) take the same path with the vault's ledger
+(:class:`~tokendp.service.vault_store.VaultStore`) in place of the budget store, in arrival order (docs/privacy.md, "The vault: one lifetime filter per unit"). :meth:`submit`
 hands them to a ticket thread, which takes each one's ticket in the order they came (or refuses
 the reader's quota), whatever the model is doing; the worker then plans it and sets it aside
 until its ticket may reserve (every earlier ticket of its units has closed), rechecking the
@@ -27,7 +27,7 @@ releases set aside after every batch (tickets close there) and every ``poll_s`` 
 any waits (tickets close in other processes), never in a busy loop. Tickets whose process missed
 its lease are expired on the way. Reserved, the prepared job is given its reservations, checked
 against them before the first token, and after the last the actual spend committed (what the
-filter left returns to the unit) and the release cached. A release that fails after a token
+filter left returns to the unit) and a rewrite cached. A release that fails after a token
 keeps its reservations spent in full; one cancelled after a token commits what its filter spent
 up to there; one cancelled or refused while it waits is voided. The heartbeat
 (:mod:`tokendp.service.heartbeat`) keeps this process's tickets alive while the worker runs; a
@@ -56,13 +56,14 @@ from tokendp.service.keys import Tenant
 from tokendp.service.plans import Plan, plan_generate, plan_sanitize, plan_synthesize
 from tokendp.service.store import BudgetStore
 from tokendp.service.vault import REWRITE, plan_rewrite
+from tokendp.service.vault_ask import ASK, plan_ask
 from tokendp.service.vault_store import VaultStore
 
 log = logging.getLogger("tokendp.service")
 END = object()
 RECHECK = object()  # the worker's queue was quiet for poll_s while releases wait for their tickets
-VAULT_KINDS = frozenset({REWRITE})  # releases charged to the vault's units, not the budget store
-BATCHED = frozenset({"sanitize", REWRITE})  # kinds whose jobs may share a batch (on_token's index is a job's)
+VAULT_KINDS = frozenset({REWRITE, ASK})  # releases charged to the vault's units, not the budget store
+BATCHED = frozenset({"sanitize", REWRITE, ASK})  # kinds whose jobs may share a batch (on_token's index is a job's)
 
 
 class ModelUnavailable(Exception):
@@ -82,7 +83,7 @@ class Cancelled(Exception):
 class Job:
     """One request: its kind, body, tenant; the future that gets its response body."""
 
-    kind: str  # sanitize | generate | synthesize | rewrite
+    kind: str  # sanitize | generate | synthesize | rewrite | ask
     request: Any
     tenant: Tenant | None = None
     future: Future = field(default_factory=Future)
@@ -187,7 +188,7 @@ class Worker:
                 continue
             request = job.request
             try:
-                job.reservation = self.vault.ticket(request.caller, request.document, request.params.key(),
+                job.reservation = self.vault.ticket(request.caller, request.record, request.params.key(),
                                                     request.units(), request.tokens)
             except Exception as err:  # a quota refused, or the database: no ticket
                 job.done(error=err)
@@ -320,9 +321,10 @@ class Worker:
         return self.vault.reserved(job.reservation) if job.kind in VAULT_KINDS else self.store.reserved(job.reservation)
 
     def _plan(self, job: Job) -> Plan:
-        if job.kind == REWRITE:
+        if job.kind in VAULT_KINDS:
             settings = self.vault.settings(job.request.caller.tenant)
-            return plan_rewrite(job.request, self.backend, settings, max_tokens=self.max_tokens)
+            plan = plan_rewrite if job.kind == REWRITE else plan_ask
+            return plan(job.request, self.backend, settings, max_tokens=self.max_tokens)
         if job.kind == "sanitize":
             return plan_sanitize(job.request, self.backend, self.tagger, max_tokens=self.max_tokens)
         if job.kind == "generate":
@@ -392,14 +394,14 @@ class Worker:
 
 
     def _end_release(self, job: Job, result: Any, error: BaseException | None, sampled: bool) -> None:
-        """A vault release ends: voided (no token), committed (what its filter spent; cached if
-        it finished), or failed (its reservations spent in full)."""
+        """A vault release ends: voided (no token), committed (what its filter spent; a rewrite
+        that finished is cached, an answer never is), or failed (its reservations spent in full)."""
         try:
             if error is not None and not sampled:
                 self._close_ticket(self.vault.void, job.reservation)
                 job.charged = False
             elif job.left is not None and (error is None or isinstance(error, Cancelled)):
-                self._close_ticket(lambda rid: self.vault.commit(rid, job.left, result if error is None else None),
+                self._close_ticket(lambda rid: self.vault.commit(rid, job.left, result if error is None and job.plan.stored else None),
                                    job.reservation, retry=self.vault.fail)
             else:
                 self._close_ticket(self.vault.fail, job.reservation)
@@ -478,5 +480,20 @@ def _run_rewrite(batch: list[Job], on_token: Callable[[int, int], None]) -> list
     return [j.plan.response(r) for j, r in zip(batch, results)]
 
 
+def _run_ask(batch: list[Job], on_token: Callable[[int, int], None]) -> list[dict]:
+    """Vault answers, batched: as rewrites (each with its own reservations as its filter budgets);
+    a seed, an owner's only, gives the stream `tokendp generate --seed` gives its one prompt."""
+    from tokendp.fusion import PreparedFusion
+    from tokendp.generation import document_seed
+    from tokendp.jobs.generate import run_generate_spending
+
+    seeds = [secrets.randbits(63) if j.request.seed is None else document_seed(j.request.seed, 0) for j in batch]
+    results, left = run_generate_spending(PreparedFusion.concat([j.plan.job for j in batch]), seed=seeds,
+                                          on_token=on_token)
+    for job, rest in zip(batch, left):
+        job.left = dict(zip(job.plan.units, rest))
+    return [j.plan.response(r) for j, r in zip(batch, results)]
+
+
 _RUNNERS = {"sanitize": _run_sanitize, "generate": _run_generate, "synthesize": _run_synthesize,
-            REWRITE: _run_rewrite}
+            REWRITE: _run_rewrite, ASK: _run_ask}

@@ -1,7 +1,9 @@
 """Errors as JSON with a stable code: ``{"error": {"code", "message", ...}}``.
 
 Codes: unauthorized (401), budget_exceeded (403), forbidden (403: a reader key on an owner's
-route), not_found (404), document_exists (409: POST of an id the vault holds; PUT replaces),
+route, or fixing /v1/ask's seed), not_found (404), no_match (404: no confirmed document's public
+version shares a word with a /v1/ask question), document_exists (409: POST of an id the vault
+holds; PUT replaces),
 quota_exceeded (429: a reader key's own releases or tokens per day), body_too_large (413: more
 body bytes arrived than --max-body-bytes, whatever the framing), ambiguous_length (400: both
 Content-Length and Transfer-Encoding), text_too_long (413: a /v1/tag text above

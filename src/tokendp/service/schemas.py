@@ -6,9 +6,9 @@ label (``groups="by-label"``), so a unit's group is the label the client gave it
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from tokendp.params import DEFAULT_PACE
 
@@ -136,3 +136,31 @@ class DocumentIn(DocumentBody):
 class QuotaIn(Strict):
     releases_per_day: int | None = Field(None, ge=0, description="fresh releases per 24 hours (null: no limit)")
     tokens_per_day: int | None = Field(None, ge=0, description="T summed over fresh releases per 24 hours")
+
+
+MAX_ASK_DOCUMENTS = 8  # the most documents one answer reads (named, or top_k)
+DEFAULT_TOP_K = 3
+
+
+class AskIn(Strict):
+    question: str = Field(min_length=1, max_length=2000, description="PUBLIC: the reader's question (never stored)")
+    documents: list[Annotated[str, Field(min_length=1, max_length=200)]] | None = Field(
+        None, min_length=1, max_length=MAX_ASK_DOCUMENTS, json_schema_extra={"uniqueItems": True},
+        description="the confirmed documents to read, in this order; omitted: the top_k documents whose PUBLIC "
+                    "versions (every span hidden) best match the question (BM25)")
+    top_k: int | None = Field(None, ge=1, le=MAX_ASK_DOCUMENTS, description=f"how many documents retrieval reads "
+                              f"(default {DEFAULT_TOP_K}); only without documents")
+    epsilon: float = Field(ge=0, description="each unit's epsilon for this answer (at the tenant's delta); the "
+                           "lifetime budget bounds all releases together")
+    max_new_tokens: int | None = Field(None, ge=1, description="T (default: 128, or the server's limit if lower)")
+    temperature: float = Field(0.7, gt=0)
+    seed: int | None = Field(None, description="owner keys only: the guarantee holds against whoever does not know "
+                             "the seed")
+    stream: bool = Field(False, description="server-sent events (or Accept: text/event-stream)")
+
+    @field_validator("documents")
+    @classmethod
+    def _distinct(cls, ids: list[str] | None) -> list[str] | None:
+        if ids is not None and len(set(ids)) != len(ids):
+            raise ValueError("document ids must be distinct")
+        return ids

@@ -21,9 +21,9 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 from tokendp.backends import HFBackend
 from tokendp.errors import InvalidParameterError
@@ -78,34 +78,57 @@ class RewriteRequest:
         """The units the release reads, from the stored spans alone (its ticket holds them)."""
         return tuple(grouped_spans(self.document)[2].values())
 
+    @property
+    def record(self) -> StoredDocument:
+        """What the release's row in the ledger records as read (its id and version)."""
+        return self.document
+
+
+def unit_groups(documents: Sequence[StoredDocument]
+                ) -> tuple[list[list[dict[str, Any]]], dict[str, str], dict[str, str]]:
+    """Each document's spans relabelled ``unit-00k/LABEL``, the label -> group mapping, and group
+    -> unit key: ONE group per unit across ``documents``, numbered by the unit's first span
+    (documents in the order given, spans by (start, end)), so a subject in several documents is
+    one group whose row shows all of its spans. Numbers and partition are public; subject ids
+    stay in the unit keys, which never leave the server."""
+    names: dict[str, str] = {}  # unit key -> group name
+
+    def unit(document: StoredDocument, span: Mapping[str, Any]) -> str:
+        return unit_key(document.id, span["label"], span.get("subject") or document.subject)
+
+    for document in documents:
+        for span in sorted(document.spans, key=lambda s: (s["start"], s["end"])):
+            names.setdefault(unit(document, span), f"{GROUP_PREFIX}{len(names) + 1:03d}")
+    spans, groups = [], {}
+    for document in documents:
+        spans.append([])
+        for span in document.spans:
+            group = names[unit(document, span)]
+            label = f"{group}/{span['label']}"
+            spans[-1].append({"start": span["start"], "end": span["end"], "label": label})
+            groups[label] = group
+    return spans, groups, {g: u for u, g in names.items()}
+
 
 def grouped_spans(document: StoredDocument) -> tuple[list[dict[str, Any]], dict[str, str], dict[str, str]]:
-    """The document's spans relabelled ``unit-00k/LABEL``, the label -> group mapping, and
-    group -> unit key. Groups are numbered by their unit's first span (by start, end)."""
-    names: dict[str, str] = {}  # unit key -> group name
-    for span in sorted(document.spans, key=lambda s: (s["start"], s["end"])):
-        unit = unit_key(document.id, span["label"], span.get("subject") or document.subject)
-        names.setdefault(unit, f"{GROUP_PREFIX}{len(names) + 1:03d}")
-    spans, groups = [], {}
-    for span in document.spans:
-        group = names[unit_key(document.id, span["label"], span.get("subject") or document.subject)]
-        label = f"{group}/{span['label']}"
-        spans.append({"start": span["start"], "end": span["end"], "label": label})
-        groups[label] = group
-    return spans, groups, {g: u for u, g in names.items()}
+    """:func:`unit_groups` of one document: its spans, the label -> group mapping, group -> unit."""
+    (spans,), groups, units = unit_groups([document])
+    return spans, groups, units
 
 
 @dataclass
 class Release:
     """A rewrite ready to run: the prepared job (certificate fixed), the unit of each group in
-    the job's group order, and B_rel."""
+    the job's group order, and B_rel. (An answer, :class:`tokendp.service.vault_ask.Answer`, is
+    one too, with its own request and response.)"""
 
     kind: str
-    request: RewriteRequest
+    request: Any  # RewriteRequest (or vault_ask.AskRequest)
     job: PreparedFusion
     units: tuple[str, ...]
     release_budget: float
     settings: Settings
+    stored: ClassVar[bool] = True  # a finished release is cached per (document version, parameters)
 
     @property
     def tokens(self) -> int:
@@ -113,7 +136,7 @@ class Release:
         return self.job.documents[0].max_new_tokens
 
     def batch_key(self) -> tuple:
-        return (REWRITE, self.job.settings())
+        return (self.kind, self.job.settings())
 
     def use(self, reserved: Mapping[str, float]) -> None:
         """Give each group its unit's reservation as its filter budget (the report keeps B_rel)."""
@@ -127,22 +150,24 @@ class Release:
         (doc,) = self.job.documents
         if set(reserved) != set(self.units) or doc.budgets != tuple(reserved[u] for u in self.units) \
                 or any(not 0 <= r <= self.release_budget for r in reserved.values()):
-            raise AccountingMismatch("rewrite: the job's budgets differ from the reservation")
+            raise AccountingMismatch(f"{self.kind}: the job's budgets differ from the reservation")
 
     def verify(self, reports: list[dict[str, Any]]) -> None:
         """After generation: the report certifies exactly the prepared release."""
         if [report_certificate("sanitize", r) for r in reports] != expected_certificates("sanitize", self.job):
-            raise AccountingMismatch("rewrite: the release's certificate differs from the prepared one")
+            raise AccountingMismatch(f"{self.kind}: the release's certificate differs from the prepared one")
 
     def response(self, result: Any) -> dict[str, Any]:
         """The release as a reader receives it (and as it is cached): the text, the report and
         the lifetime guarantee, all public."""
+        return {"id": self.request.id, **result.to_dict(), "lifetime": self.lifetime(), "cached": False}
+
+    def lifetime(self) -> dict[str, Any]:
+        """The lifetime guarantee that bounds all releases about a unit together (public)."""
         tenant = self.request.caller.tenant
-        return {"id": self.request.id, **result.to_dict(),
-                "lifetime": {"epsilon": tenant.budget, "delta": tenant.delta, "alpha": self.settings.alpha,
-                             "budget": self.settings.budget,
-                             "unit": "a subject (or a document and label) across every release of the vault"},
-                "cached": False}
+        return {"epsilon": tenant.budget, "delta": tenant.delta, "alpha": self.settings.alpha,
+                "budget": self.settings.budget,
+                "unit": "a subject (or a document and label) across every release of the vault"}
 
 
 def plan_rewrite(request: RewriteRequest, backend: HFBackend, settings: Settings, *, max_tokens: int) -> Release:

@@ -5,9 +5,10 @@ Every route declares who may call it through its dependency: ``owner`` (403 forb
 reader key) or ``anyone`` (owner or reader of the tenant). Everything is scoped to the caller's
 tenant: another tenant's document is "not found", exactly like one that does not exist. What
 a reader receives is public: ids and titles of confirmed documents, releases and their
-certificates. A draft, a missing document and another tenant's are the same 404; nothing about
-a unit's spend or remaining budget, or a release's lambdas, reaches a reader (docs/privacy.md,
-"The vault: one lifetime filter per unit").
+certificates, and which documents an answer read (public: :mod:`tokendp.service.retrieval`). A
+draft, a missing document and another tenant's are the same 404, named in ``/v1/ask`` too;
+nothing about a unit's spend or remaining budget, or a release's lambdas, reaches a reader
+(docs/privacy.md, "The vault: one lifetime filter per unit").
 """
 
 from __future__ import annotations
@@ -20,19 +21,24 @@ from typing import Any
 from fastapi import APIRouter, Depends, Query, Request
 from fastapi.responses import StreamingResponse
 
+from tokendp.jobs.generate import DEFAULT_MAX_NEW_TOKENS
 from tokendp.service import errors
 from tokendp.service.batching import Job, Worker
 from tokendp.service.documents import check_document
 from tokendp.service.errors import APIError
 from tokendp.service.keys import Caller
 from tokendp.service.limits import Limits
-from tokendp.service.schemas import DocumentBody, DocumentIn, QuotaIn
+from tokendp.service.retrieval import Retriever
+from tokendp.service.schemas import DEFAULT_TOP_K, AskIn, DocumentBody, DocumentIn, QuotaIn
 from tokendp.service.streams import event, events, wait
 from tokendp.service.tagging import Tagging
 from tokendp.service.vault import REWRITE, RewriteParams, RewriteRequest
-from tokendp.service.vault_store import VaultStore
+from tokendp.service.vault_ask import ASK, AskParams, AskRequest
+from tokendp.service.vault_store import StoredDocument, VaultStore
 
 NOT_FOUND = "no such document in this tenant's vault"
+NO_MATCH = ("no confirmed document's public text (spans hidden) shares a word with the question; name the documents "
+            "to read with \"documents\", or rephrase")
 SSE_HEADERS = {"Cache-Control": "no-store", "X-Accel-Buffering": "no"}
 
 
@@ -40,6 +46,7 @@ def vault_routes(worker: Worker, vault: VaultStore, tagging: Tagging, limits: Li
                  owner: Callable[..., Caller], anyone: Callable[..., Caller]) -> APIRouter:
     """The routes above, on ``worker`` (releases) and ``vault`` (the database)."""
     router = APIRouter(tags=["vault"])
+    retriever = Retriever(vault)
 
     async def stored(body: DocumentBody, id: str) -> tuple[dict[str, Any], str]:
         """The document checked (spans given: confirmed; none: the server's tagger, a draft)."""
@@ -132,8 +139,51 @@ def vault_routes(worker: Worker, vault: VaultStore, tagging: Tagging, limits: Li
                 return body
             return StreamingResponse(iter([event("token", {"text": body["text"]}), event("result", body)]),
                                      media_type="text/event-stream", headers=SSE_HEADERS)
-        job = Job(REWRITE, RewriteRequest(who, doc, params), who.tenant, tokens=queue.Queue() if streaming else None)
-        if not streaming:
+        return await release(Job(REWRITE, RewriteRequest(who, doc, params), who.tenant,
+                                 tokens=queue.Queue() if streaming else None), request)
+
+    @router.post("/v1/ask")
+    async def ask(body: AskIn, request: Request, who: Caller = Depends(anyone)):
+        """An answer to a question from confirmed documents, with DP-Fusion under every unit's
+        lifetime filter (one group per unit across the documents read) and its certificate, and
+        the ids of the documents read (public: named, or retrieved from the documents' public
+        versions). Never refused for a unit's budget; never stored."""
+        streaming = body.stream or "text/event-stream" in request.headers.get("accept", "")
+        if body.seed is not None and who.role != "owner":
+            raise APIError(403, "forbidden", "only an owner key may fix the seed: an answer's guarantee holds "
+                           "against whoever does not know its seed (docs/vault.md)")
+        if body.documents is not None and body.top_k is not None:
+            raise APIError(400, "invalid_parameter", "give documents (the ones to read) or top_k (how many to "
+                           "retrieve), not both")
+        try:
+            params = AskParams(body.epsilon, body.max_new_tokens or min(DEFAULT_MAX_NEW_TOKENS, limits.max_new_tokens),
+                               body.temperature)
+        except Exception as err:
+            raise errors.to_api_error(err) from None
+        docs = await asyncio.to_thread(read, who, body)
+        return await release(Job(ASK, AskRequest(who, body.question, docs, params, body.seed), who.tenant,
+                                 tokens=queue.Queue() if streaming else None), request)
+
+    def read(who: Caller, body: AskIn) -> tuple[StoredDocument, ...]:
+        """The documents an answer reads, as a function of public data only: the ids named (each
+        confirmed, else the same 404 as a missing one), or the retrieved ones, best first (one
+        the owner removed or replaced by a draft since the index was read is left out)."""
+        if body.documents is not None:
+            docs = [vault.get(who.tenant, id) for id in body.documents]
+            if any(d is None or d.state != "confirmed" for d in docs):
+                raise APIError(404, "not_found", NOT_FOUND)
+            return tuple(docs)
+        found = [vault.get(who.tenant, id) for id in retriever.search(who.tenant, body.question,
+                                                                        body.top_k or DEFAULT_TOP_K)]
+        docs = tuple(d for d in found if d is not None and d.state == "confirmed")
+        if not docs:
+            raise APIError(404, "no_match", NO_MATCH)
+        return docs
+
+    async def release(job: Job, request: Request):
+        """Run a release on the worker: its JSON answer, or (a job with a token queue) its events
+        once it was planned and reserved; every refusal before that is a plain 4xx."""
+        if job.tokens is None:
             return await wait(worker, job, request)
         worker.submit(job)
         try:

@@ -159,6 +159,19 @@ class VaultStore:
         return [{"id": r["id"], "title": r["title"], **({} if confirmed_only else {"state": r["state"]})}
                 for r in rows]
 
+    def confirmed_versions(self, tenant: Tenant) -> list[tuple[str, str]]:
+        """(id, version) of every confirmed document, in id order: what retrieval indexes."""
+        rows = self.conn.execute("SELECT id, version FROM documents WHERE tenant = ? AND state = 'confirmed' "
+                                 "ORDER BY id", (tenant.name,)).fetchall()
+        return [(r["id"], r["version"]) for r in rows]
+
+    def confirmed(self, tenant: Tenant) -> list[StoredDocument]:
+        """Every confirmed document, in id order (retrieval reads their public versions only)."""
+        rows = self.conn.execute("SELECT * FROM documents WHERE tenant = ? AND state = 'confirmed' ORDER BY id",
+                                 (tenant.name,)).fetchall()
+        return [StoredDocument(r["id"], r["version"], r["title"], r["text"], tuple(json.loads(r["spans"])),
+                               r["subject"], r["state"]) for r in rows]
+
     def confirm(self, tenant: Tenant, document: str) -> bool:
         with immediate(self.conn) as conn:
             return conn.execute("UPDATE documents SET state = 'confirmed', updated = ? WHERE tenant = ? AND id = ?",
@@ -186,11 +199,12 @@ class VaultStore:
         """This process stops: its tickets still open expire at once."""
         tickets.leave(self.conn, self.holder)
 
-    def ticket(self, caller: Caller, document: StoredDocument, params: str, units: Sequence[str],
-               tokens: int | None) -> int:
+    def ticket(self, caller: Caller, document, params: str, units: Sequence[str], tokens: int | None) -> int:
         """Check the key's quota and take the release's ticket in arrival order, in one write
-        transaction; QuotaExceeded takes none. ``tokens``: T if the request fixes it (else 0
-        until :meth:`reserve` records the planned T, and checks it against the quota)."""
+        transaction; QuotaExceeded takes none. ``document``: what the release reads, as its row
+        records it (``id``, ``version``); ``units``: the units it reads; ``tokens``: T if the
+        request fixes it (else 0 until :meth:`reserve` records the planned T, and checks it
+        against the quota)."""
         tenant = caller.tenant.name
         self.settings(caller.tenant)  # the tenant's vaults row, which orders its tickets
         with immediate(self.conn) as conn:
