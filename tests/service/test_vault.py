@@ -211,10 +211,7 @@ def test_a_refused_parameter_charges_nothing(vault):
         reply = call(server, "GET", "/v1/documents/a/rewrite", keys["reader"], params=params)
         assert reply.status_code == 400, reply.text
     assert call(server, "GET", "/v1/documents/a/rewrite", keys["reader"], params={"epsilon": -1}).status_code == 422
-    after = ledger(server, keys["owner"])
-    # Each refused release took its ticket on arrival and closed it void: no unit moved.
-    voided = after["releases"].pop("void", 0) - before["releases"].pop("void", 0)
-    assert after == before and voided == 2
+    assert ledger(server, keys["owner"]) == before  # their tickets, never reserved, leave no row
 
 
 def test_old_keys_become_owner_keys(tmp_path):

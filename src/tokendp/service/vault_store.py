@@ -350,15 +350,20 @@ class VaultStore:
         return row
 
     def void(self, release: int) -> None:
-        """Close a release that sampled no token (nothing was released): its reservations, if
-        any, are removed, and its ticket closes."""
+        """Close a release that sampled no token (nothing was released): one that reserved is
+        kept as ``void``, its reservations removed; a ticket that never reserved (a refused
+        parameter, a client that left while it waited) is removed and leaves no row."""
         with immediate(self.conn) as conn:
             row = conn.execute("SELECT tenant FROM releases WHERE id = ?", (release,)).fetchone()
             if row is None:
                 return
             tickets.lock(conn, row["tenant"], tickets.units_of(conn, release), release)
-            if conn.execute("UPDATE releases SET state = 'void', finished = ? WHERE id = ? "
-                            "AND state IN ('waiting', 'open')", (now(), release)).rowcount:
+            state = conn.execute("SELECT state FROM releases WHERE id = ?", (release,)).fetchone()["state"]
+            if state == "waiting":
+                tickets.close(conn, release)
+                conn.execute("DELETE FROM releases WHERE id = ?", (release,))
+            elif state == "open":
+                conn.execute("UPDATE releases SET state = 'void', finished = ? WHERE id = ?", (now(), release))
                 conn.execute("DELETE FROM reservations WHERE release_id = ?", (release,))
                 tickets.close(conn, release)
 
