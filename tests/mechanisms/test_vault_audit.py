@@ -1,11 +1,14 @@
 """The exact audit of the vault's lifetime per-unit filter (docs/privacy.md, "The vault: one
-lifetime filter per unit"): two successive releases of two documents that share one subject,
-the second run on the ledger the first left, every pair of outputs enumerated with its exact
-probability; the neighbour really blanks the subject's spans in BOTH documents (its rows are
-the public rows of each) and reruns everything, ledger included. Both directions of the
-sequence-level D_alpha of the pair of releases must stay within the unit's lifetime budget B.
-Then the variants the proof rules out (a ledger that resets per release, a unit per document
-instead of the subject, concurrent reservations that do not count each other) must exceed it.
+lifetime filter per unit"): two releases of two documents that share one subject, under the
+vault's ticket rule (a release reserves only after every earlier ticket of its units has
+closed), every pair of outputs enumerated with its exact probability; the neighbour really
+blanks the subject's spans in BOTH documents (its rows are the public rows of each) and reruns
+everything, ledger and schedule included. Both directions of the sequence-level D_alpha of the
+pair of releases must stay within the unit's lifetime budget B, whether the second request
+arrives after the first has committed or while it runs. Then the variants the proof rules out
+(a ledger that resets per release, a unit per document instead of the subject, overlapping
+reservations that do not count each other, overlapping reservations without the ordering when a
+release's duration depends on the text) must exceed it.
 
 The step, the ledgers and the sampler's law are production code (DPFusionFilter, RenyiFilter,
 the helpers of tests/mechanisms/test_filter_audit.py); so are the unit keys
@@ -56,26 +59,43 @@ class Case:
 
 # ---------------------------------------------------------------------------- the vault's ledger
 class Ledger:
-    """A tenant's units: committed spend and outstanding reservations per unit key."""
+    """A tenant's units: committed spend and outstanding reservations per unit key, and the
+    open tickets in arrival order (``ordered``: the vault's rule, a ticket reserves only after
+    every earlier open ticket that shares a unit with it has closed)."""
 
     def __init__(self, budget: float, keys: Callable[[str, str, str | None], str] = unit_key,
-                 reset: bool = False, count_outstanding: bool = True) -> None:
-        self.budget, self.keys, self.reset, self.count_outstanding = budget, keys, reset, count_outstanding
+                 reset: bool = False, count_outstanding: bool = True, ordered: bool = True) -> None:
+        self.budget, self.keys, self.reset = budget, keys, reset
+        self.count_outstanding, self.ordered = count_outstanding, ordered
         self.spent: dict[str, float] = {}
         self.outstanding: dict[str, float] = {}
+        self.tickets: dict[int, list[str]] = {}  # open tickets: place in arrival order -> units
+        self.arrived = 0
 
     def copy(self) -> Ledger:
-        other = Ledger(self.budget, self.keys, self.reset, self.count_outstanding)
+        other = Ledger(self.budget, self.keys, self.reset, self.count_outstanding, self.ordered)
         other.spent, other.outstanding = dict(self.spent), dict(self.outstanding)
+        other.tickets, other.arrived = dict(self.tickets), self.arrived
         return other
 
     def units(self, doc: Doc) -> list[str]:
         return [self.keys(doc.id, label, subject) for label, subject in doc.groups]
 
-    def reserve(self, doc: Doc, release: float) -> list[float]:
+    def ticket(self, doc: Doc) -> int:
+        """A request arrives: its place in the arrival order, with its units."""
+        self.arrived += 1
+        self.tickets[self.arrived] = self.units(doc)
+        return self.arrived
+
+    def ready(self, ticket: int) -> bool:
+        mine = set(self.tickets[ticket])
+        return not self.ordered or not any(n < ticket and mine & set(units) for n, units in self.tickets.items())
+
+    def reserve(self, ticket: int, release: float) -> list[float]:
         """Each group's reservation, recorded as outstanding (one write transaction)."""
+        assert self.ready(ticket)
         out = []
-        for unit in self.units(doc):
+        for unit in self.tickets[ticket]:
             spent = 0.0 if self.reset else self.spent.get(unit, 0.0)
             pending = self.outstanding.get(unit, 0.0) if self.count_outstanding else 0.0
             r = lifetime_reservation(budget=self.budget, spent=spent, outstanding=pending, release=release)
@@ -83,8 +103,8 @@ class Ledger:
             out.append(r)
         return out
 
-    def commit(self, doc: Doc, reserved: list[float], left: torch.Tensor) -> None:
-        for unit, r, rest in zip(self.units(doc), reserved, left.tolist()):
+    def commit(self, ticket: int, reserved: list[float], left: torch.Tensor) -> None:
+        for unit, r, rest in zip(self.tickets.pop(ticket), reserved, left.tolist()):
             self.outstanding[unit] -= r
             self.spent[unit] = lifetime_spent(spent=self.spent.get(unit, 0.0), reserved=r, left=rest)
 
@@ -113,19 +133,29 @@ def release(model: Model, budgets: list[float], pace: float, alpha: float
     return outputs
 
 
-def two_releases(case: Case, ledger: Ledger, first: Model, second: Adaptive, *, concurrent: bool = False
-                 ) -> dict[tuple, Fraction]:
-    """The joint law of (first release, second release). Sequential: the second reserves on the
-    ledger the first's commit left (which depends on the first's path). Concurrent: both reserve
-    before either commits."""
+def always(model: Model) -> bool:
+    return True
+
+
+def two_releases(case: Case, ledger: Ledger, first: Model, second: Adaptive, *, arrival: bool = False,
+                 busy: Callable[[Model], bool] = always) -> dict[tuple, Fraction]:
+    """The joint law of (first release, second release). Sequential: the second request arrives
+    after the first has committed. ``arrival``: it arrives while the first runs (both hold
+    tickets, the first has reserved), and asks to reserve while the first is still running if
+    ``busy(first)`` (how long the first runs); it reserves then if the ledger lets it, else once
+    the first has committed, on the ledger that commit left (which depends on the first's path)."""
     joint: dict[tuple, Fraction] = {}
     ledger = ledger.copy()
-    r1 = ledger.reserve(case.first, case.release)
-    r2_now = ledger.copy().reserve(case.second, case.release) if concurrent else None
+    t1 = ledger.ticket(case.first)
+    t2 = ledger.ticket(case.second) if arrival else None
+    r1 = ledger.reserve(t1, case.release)
+    early = None
+    if arrival and busy(first) and ledger.ready(t2):
+        early = ledger.copy().reserve(t2, case.release)
     for seq1, p1, left1 in release(first, r1, case.pace, case.alpha):
         after = ledger.copy()
-        after.commit(case.first, r1, left1)
-        r2 = r2_now if concurrent else after.reserve(case.second, case.release)
+        after.commit(t1, r1, left1)
+        r2 = early if early is not None else after.reserve(t2 if arrival else after.ticket(case.second), case.release)
         for seq2, p2, _ in release(lambda prefix: second(seq1, prefix), r2, case.pace, case.alpha):
             joint[(seq1, seq2)] = joint.get((seq1, seq2), Fraction(0)) + p1 * p2
     return joint
@@ -144,15 +174,16 @@ def blank(doc: Doc, unit: str, keys=unit_key) -> Callable[[torch.Tensor], torch.
     return neighbour
 
 
-def audit(case: Case, ledger: Ledger, *, concurrent: bool = False) -> dict[str, float]:
+def audit(case: Case, ledger: Ledger, *, arrival: bool = False, busy: Callable[[Model], bool] = always
+          ) -> dict[str, float]:
     """max of both directions of D_alpha / B for each unit, its neighbour blanking it everywhere
     (units as the PRODUCTION keys define them, whatever the ledger under audit keys by)."""
-    law = two_releases(case, ledger, case.model_first, case.model_second, concurrent=concurrent)
+    law = two_releases(case, ledger, case.model_first, case.model_second, arrival=arrival, busy=busy)
     ratios = {}
     for unit in dict.fromkeys(Ledger(case.budget).units(case.first) + Ledger(case.budget).units(case.second)):
         b1, b2 = blank(case.first, unit), blank(case.second, unit)
         neighbour = two_releases(case, ledger, lambda p: b1(case.model_first(p)),
-                                 lambda s, p: b2(case.model_second(s, p)), concurrent=concurrent)
+                                 lambda s, p: b2(case.model_second(s, p)), arrival=arrival, busy=busy)
         worst = max(_divergence(law, neighbour, case.alpha), _divergence(neighbour, law, case.alpha))
         ratios[unit] = float(worst / mpmath.mpf(case.budget))
     return ratios
@@ -201,11 +232,41 @@ def cases() -> list[Case]:
     return out
 
 
-@pytest.mark.parametrize("case", cases(), ids=lambda c: c.name)
-@pytest.mark.parametrize("concurrent", [False, True], ids=["sequential", "concurrent"])
-def test_every_unit_stays_within_its_lifetime_budget_over_both_releases(case: Case, concurrent: bool) -> None:
-    ratios = audit(case, Ledger(case.budget), concurrent=concurrent)
+# The timing channel: the first release reads ALICE and BOB, and runs longer when ALICE's row
+# differs from the public row (the search's speed); the second reads BOB only. Each release may
+# use the whole lifetime budget; BOB's first row is near the public row (it spends little), his
+# second peaked.
+BOB = "patient-9"
+BOTH = Doc("letter-1", (("PERSON", ALICE), ("PERSON", BOB)))
+BOB_ONLY = Doc("letter-3", (("PERSON", BOB),))
+TIMED = Case("the first release's duration depends on another subject's text", BOTH, BOB_ONLY,
+             fixed([UNIFORM, [0.0, 6.0, 0.0, 0.0], [0.0, 0.2, 0.0, 0.0]]),
+             lambda s, p: fixed([UNIFORM, [0.0, 0.0, 6.0, 0.0]])(p), 0.3, 0.3, 10.0, 2.0)
+
+
+def slow_if_alice_is_private(model: Model) -> bool:
+    """The first release is still running when the second asks to reserve iff ALICE's row
+    (row 1) differs from the public row: a duration that depends on her text."""
+    logits = model(())
+    return not torch.equal(logits[1], logits[0])
+
+
+@pytest.mark.parametrize("case", [*cases(), TIMED], ids=lambda c: c.name)
+@pytest.mark.parametrize("arrival", [False, True], ids=["sequential", "arrival-order"])
+def test_every_unit_stays_within_its_lifetime_budget_over_both_releases(case: Case, arrival: bool) -> None:
+    busy = slow_if_alice_is_private if case is TIMED else always
+    ratios = audit(case, Ledger(case.budget), arrival=arrival, busy=busy)
     assert max(ratios.values()) <= 1.0, (case.name, ratios)
+
+
+@pytest.mark.parametrize("case", [cases()[1], TIMED], ids=lambda c: c.name)
+def test_a_second_request_arriving_while_the_first_runs_has_the_sequential_law(case: Case) -> None:
+    """Under the ordering the second release waits for the first's commit, whenever it arrives
+    and however long the first runs: its law is the sequential one."""
+    ledger = Ledger(case.budget)
+    sequential = two_releases(case, ledger, case.model_first, case.model_second)
+    for busy in (always, slow_if_alice_is_private):
+        assert two_releases(case, ledger, case.model_first, case.model_second, arrival=True, busy=busy) == sequential
 
 
 def test_the_audit_is_tight_where_the_bound_is() -> None:
@@ -221,7 +282,7 @@ def test_an_exhausted_unit_leaves_the_second_release_equal_to_its_neighbours() -
     case = cases()[0]
     ledger = Ledger(case.budget)
     ledger.spent[unit_key(FIRST.id, "PERSON", ALICE)] = case.budget
-    r = ledger.reserve(case.second, case.release)
+    r = ledger.reserve(ledger.ticket(case.second), case.release)
     assert r[0] == 0.0 and r[1] > 0
     second = fixed(SECOND_PEAKED)
     mine = {s: p for s, p, _ in release(second, r, case.pace, case.alpha)}
@@ -230,18 +291,23 @@ def test_an_exhausted_unit_leaves_the_second_release_equal_to_its_neighbours() -
     assert mine == theirs and sum(mine.values()) == 1
 
 
+# name -> (ledger variant, the schedule it is audited under, the cases)
 MUTATIONS = {
-    "a ledger that resets per release": dict(reset=True),
-    "a unit per document instead of the subject": dict(keys=lambda doc, label, subject: unit_key(doc, label, None)),
-    "concurrent reservations that do not count each other": dict(count_outstanding=False),
+    "a ledger that resets per release": (dict(reset=True), dict(), cases()[:2]),
+    "a unit per document instead of the subject": (dict(keys=lambda doc, label, subject: unit_key(doc, label, None)),
+                                                   dict(), cases()[:2]),
+    "overlapping reservations that do not count each other": (dict(ordered=False, count_outstanding=False),
+                                                              dict(arrival=True), cases()[:2]),
+    "overlapping reservations without the ordering, timed by the text": (
+        dict(ordered=False), dict(arrival=True, busy=slow_if_alice_is_private), [TIMED]),
 }
 
 
 @pytest.mark.parametrize("name", list(MUTATIONS))
 def test_the_audit_catches_each_unsound_variant(name: str) -> None:
-    concurrent = name.startswith("concurrent")
+    variant, schedule, audited = MUTATIONS[name]
     worst = 0.0
-    for case in cases()[:2]:
-        ratios = audit(case, Ledger(case.budget, **MUTATIONS[name]), concurrent=concurrent)
-        worst = max(worst, ratios[unit_key(FIRST.id, "PERSON", ALICE)])
+    for case in audited:
+        ratios = audit(case, Ledger(case.budget, **variant), **schedule)
+        worst = max(worst, ratios[unit_key(case.first.id, "PERSON", ALICE)])
     assert worst > 1.0, f"the audit did not catch '{name}' (worst {worst:.3f} of B)"

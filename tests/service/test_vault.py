@@ -220,7 +220,7 @@ def test_a_refused_parameter_charges_nothing(vault):
         reply = call(server, "GET", "/v1/documents/a/rewrite", keys["reader"], params=params)
         assert reply.status_code == 400, reply.text
     assert call(server, "GET", "/v1/documents/a/rewrite", keys["reader"], params={"epsilon": -1}).status_code == 422
-    assert ledger(server, keys["owner"]) == before
+    assert ledger(server, keys["owner"]) == before  # their tickets, never reserved, leave no row
 
 
 def test_old_keys_become_owner_keys(tmp_path):

@@ -9,6 +9,7 @@ import queue
 
 import pytest
 
+from tokendp.accounting import lifetime_reservation
 from tokendp.service import batching
 from tokendp.service.batching import END, Job, Worker
 from tokendp.service.keys import authenticate, create_key
@@ -77,9 +78,9 @@ def test_an_answer_reserves_each_unit_once_and_commits_what_its_filter_spent(set
     assert store.conn.execute("SELECT COUNT(*) FROM rewrites").fetchone()[0] == 0  # never stored
 
 
-def test_two_answers_at_once_never_reserve_past_any_units_budget(setup):
-    """Both reserved in one transaction each before either commits: the second gets what the
-    first's reservation leaves of every unit (they share all three)."""
+def test_two_answers_at_once_reserve_in_arrival_order_and_never_past_any_units_budget(setup):
+    """Both arrive before either reserves: the second (a later ticket, sharing all three units)
+    waits for the first's commit and reserves on what it left, never beside it."""
     worker, vault, caller, store = setup
     jobs = [submit(worker, vault, caller) for _ in range(2)]
     worker.start()
@@ -89,8 +90,10 @@ def test_two_answers_at_once_never_reserve_past_any_units_budget(setup):
     budget, release = vault.settings(caller.tenant).budget, jobs[0].plan.release_budget
     rows = reservations(store)
     for unit in UNITS:
-        first, second = [r for _, u, r, _ in rows if u == unit]
-        assert first == release and second == pytest.approx(budget - release) and first + second <= budget
+        (first_id, _, first, spent), (second_id, _, second, _) = [r for r in rows if r[1] == unit]
+        assert first_id < second_id and first == release
+        assert second == lifetime_reservation(budget=budget, spent=spent, outstanding=0.0, release=release)
+        assert spent + second <= budget
     held, states = ledger(vault, caller)
     assert states == {"done": 2} and held["spent"] <= budget
 

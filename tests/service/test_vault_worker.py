@@ -4,6 +4,7 @@ ending leaves on the units' ledger (docs/privacy.md, "The vault: one lifetime fi
 from __future__ import annotations
 
 import queue
+import time
 
 import pytest
 
@@ -95,3 +96,57 @@ def test_a_failure_before_the_first_token_charges_nothing(setup, monkeypatch):
     assert isinstance(job.future.exception(), RuntimeError) and not job.charged
     held, states = subject(vault, caller)
     assert held["spent"] == held["reserved"] == 0 and states == {"void": 1}
+
+
+def test_a_release_waits_for_an_earlier_ticket_of_its_units_without_spinning_and_then_reserves(setup):
+    """An earlier ticket of the same subject (another release, not yet closed) holds the release
+    back: its ticket waits, rechecked on a poll, and it reserves once the earlier one closes."""
+    worker, vault, caller = setup
+    doc = vault.get(caller.tenant, "d1")
+    request = RewriteRequest(caller, doc, RewriteParams(3.0, 6))
+    earlier = vault.ticket(caller, doc, request.params.key(), request.units(), 6)
+    checks = []
+    real = vault.blocked
+    vault.blocked = lambda rid: (checks.append(rid), real(rid))[1]
+    job = worker.submit(Job(REWRITE, RewriteRequest(caller, doc, RewriteParams(3.0, 5)), caller.tenant))
+    time.sleep(2.0)
+    assert not job.admitted.done() and vault.ledger(caller.tenant)["releases"] == {"waiting": 2}
+    assert 2 <= len(checks) <= 2.0 / worker.poll_s + 3  # a poll, not a busy loop
+    vault.void(earlier)  # the earlier release sampled nothing: it closes
+    job.future.result(timeout=300)
+    assert vault.ledger(caller.tenant)["releases"] == {"done": 1}  # a ticket that never reserved leaves no row
+
+
+def test_a_release_cancelled_while_it_waits_is_voided(setup):
+    worker, vault, caller = setup
+    doc = vault.get(caller.tenant, "d1")
+    request = RewriteRequest(caller, doc, RewriteParams(3.0, 6))
+    earlier = vault.ticket(caller, doc, request.params.key(), request.units(), 6)
+    job = worker.submit(Job(REWRITE, RewriteRequest(caller, doc, RewriteParams(3.0, 5)), caller.tenant))
+    time.sleep(1.0)
+    job.cancel("the client disconnected")
+    assert isinstance(job.future.exception(timeout=30), batching.Cancelled) and not job.charged
+    held, states = subject(vault, caller)
+    assert held["spent"] == held["reserved"] == 0 and states == {"waiting": 1}  # its ticket is gone
+    vault.void(earlier)
+
+
+def test_a_commit_the_database_refuses_is_closed_again_as_a_failure_and_never_holds_the_subject(setup, monkeypatch):
+    worker, vault, caller = setup
+    real, calls = vault.commit, []
+
+    def refused(*args):
+        calls.append(args)
+        raise RuntimeError("database unavailable")
+
+    monkeypatch.setattr(vault, "commit", refused)
+    job, _ = release(worker, vault, caller)
+    assert job.future.exception() is None and calls  # the reader has the release
+    deadline = time.monotonic() + 30
+    while vault.ledger(caller.tenant)["releases"] != {"failed": 1} and time.monotonic() < deadline:
+        time.sleep(0.1)
+    held, states = subject(vault, caller)
+    assert states == {"failed": 1} and held["spent"] == job.plan.release_budget  # spent in full, ticket closed
+    monkeypatch.setattr(vault, "commit", real)
+    job, _ = release(worker, vault, caller)  # the subject is not held back
+    assert job.future.exception() is None

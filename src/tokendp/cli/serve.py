@@ -11,8 +11,10 @@ from tokendp.cli._common import library_errors, tagger_option, threads_option, u
 from tokendp.cli._console import quiet_libraries
 
 DEFAULT_DB = "tokendp-service.db"
-DB_HELP = ("The SQLite file (WAL mode) holding tenants, key hashes, every unit's charges and the vault's "
-           "documents; created, or tightened, to mode 0600 (owner only) "
+DB_HELP = ("The database holding tenants, key hashes, every unit's charges and the vault's documents: a SQLite "
+           "file (WAL mode; created, or tightened, to mode 0600, owner only), or a PostgreSQL server "
+           "(postgresql://user:password@host:5432/dbname, needs the postgres extra) that server processes on "
+           "several hosts share; its password is masked in every message "
            f"[default: $TOKENDP_DB, else ./{DEFAULT_DB}].")
 
 
@@ -24,7 +26,7 @@ def _db(path: str | None) -> str:
 @click.option("--host", default="127.0.0.1", show_default=True,
               help="Interface to listen on. The default is loopback only; put a TLS proxy in front for anything else.")
 @click.option("--port", type=click.IntRange(0, 65535), default=8000, show_default=True)
-@click.option("--db", "db", type=click.Path(dir_okay=False), default=None, help=DB_HELP)
+@click.option("--db", "db", metavar="PATH|DSN", default=None, help=DB_HELP)
 @click.option("--model", default="rewriter", show_default=True,
               help="The one model every request runs on: rewriter, smollm2, tiny, a directory or a hub id.")
 @tagger_option("Tagger for /v1/tag and for requests that give no spans.")
@@ -50,13 +52,17 @@ def _db(path: str | None) -> str:
               help="Also serve the Swagger UI at /docs and ReDoc at /redoc. They load their scripts from a CDN "
                    "into this origin, where the page keeps the API key: off unless you trust that CDN. "
                    "The OpenAPI schema is always at /openapi.json.")
+@click.option("--vault-lease", type=click.FloatRange(min=1), default=30.0, show_default=True,
+              help="Seconds after this process's last heartbeat (on the database's clock) when its vault tickets "
+                   "expire: a release waiting behind a killed server waits at most this long; one that had "
+                   "reserved stays spent in full. Must exceed any stall of the process.")
 @click.option("--log-level", type=click.Choice(["critical", "error", "warning", "info"]), default="info",
               show_default=True)
 @threads_option
 @library_errors
 def serve(host: str, port: int, db: str | None, model: str, tagger: str, max_body_bytes: int, max_new_tokens: int,
           rate_limit: int, max_auth_failures: int, max_tag_chars: int, max_batch: int, docs: bool,
-          log_level: str, threads: int | None) -> None:
+          vault_lease: float, log_level: str, threads: int | None) -> None:
     """Serve the HTTP API and the web page (OpenAPI schema at /openapi.json, Swagger UI with --docs).
 
     Every /v1 call needs `Authorization: Bearer KEY` (make one with `tokendp keys create`).
@@ -68,7 +74,9 @@ def serve(host: str, port: int, db: str | None, model: str, tagger: str, max_bod
     The vault (docs/vault.md): owner keys store documents (POST /v1/documents, `tokendp vault
     add`); reader keys list them and ask for rewrites (GET /v1/documents/ID/rewrite), never
     seeing the text. Every subject (or document and label) has ONE lifetime budget across all
-    releases, spent through a Renyi filter; a spent budget never refuses a release.
+    releases, spent through a Renyi filter; a spent budget never refuses a release. Releases of
+    one unit reserve in the order they arrive, across every server process on the database
+    (with --db postgresql://..., on several hosts).
     """
     from tokendp._optional import require
 
@@ -81,7 +89,8 @@ def serve(host: str, port: int, db: str | None, model: str, tagger: str, max_bod
     use_threads(threads)
     limits = Limits(max_body_bytes=max_body_bytes, max_new_tokens=max_new_tokens, requests_per_minute=rate_limit,
                     max_batch=max_batch, max_tag_chars=max_tag_chars, auth_failures_per_minute=max_auth_failures)
-    app = create_app(_db(db), model=model, tagger=tagger, limits=limits, version=__version__, docs=docs)
+    app = create_app(_db(db), model=model, tagger=tagger, limits=limits, version=__version__, docs=docs,
+                     vault_lease=vault_lease)
     # h11, the parser tested here: httptools would answer some framing errors itself, in plain text, not JSON
     config = uvicorn.Config(app, host=host, port=port, log_level=log_level, http="h11")
     server = _server_class(uvicorn)(config, app.cancel_jobs)
@@ -126,7 +135,7 @@ def keys() -> None:
 @click.option("--role", type=click.Choice(["owner", "reader"]), default="owner", show_default=True,
               help="owner: everything (documents, ledger, quotas, the per-request API); reader: only lists the "
                    "vault's documents and asks for their releases, never sees their text (docs/vault.md).")
-@click.option("--db", "db", type=click.Path(dir_okay=False), default=None, help=DB_HELP)
+@click.option("--db", "db", metavar="PATH|DSN", default=None, help=DB_HELP)
 @library_errors
 def create(tenant: str, budget: float | None, delta: float | None, role: str, db: str | None) -> None:
     """Create an API key for the tenant and print it once (it cannot be shown again). The
@@ -142,7 +151,7 @@ def create(tenant: str, budget: float | None, delta: float | None, role: str, db
 
 
 @keys.command("list", short_help="List the keys: prefix, tenant, role, creation time.")
-@click.option("--db", "db", type=click.Path(dir_okay=False), default=None, help=DB_HELP)
+@click.option("--db", "db", metavar="PATH|DSN", default=None, help=DB_HELP)
 @click.option("--json", "as_json", is_flag=True, help="Print [{prefix, tenant, role, created, budget, delta}] as JSON.")
 @library_errors
 def list_(db: str | None, as_json: bool) -> None:
@@ -163,7 +172,7 @@ def list_(db: str | None, as_json: bool) -> None:
 
 @keys.command("revoke", short_help="Revoke the key that starts with PREFIX.")
 @click.argument("prefix")
-@click.option("--db", "db", type=click.Path(dir_okay=False), default=None, help=DB_HELP)
+@click.option("--db", "db", metavar="PATH|DSN", default=None, help=DB_HELP)
 @library_errors
 def revoke(prefix: str, db: str | None) -> None:
     """Revoke the key that starts with PREFIX (as `tokendp keys list` shows it). The tenant's

@@ -23,7 +23,7 @@ def vault() -> None:
                                               "stays); without it such an id is an error and nothing is stored.")
 @tagger_option("Tagger for records without \"spans\": their documents are stored as drafts, released only once "
                "the owner confirms the spans (POST /v1/documents/ID/confirm).")
-@click.option("--db", "db", type=click.Path(dir_okay=False), default=None, help=DB_HELP)
+@click.option("--db", "db", metavar="PATH|DSN", default=None, help=DB_HELP)
 @library_errors
 def add(corpus: str, tenant: str, replace: bool, tagger: str, db: str | None) -> None:
     """Store every record of CORPUS (JSONL: one {"id", "text", "title"?, "spans"?, "subject"?}

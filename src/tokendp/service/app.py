@@ -45,18 +45,20 @@ from tokendp.service.store import BudgetStore
 from tokendp.service.streams import events, wait
 from tokendp.service.tagging import Tagging
 from tokendp.service.vault_routes import vault_routes
-from tokendp.service.vault_store import VaultStore
+from tokendp.service.vault_store import DEFAULT_LEASE_S, VaultStore
 
 STATIC = Path(__file__).parent / "static"
 
 
 def create_app(db: str | Path, *, model: str = "rewriter", tagger: str = "auto", limits: Limits = Limits(),
-               version: str = "dev", docs: bool = False):
+               version: str = "dev", docs: bool = False, vault_lease: float = DEFAULT_LEASE_S):
     """The ASGI app (FastAPI wrapped in the body-size limit and the security headers) for
-    ``tokendp serve``; ``version`` is tokendp's, shown by /healthz and /openapi.json. ``docs``
-    serves the Swagger UI at /docs and ReDoc at /redoc, which load their scripts from a CDN."""
+    ``tokendp serve`` on ``db`` (a SQLite file or a PostgreSQL DSN); ``version`` is tokendp's,
+    shown by /healthz and /openapi.json. ``docs`` serves the Swagger UI at /docs and ReDoc at
+    /redoc, which load their scripts from a CDN. ``vault_lease``: seconds after this process's
+    last heartbeat when its vault tickets expire (docs/vault.md, "Crashes and concurrency")."""
     store = BudgetStore(db)
-    vault = VaultStore(lambda: store.conn)
+    vault = VaultStore(lambda: store.conn, lease=vault_lease)
     worker = Worker(lambda: _load(model, tagger), store, max_tokens=limits.max_new_tokens, max_batch=limits.max_batch,
                     vault=vault)
     rate, failures = RateLimiter(limits.requests_per_minute), RateLimiter(limits.auth_failures_per_minute)

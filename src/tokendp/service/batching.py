@@ -19,12 +19,19 @@ its job's queue; :data:`END` follows the last piece (after the result or error i
 
 Vault releases (kinds ``rewrite``, :mod:`tokendp.service.vault`, and ``ask``,
 :mod:`tokendp.service.vault_ask`) take the same path with the vault's ledger
-(:class:`~tokendp.service.vault_store.VaultStore`) in place of the budget store:
-planned, then each unit's reservation taken in one transaction (or the reader's quota refused),
-the prepared job given its reservations, checked against them before the first token, and after
-the last the actual spend committed (what the filter left returns to the unit) and the release
-cached. A release that fails after a token keeps its reservations spent in full; one cancelled
-after a token commits what its filter spent up to there.
+(:class:`~tokendp.service.vault_store.VaultStore`) in place of the budget store, in arrival order (docs/privacy.md, "The vault: one lifetime filter per unit"). :meth:`submit`
+hands them to a ticket thread, which takes each one's ticket in the order they came (or refuses
+the reader's quota), whatever the model is doing; the worker then plans it and sets it aside
+until its ticket may reserve (every earlier ticket of its units has closed), rechecking the
+releases set aside after every batch (tickets close there) and every ``poll_s`` seconds while
+any waits (tickets close in other processes), never in a busy loop. Tickets whose process missed
+its lease are expired on the way. Reserved, the prepared job is given its reservations, checked
+against them before the first token, and after the last the actual spend committed (what the
+filter left returns to the unit) and a rewrite cached. A release that fails after a token
+keeps its reservations spent in full; one cancelled after a token commits what its filter spent
+up to there; one cancelled or refused while it waits is voided. The heartbeat
+(:mod:`tokendp.service.heartbeat`) keeps this process's tickets alive while the worker runs; a
+ticket the database would not close is closed again at the next round (a commit as a failure).
 
 Cancelling (:meth:`Job.cancel`: its client went away, or the server is shutting down,
 :meth:`Worker.cancel_all`): a job not yet planned ends unplanned and uncharged; one reserved but
@@ -44,6 +51,7 @@ from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import Any
 
+from tokendp.service.heartbeat import Heartbeat
 from tokendp.service.keys import Tenant
 from tokendp.service.plans import Plan, plan_generate, plan_sanitize, plan_synthesize
 from tokendp.service.store import BudgetStore
@@ -53,6 +61,7 @@ from tokendp.service.vault_store import VaultStore
 
 log = logging.getLogger("tokendp.service")
 END = object()
+RECHECK = object()  # the worker's queue was quiet for poll_s while releases wait for their tickets
 VAULT_KINDS = frozenset({REWRITE, ASK})  # releases charged to the vault's units, not the budget store
 BATCHED = frozenset({"sanitize", REWRITE, ASK})  # kinds whose jobs may share a batch (on_token's index is a job's)
 
@@ -128,24 +137,39 @@ class Worker:
     """The queue and the thread that runs it (see the module docstring)."""
 
     def __init__(self, load: Callable[[], tuple[Any, Any]], store: BudgetStore, *, max_tokens: int,
-                 max_batch: int = 8, max_queue_take: int = 64, vault: VaultStore | None = None) -> None:
+                 max_batch: int = 8, max_queue_take: int = 64, vault: VaultStore | None = None,
+                 poll_s: float = 0.2) -> None:
         self._load, self.store, self.vault = load, store, vault
         self.max_tokens, self.max_batch, self.max_queue_take = max_tokens, max_batch, max_queue_take
+        self.poll_s = poll_s
         self.backend = self.tagger = None
         self.ready = threading.Event()
         self.load_error: str | None = None
         self._queue: queue.Queue = queue.Queue()
         self._thread = threading.Thread(target=self._loop, name="tokendp-worker", daemon=True)
+        self._arrivals: queue.Queue = queue.Queue()  # vault releases before their ticket
+        self._ticketer = threading.Thread(target=self._take_tickets, name="tokendp-tickets", daemon=True)
+        self._waiting: list[Job] = []  # vault releases planned, ticket not yet free to reserve
+        self._unclosed: list[tuple[Callable[[int], None], int]] = []  # tickets to close again (_close_ticket)
+        self._heartbeat = Heartbeat(vault) if vault is not None else None
         self._live: set[Job] = set()  # submitted and not done
         self._lock = threading.Lock()
         self.closing = False
 
     def start(self) -> None:
+        if self._heartbeat is not None:
+            self.vault.expire_untracked()
+            self._heartbeat.start()
+        self._ticketer.start()
         self._thread.start()
 
     def stop(self) -> None:
+        self._arrivals.put(None)
+        self._ticketer.join(timeout=60)
         self._queue.put(None)
         self._thread.join(timeout=60)
+        if self._heartbeat is not None:
+            self._heartbeat.stop()
 
     def submit(self, job: Job) -> Job:
         with self._lock:
@@ -153,8 +177,23 @@ class Worker:
                 job.cancel("the server is shutting down", shutdown=True)
             self._live.add(job)
         job.future.add_done_callback(lambda _: self._forget(job))
-        self._queue.put(job)
+        (self._arrivals if job.kind in VAULT_KINDS else self._queue).put(job)
         return job
+
+    def _take_tickets(self) -> None:
+        """The ticket thread: each vault release's ticket in the order the releases came."""
+        while (job := self._arrivals.get()) is not None:
+            if job.cancelled is not None:
+                job.done(error=job.cancelled)
+                continue
+            request = job.request
+            try:
+                job.reservation = self.vault.ticket(request.caller, request.record, request.params.key(),
+                                                    request.units(), request.tokens)
+            except Exception as err:  # a quota refused, or the database: no ticket
+                job.done(error=err)
+                continue
+            self._queue.put(job)
 
     def _forget(self, job: Job) -> None:
         with self._lock:
@@ -178,10 +217,14 @@ class Worker:
             log.error("model failed to load: %s", type(err).__name__)
         self.ready.set()
         while True:
-            first = self._queue.get()
+            try:
+                first = self._queue.get(timeout=self.poll_s if self._waiting or self._unclosed else None)
+            except queue.Empty:  # only releases set aside: recheck their tickets
+                first = RECHECK
             if first is None:
+                self._close_waiting()
                 return
-            jobs = [first]
+            jobs = [] if first is RECHECK else [first]
             while len(jobs) < self.max_queue_take:
                 try:
                     job = self._queue.get_nowait()
@@ -196,8 +239,8 @@ class Worker:
             except Exception as err:  # the thread must outlive any one batch
                 log.error("worker error: %s", type(err).__name__)
                 for job in jobs:
-                    if not job.future.done():
-                        job.done(error=err)
+                    if not job.future.done() and job not in self._waiting:
+                        self._refuse(job, err)  # nothing generated: a release's ticket closes
 
     def _run(self, jobs: list[Job]) -> None:
         admitted = []
@@ -209,28 +252,70 @@ class Worker:
                 if self.load_error:
                     raise ModelUnavailable(self.load_error)
                 job.plan = self._plan(job)  # every check of the request; nothing is reserved before it passes
-                job.reservation = self._reserve(job)
+                if job.kind in VAULT_KINDS:
+                    self._waiting.append(job)  # reserves when its ticket may (below)
+                    continue
+                job.reservation = self.store.reserve(job.tenant, job.kind, job.plan.charges)
             except Exception as err:
-                job.done(error=err)
+                self._refuse(job, err)
                 continue
             job.charged = True
             job.admit()
             admitted.append(job)
+        admitted += self._admit_waiting()
         for batch in batches(admitted, self.max_batch):
             self._generate(batch)
 
-    def _reserve(self, job: Job) -> int:
-        if job.kind in VAULT_KINDS:
-            plan = job.plan
-            taken = self.vault.reserve(job.request.caller, job.request.record, job.request.params.key(),
-                                       plan.tokens, plan.units, plan.release_budget)
+    def _refuse(self, job: Job, err: BaseException) -> None:
+        """End a job that generated nothing (a vault release's ticket is voided)."""
+        if job.kind in VAULT_KINDS and job.reservation is not None:
+            self._close_ticket(self.vault.void, job.reservation)
+            job.charged = False
+        job.done(error=err)
+
+    def _admit_waiting(self) -> list[Job]:
+        """The releases set aside whose tickets may now reserve, reserved, in ticket order. A
+        ticket's reservation waits for every earlier ticket of its units (in any process);
+        those whose process missed its lease are expired first."""
+        self._retry_unclosed()
+        admitted, still = [], []
+        for job in sorted(self._waiting, key=lambda j: j.reservation):
+            if job.cancelled is not None:  # gone while it waited: nothing reserved
+                self._refuse(job, job.cancelled)
+                continue
             try:
-                plan.use(taken.units)
-            except BaseException:  # nothing generated: the reservation goes
-                self.vault.void(taken.release)
-                raise
-            return taken.release
-        return self.store.reserve(job.tenant, job.kind, job.plan.charges)
+                taken = self._reserve(job)
+            except Exception as err:
+                self._refuse(job, err)
+                continue
+            if taken is None:
+                still.append(job)
+                continue
+            job.charged = True
+            job.admit()
+            admitted.append(job)
+        self._waiting = still
+        return admitted
+
+    def _reserve(self, job: Job):
+        """Reserve a release whose ticket may, giving its job the reservations; None if an
+        earlier ticket of its units is still open."""
+        live, lapsed = self.vault.blocked(job.reservation)
+        for ticket in lapsed:
+            self.vault.expire(ticket)
+        if live:
+            return None
+        plan = job.plan
+        taken = self.vault.reserve(job.request.caller, job.reservation, plan.tokens, plan.units, plan.release_budget)
+        if taken is not None:
+            plan.use(taken.units)  # on failure the caller voids the ticket: nothing was generated
+        return taken
+
+    def _close_waiting(self) -> None:
+        """The worker stops: releases still set aside end voided, as cancelled by the shutdown."""
+        for job in self._waiting:
+            self._refuse(job, job.cancelled or Cancelled("the server is shutting down", shutdown=True))
+        self._waiting = []
 
     def _reserved(self, job: Job) -> Any:
         return self.vault.reserved(job.reservation) if job.kind in VAULT_KINDS else self.store.reserved(job.reservation)
@@ -313,14 +398,31 @@ class Worker:
         that finished is cached, an answer never is), or failed (its reservations spent in full)."""
         try:
             if error is not None and not sampled:
-                self.vault.void(job.reservation)
+                self._close_ticket(self.vault.void, job.reservation)
                 job.charged = False
             elif job.left is not None and (error is None or isinstance(error, Cancelled)):
-                self.vault.commit(job.reservation, job.left, result if error is None and job.plan.stored else None)
+                self._close_ticket(lambda rid: self.vault.commit(rid, job.left, result if error is None and job.plan.stored else None),
+                                   job.reservation, retry=self.vault.fail)
             else:
-                self.vault.fail(job.reservation)
+                self._close_ticket(self.vault.fail, job.reservation)
         finally:  # a state that cannot be written stays "open", which counts as spent
             job.done(result if error is None else None, error)
+
+    def _close_ticket(self, close: Callable[[int], None], release: int, retry: Callable[[int], None] | None = None
+                      ) -> None:
+        """Close a release's ticket; if the database refuses, close it again at the worker's next
+        round (with ``retry``: a commit is retried as a failure, spent in full), so that an open
+        ticket of a live process never holds its units back for ever."""
+        try:
+            close(release)
+        except Exception as err:
+            log.error("release %s could not be closed (retried): %s", release, type(err).__name__)
+            self._unclosed.append((retry or close, release))
+
+    def _retry_unclosed(self) -> None:
+        pending, self._unclosed = self._unclosed, []
+        for close, release in pending:
+            self._close_ticket(close, release)
 
 
 class _TextStream:

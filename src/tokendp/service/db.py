@@ -1,38 +1,42 @@
-"""The service's SQLite database: one file in WAL mode shared by keys, the budget store and the
-vault (stored documents, units' lifetime ledgers, releases; :mod:`tokendp.service.vault_store`).
+"""The service's database: one small interface, two backends.
 
-WAL lets readers (GET /v1/budget) run beside the one writer; writers serialise on SQLite's
-write lock (``BEGIN IMMEDIATE`` takes it at the start of a transaction, so a check and the
-write that depends on it see the same state). ``synchronous=FULL`` makes a committed
-reservation survive a power loss, not only a process crash.
+``--db`` names either a SQLite file (the embedded default, :mod:`tokendp.service.db_sqlite`: one
+host, any number of server processes on the file) or a PostgreSQL server
+(``postgresql://user:password@host/db``, :mod:`tokendp.service.db_postgres`: server processes
+on several hosts sharing one vault). Both hold the same tables (:data:`SCHEMA`), created and
+migrated when a connection opens, and the stores (:mod:`tokendp.service.store`,
+:mod:`tokendp.service.vault_store`, :mod:`tokendp.service.keys`) run the same portable SQL on
+both through :class:`Connection`:
 
-The file holds tenants, document ids, key hashes and the vault's documents (their private text): it is created readable by its owner only
-(0600), and an existing file, -wal or -shm with any other permission bit is tightened to 0600
-when it is opened (with a warning). SQLite gives the -wal and -shm files it creates the main file's mode.
+- ``?`` parameters (PostgreSQL's ``%s`` is the backend's business), rows by column name;
+- :meth:`Connection.write`: a transaction that commits on success and rolls back on any
+  exception. SQLite takes its database-wide write lock at ``BEGIN IMMEDIATE``, so every write
+  transaction runs alone; PostgreSQL runs them at READ COMMITTED side by side, and a
+  transaction whose check and write must see one state locks the rows that state lives in
+  first, with :meth:`Connection.lock` (``SELECT ... FOR NO KEY UPDATE``; a no-op on SQLite).
+  Every transaction takes its locks in one global order (a tenant's row, then units rows by
+  key, then release rows), so two transactions never wait for each other in a cycle;
+- :meth:`Connection.insert` (the new row's id: ``lastrowid`` or ``RETURNING id``);
+- :attr:`Connection.clock`, the database's own clock in seconds (leases are measured on it, so
+  hosts need not agree on the time).
+
+A PostgreSQL DSN carries a password: :func:`describe` masks it wherever the target is named
+(errors and logs never show it).
 """
 
 from __future__ import annotations
 
-import logging
-import os
-import sqlite3
-import stat
+import re
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from collections.abc import Iterator
 from pathlib import Path
-
-from tokendp.errors import InvalidInputError
-
-BUSY_TIMEOUT_MS = 30_000
-PRIVATE = 0o600
-SIDE_FILES = ("-wal", "-shm", "-journal")
-log = logging.getLogger("tokendp.service")
+from typing import Any
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS tenants (
     name TEXT PRIMARY KEY,
-    budget REAL NOT NULL,          -- lifetime epsilon per protected unit
-    delta REAL NOT NULL,           -- the delta that budget refers to
+    budget {real} NOT NULL,        -- lifetime epsilon per protected unit
+    delta {real} NOT NULL,         -- the delta that budget refers to
     created TEXT NOT NULL
 );
 CREATE TABLE IF NOT EXISTS api_keys (
@@ -43,7 +47,7 @@ CREATE TABLE IF NOT EXISTS api_keys (
     -- role, releases_per_day, tokens_per_day: added by MIGRATIONS
 );
 CREATE TABLE IF NOT EXISTS requests (
-    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    id {id},
     tenant TEXT NOT NULL REFERENCES tenants(name),
     kind TEXT NOT NULL,            -- sanitize | synthesize | generate
     state TEXT NOT NULL,           -- reserved | spent | failed | cancelled | interrupted (all count as spent) | void
@@ -51,19 +55,19 @@ CREATE TABLE IF NOT EXISTS requests (
     finished TEXT
 );
 CREATE TABLE IF NOT EXISTS charges (
-    request_id INTEGER NOT NULL REFERENCES requests(id),
+    request_id BIGINT NOT NULL REFERENCES requests(id),
     tenant TEXT NOT NULL,
     document TEXT NOT NULL,        -- the client's document (or reference set) id
     grp TEXT NOT NULL,             -- the privacy group
     kind TEXT NOT NULL,            -- rdp | zcdp (service.composition.Charge)
-    alpha REAL,
-    value REAL NOT NULL
+    alpha {real},
+    value {real} NOT NULL
 );
 CREATE INDEX IF NOT EXISTS charges_unit ON charges(tenant, document, grp);
 CREATE TABLE IF NOT EXISTS vaults (
     tenant TEXT PRIMARY KEY REFERENCES tenants(name),
-    alpha REAL NOT NULL,           -- the vault's Renyi order, fixed at its first use
-    budget REAL NOT NULL,          -- every unit's lifetime RDP budget B at alpha
+    alpha {real} NOT NULL,         -- the vault's Renyi order, fixed at its first use
+    budget {real} NOT NULL,        -- every unit's lifetime RDP budget B at alpha
     created TEXT NOT NULL
 );
 CREATE TABLE IF NOT EXISTS documents (
@@ -72,7 +76,7 @@ CREATE TABLE IF NOT EXISTS documents (
     version TEXT NOT NULL,         -- random per write: a rewrite is cached per version
     title TEXT NOT NULL,           -- public: readers see it
     text TEXT NOT NULL,            -- private: only owner keys read it
-    spans TEXT NOT NULL,           -- JSON [{start, end, label, subject?}], offsets into text as given
+    spans TEXT NOT NULL,           -- JSON [{{start, end, label, subject?}}], offsets into text as given
     subject TEXT,                  -- the default subject of spans without one
     state TEXT NOT NULL,           -- draft (tagged by the server, to confirm) | confirmed
     created TEXT NOT NULL,
@@ -82,30 +86,43 @@ CREATE TABLE IF NOT EXISTS documents (
 CREATE TABLE IF NOT EXISTS units (
     tenant TEXT NOT NULL REFERENCES tenants(name),
     unit TEXT NOT NULL,            -- service.units.unit_key: a subject, or (document, label)
-    spent REAL NOT NULL,           -- committed spend, an upper bound of the exact charges
+    spent {real} NOT NULL,         -- committed spend, an upper bound of the exact charges
     PRIMARY KEY (tenant, unit)
 );
 CREATE TABLE IF NOT EXISTS releases (
-    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    id {id},                       -- a release's ticket: its place in the tenant's arrival order
     tenant TEXT NOT NULL REFERENCES tenants(name),
     document TEXT NOT NULL,
     version TEXT NOT NULL,
     params TEXT NOT NULL,          -- canonical JSON of the release's public parameters
     reader TEXT NOT NULL,          -- the asking key's hash (quotas)
-    tokens INTEGER NOT NULL,       -- T, counted against the key's tokens per day
-    state TEXT NOT NULL,           -- open (in flight, or cut off: counts as spent) | done | failed | void
+    tokens INTEGER NOT NULL,       -- T, counted against the key's tokens per day (0 until planned)
+    state TEXT NOT NULL,           -- waiting | open (reserved) | done | failed | expired | void
     created TEXT NOT NULL,
     finished TEXT
+    -- holder: added by MIGRATIONS
 );
 CREATE INDEX IF NOT EXISTS releases_reader ON releases(reader, created);
 CREATE TABLE IF NOT EXISTS reservations (
-    release_id INTEGER NOT NULL REFERENCES releases(id),
+    release_id BIGINT NOT NULL REFERENCES releases(id),
     tenant TEXT NOT NULL,
     unit TEXT NOT NULL,
-    reserved REAL NOT NULL,        -- r_u = min(B_rel, what u has left), rounded down
-    spent REAL                     -- what the release spent of it (NULL while open)
+    reserved {real} NOT NULL,      -- r_u = min(B_rel, what u has left), rounded down
+    spent {real}                   -- what the release spent of it (NULL while open)
 );
 CREATE INDEX IF NOT EXISTS reservations_unit ON reservations(tenant, unit);
+CREATE TABLE IF NOT EXISTS tickets (
+    release_id BIGINT NOT NULL REFERENCES releases(id),
+    tenant TEXT NOT NULL,
+    unit TEXT NOT NULL             -- one row per unit of a release not yet closed (waiting or open)
+);
+CREATE INDEX IF NOT EXISTS tickets_unit ON tickets(tenant, unit, release_id);
+CREATE INDEX IF NOT EXISTS tickets_release ON tickets(release_id);
+CREATE TABLE IF NOT EXISTS holders (
+    id TEXT PRIMARY KEY,           -- a server process (random per start)
+    beat {real} NOT NULL,          -- its last heartbeat, on the database's clock (seconds)
+    lease {real} NOT NULL          -- its tickets expire this long after its last heartbeat
+);
 CREATE TABLE IF NOT EXISTS rewrites (
     tenant TEXT NOT NULL,
     document TEXT NOT NULL,
@@ -123,74 +140,79 @@ MIGRATIONS = (
     ("api_keys", "role", "TEXT NOT NULL DEFAULT 'owner'"),
     ("api_keys", "releases_per_day", "INTEGER"),
     ("api_keys", "tokens_per_day", "INTEGER"),
+    ("releases", "holder", "TEXT"),
 )
+POSTGRES_SCHEMES = ("postgresql://", "postgres://")
 
 
-def open_db(path: str | Path) -> sqlite3.Connection:
-    """A connection in autocommit mode (transactions are explicit), WAL, schema created."""
-    if not Path(path).parent.is_dir():
-        raise InvalidInputError(f"cannot open the database {path}: its folder does not exist")
-    _make_private(Path(path))
-    conn = sqlite3.connect(str(path), timeout=BUSY_TIMEOUT_MS / 1000, isolation_level=None,
-                           check_same_thread=False)
-    conn.row_factory = sqlite3.Row
-    conn.execute("PRAGMA journal_mode=WAL")
-    conn.execute("PRAGMA synchronous=FULL")
-    conn.execute(f"PRAGMA busy_timeout={BUSY_TIMEOUT_MS}")
-    conn.execute("PRAGMA foreign_keys=ON")
-    conn.executescript(SCHEMA)
-    _migrate(conn)
-    return conn
+class Connection:
+    """One connection, in autocommit mode outside :meth:`write` (see the module docstring)."""
+
+    backend: str  # "sqlite" | "postgresql"
+    clock: str  # an SQL expression: the database's clock, seconds since 1970
+
+    def execute(self, sql: str, params: Sequence[Any] = ()) -> Any:
+        """Run one statement; a cursor (``fetchone``, ``fetchall``, ``rowcount``, iteration)."""
+        raise NotImplementedError
+
+    def executemany(self, sql: str, rows: Sequence[Sequence[Any]]) -> None:
+        raise NotImplementedError
+
+    def insert(self, sql: str, params: Sequence[Any] = ()) -> int:
+        """Run an INSERT into a table with an ``id`` column; the new row's id."""
+        raise NotImplementedError
+
+    def write(self):
+        """A write transaction (context manager): commit on success, roll back on any exception."""
+        raise NotImplementedError
+
+    def lock(self, sql: str, params: Sequence[Any] = ()) -> None:
+        """Lock the rows ``sql`` (a SELECT, with its ORDER BY) selects until the transaction ends
+        (PostgreSQL); nothing on SQLite, whose write transactions run one at a time."""
+
+    def close(self) -> None:
+        raise NotImplementedError
+
+    @property
+    def broken(self) -> bool:
+        """Whether the connection is lost (a database server that restarted): open a new one."""
+        return False
 
 
-def _migrate(conn: sqlite3.Connection) -> None:
-    """Add the columns of :data:`MIGRATIONS` that the file lacks (idempotent; under the write
-    lock, so two processes opening one old file add each column once)."""
-    with immediate(conn):
-        for table, column, definition in MIGRATIONS:
-            have = {row["name"] for row in conn.execute(f"PRAGMA table_info({table})")}
-            if column not in have:
-                conn.execute(f"ALTER TABLE {table} ADD COLUMN {column} {definition}")
+def is_postgres(target: str | Path) -> bool:
+    return str(target).startswith(POSTGRES_SCHEMES)
 
 
-def _make_private(path: Path) -> None:
-    """Create ``path`` with mode 0600 before SQLite opens it (SQLite would create it 0644 under
-    the usual umask), and tighten it and its existing side files if their mode allows more."""
-    try:
-        _create(path)
-        for file in (path, *(Path(f"{path}{suffix}") for suffix in SIDE_FILES)):
-            if file.exists():
-                _tighten(file)
-    except OSError as err:
-        raise InvalidInputError(f"cannot open the database {path} for its owner only: {err.strerror}") from None
+def describe(target: str | Path) -> str:
+    """The database as errors and logs may name it: a DSN's password masked."""
+    text = str(target)
+    if not is_postgres(text):
+        return text
+    text = re.sub(r"(://[^:/@?#]*:)[^@/?#]*@", r"\1***@", text)
+    return re.sub(r"(?i)(password=)[^&\s]*", r"\1***", text)
 
 
-def _create(path: Path) -> None:
-    """Create ``path`` empty with mode 0600 unless it exists. An existing file is never opened
-    here: closing any descriptor of a file drops every POSIX lock this process holds on it, its
-    open SQLite connections' locks included, and another process could then delete the WAL
-    under them. Files are tightened by name (chmod) instead."""
-    try:
-        os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, PRIVATE))
-    except FileExistsError:
-        pass
+def open_db(target: str | Path) -> Connection:
+    """A connection to ``target`` (a SQLite file, or a ``postgresql://`` DSN) with the schema
+    created and migrated."""
+    if is_postgres(target):
+        from tokendp.service.db_postgres import open_postgres
+
+        return open_postgres(str(target))
+    from tokendp.service.db_sqlite import open_sqlite
+
+    return open_sqlite(Path(target))
 
 
-def _tighten(file: Path) -> None:
-    mode = stat.S_IMODE(file.stat().st_mode)
-    if mode & ~PRIVATE:
-        os.chmod(file, PRIVATE)
-        log.warning("%s was mode %o: it is now 0600 (its owner only)", file, mode)
+def schema(real: str, id: str) -> list[str]:
+    """:data:`SCHEMA`'s statements with the backend's types for floats and ids."""
+    text = SCHEMA.format(real=real, id=id)
+    text = re.sub(r"--[^\n]*", "", text)
+    return [s.strip() for s in text.split(";") if s.strip()]
 
 
 @contextmanager
-def immediate(conn: sqlite3.Connection) -> Iterator[sqlite3.Connection]:
-    """A write transaction that holds the write lock from its first statement: commit on
-    success, roll back on any exception."""
-    conn.execute("BEGIN IMMEDIATE")
-    try:
+def immediate(conn: Connection) -> Iterator[Connection]:
+    """A write transaction on ``conn`` (:meth:`Connection.write`)."""
+    with conn.write():
         yield conn
-    except BaseException:
-        conn.execute("ROLLBACK")
-        raise
-    conn.execute("COMMIT")

@@ -31,7 +31,7 @@ from tokendp.errors import InvalidInputError, InvalidParameterError, MissingDepe
 from tokendp.service.batching import Cancelled, ModelUnavailable
 from tokendp.service.plans import AccountingMismatch
 from tokendp.service.store import BudgetRefused
-from tokendp.service.vault_store import DocumentExists, QuotaExceeded
+from tokendp.service.vault_store import DocumentExists, QuotaExceeded, TicketLapsed
 
 log = logging.getLogger("tokendp.service")
 
@@ -68,6 +68,10 @@ def to_api_error(err: BaseException, *, charged: bool = False) -> APIError:
         return APIError(400, "invalid_parameter", str(err))
     if isinstance(err, (InvalidInputError, MissingDependencyError)):
         return APIError(400, "invalid_input", str(err))
+    if isinstance(err, TicketLapsed):
+        return APIError(503, "ticket_lapsed", "this server missed its lease on the release's place in line (it "
+                        "stalled); nothing was generated and nothing was charged; ask again",
+                        headers={"Retry-After": "1"})
     if isinstance(err, ModelUnavailable):
         return APIError(503, "model_unavailable", f"the server's model failed to load ({err}); see the server's log")
     spent = ("the reservation stays spent" if charged

@@ -14,12 +14,11 @@ from __future__ import annotations
 import hashlib
 import math
 import secrets
-import sqlite3
 from dataclasses import dataclass
 from datetime import datetime, timezone
 
 from tokendp.errors import InvalidParameterError
-from tokendp.service.db import immediate
+from tokendp.service.db import Connection, immediate
 
 KEY_PREFIX = "tdp_"
 DEFAULT_BUDGET = 10.0
@@ -64,7 +63,7 @@ def _check_tenant(name: str, budget: float, delta: float) -> None:
         raise InvalidParameterError(f"--delta must be in (0, 1), for example 1e-5; got {delta!r}")
 
 
-def create_key(conn: sqlite3.Connection, tenant: str, *, budget: float | None = None,
+def create_key(conn: Connection, tenant: str, *, budget: float | None = None,
                delta: float | None = None, role: str = "owner") -> tuple[str, Tenant]:
     """A new key with ``role`` (owner or reader) for ``tenant``, creating the tenant (with
     ``budget`` and ``delta``, or the defaults) if it does not exist. An existing tenant's budget
@@ -93,14 +92,14 @@ def create_key(conn: sqlite3.Connection, tenant: str, *, budget: float | None = 
     return key, Tenant(tenant, budget, delta)
 
 
-def list_keys(conn: sqlite3.Connection) -> list[dict]:
+def list_keys(conn: Connection) -> list[dict]:
     """Every key's prefix, tenant, role and creation time, with its tenant's budget (no hash, no key)."""
     rows = conn.execute("SELECT k.prefix, k.tenant, k.role, k.created, t.budget, t.delta FROM api_keys k "
                         "JOIN tenants t ON t.name = k.tenant ORDER BY k.tenant, k.created").fetchall()
     return [dict(row) for row in rows]
 
 
-def revoke_key(conn: sqlite3.Connection, prefix: str) -> str:
+def revoke_key(conn: Connection, prefix: str) -> str:
     """Delete the one key whose listed prefix is ``prefix``; its tenant. The tenant and every
     charge stay: a new key for the tenant continues the same budgets."""
     with immediate(conn):
@@ -112,7 +111,7 @@ def revoke_key(conn: sqlite3.Connection, prefix: str) -> str:
     return rows[0]["tenant"]
 
 
-def authenticate(conn: sqlite3.Connection, key: str) -> Caller | None:
+def authenticate(conn: Connection, key: str) -> Caller | None:
     """The key's tenant and role, or None."""
     digest = hash_key(key)
     row = conn.execute(

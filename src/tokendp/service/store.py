@@ -5,8 +5,9 @@ tenant's lifetime budget (epsilon at the tenant's delta). :meth:`BudgetStore.res
 every unit a request would read and records all its charges in ONE ``BEGIN IMMEDIATE``
 transaction: either every unit stays within its budget after the request's worst case and all
 charges are written, or :class:`BudgetRefused` names the first unit that would exceed and
-nothing is written. Concurrent requests (threads or processes on the same file) serialise on
-the write lock, so two requests can never both fit into the last room of a budget.
+nothing is written. Concurrent requests (threads or processes on the same database) serialise
+on the write lock (SQLite) or on the tenant's row lock (PostgreSQL, :mod:`tokendp.service.db`),
+so two requests can never both fit into the last room of a budget.
 
 A reservation counts as spent from the moment it is committed, whatever happens next:
 :meth:`finish` only records how the request ended (``spent``, ``failed`` or ``cancelled``), and
@@ -54,8 +55,8 @@ class UnitBudget:
 
 
 class BudgetStore:
-    """Budgets per (tenant, document id, group) in the service's SQLite file (one connection
-    per thread)."""
+    """Budgets per (tenant, document id, group) in the service's database (a SQLite file or a
+    PostgreSQL DSN, :func:`tokendp.service.db.open_db`; one connection per thread)."""
 
     def __init__(self, path: str | Path) -> None:
         self.path = str(path)
@@ -65,7 +66,7 @@ class BudgetStore:
     @property
     def conn(self):
         conn = getattr(self._local, "conn", None)
-        if conn is None:
+        if conn is None or conn.broken:  # a PostgreSQL server that restarted: connect again
             conn = self._local.conn = open_db(self.path)
         return conn
 
@@ -77,13 +78,14 @@ class BudgetStore:
     def reserve(self, tenant: Tenant, kind: str, charges: Mapping[Unit, Charge]) -> int:
         """Check and record ``charges`` atomically; the reservation id, or BudgetRefused."""
         with immediate(self.conn) as conn:
+            conn.lock("SELECT 1 FROM tenants WHERE name = ?", (tenant.name,))
             for unit, charge in charges.items():
                 past = self._charges(tenant.name, unit)
                 after = composition.epsilon([*past, charge], delta=tenant.delta)
                 if after > tenant.budget:
                     raise BudgetRefused(unit, composition.epsilon(past, delta=tenant.delta), after, tenant.budget)
-            rid = conn.execute("INSERT INTO requests (tenant, kind, state, created) VALUES (?, ?, 'reserved', ?)",
-                               (tenant.name, kind, now())).lastrowid
+            rid = conn.insert("INSERT INTO requests (tenant, kind, state, created) VALUES (?, ?, 'reserved', ?)",
+                              (tenant.name, kind, now()))
             conn.executemany(
                 "INSERT INTO charges (request_id, tenant, document, grp, kind, alpha, value) VALUES (?, ?, ?, ?, ?, ?, ?)",
                 [(rid, tenant.name, d, g, c.kind, c.alpha, c.value) for (d, g), c in charges.items()])

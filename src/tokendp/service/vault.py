@@ -70,6 +70,15 @@ class RewriteRequest:
         return self.document.id
 
     @property
+    def tokens(self) -> int | None:
+        """T if the request fixes it (the quota counts it when the ticket is taken)."""
+        return self.params.max_new_tokens
+
+    def units(self) -> tuple[str, ...]:
+        """The units the release reads, from the stored spans alone (its ticket holds them)."""
+        return tuple(grouped_spans(self.document)[2].values())
+
+    @property
     def record(self) -> StoredDocument:
         """What the release's row in the ledger records as read (its id and version)."""
         return self.document

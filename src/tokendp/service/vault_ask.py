@@ -76,6 +76,15 @@ class AskRequest:
         return Read(json.dumps([d.id for d in self.documents], ensure_ascii=False),
                     json.dumps([d.version for d in self.documents]))
 
+    @property
+    def tokens(self) -> int:
+        """T, fixed by the request (the quota counts it when the ticket is taken)."""
+        return self.params.max_new_tokens
+
+    def units(self) -> tuple[str, ...]:
+        """The units the answer reads, from the documents' stored spans (its ticket holds them)."""
+        return tuple(unit_groups(self.documents)[2].values())
+
 
 class Answer(Release):
     """An answer ready to run: a :class:`~tokendp.service.vault.Release` of a generate job,

@@ -1,18 +1,21 @@
 """The vault's database access, all of it: documents, the units' lifetime ledgers, releases with
-their reservations, cached rewrites and reader quotas (tables in :mod:`tokendp.service.db`).
+their tickets and reservations, cached rewrites and reader quotas (tables in
+:mod:`tokendp.service.db`).
 
-Portable SQL only (``?`` parameters, ``INSERT ... ON CONFLICT DO NOTHING``, no SQLite
-functions), each write in one :func:`~tokendp.service.db.immediate` transaction, so that another
-database can take the same statements behind the same small interface.
+Portable SQL only (``?`` parameters, ``INSERT ... ON CONFLICT``, no backend's functions),
+each write in one :func:`~tokendp.service.db.immediate` transaction that locks what its
+decision reads (:mod:`tokendp.service.vault_tickets`, "Locks"), so that SQLite and PostgreSQL
+run the same statements behind :class:`~tokendp.service.db.Connection`.
 
-The reservation rule (docs/privacy.md, "The vault: one lifetime filter per unit"):
-:meth:`VaultStore.reserve` reads each unit's committed spend and open reservations and records
-r_u = :func:`~tokendp.accounting.lifetime_reservation` (min(B_rel, B - spent - outstanding),
-rounded down) in ONE write transaction, which concurrent releases (threads, or processes on the
-same file) take one at a time. :meth:`commit` replaces a reservation by what the release spent
-(:func:`~tokendp.accounting.lifetime_spent`, rounded up); a reservation never committed (a crash,
-a failure after the first token) stays open and counts as spent for ever; :meth:`void` removes
-one whose release sampled no token.
+The release rule (docs/privacy.md, "The vault: one lifetime filter per unit"): a release takes
+a ticket when it arrives (:meth:`VaultStore.ticket`, in the transaction that checks the reader's
+quota); it reserves (:meth:`VaultStore.reserve`) only once every earlier ticket that shares a
+unit with it has closed, and then records r_u = :func:`~tokendp.accounting.lifetime_reservation`
+(min(B_rel, B - spent - outstanding), rounded down) for each of its units in one transaction.
+:meth:`commit` replaces a reservation by what the release spent
+(:func:`~tokendp.accounting.lifetime_spent`, rounded up); :meth:`fail` and :meth:`expire` (a
+ticket whose process missed its lease) keep it spent in full; :meth:`void` removes one whose
+release sampled no token.
 """
 
 from __future__ import annotations
@@ -28,6 +31,7 @@ from typing import Any
 from tokendp.accounting import lifetime_alpha, lifetime_budget, lifetime_reservation, lifetime_spent
 from tokendp.accounting._rounding import ceil_float
 from tokendp.errors import InvalidParameterError
+from tokendp.service import vault_tickets as tickets
 from tokendp.service.db import immediate
 from tokendp.service.keys import Caller, Tenant, now
 from tokendp.service.units import describe
@@ -39,6 +43,11 @@ class QuotaExceeded(Exception):
     def __init__(self, what: str, limit: int) -> None:
         super().__init__(f"this key's quota of {limit} {what} per day is used up")
         self.what, self.limit = what, limit
+
+
+class TicketLapsed(Exception):
+    """A release's ticket was closed while it waited: its server process missed its lease (it
+    stalled past it). Nothing was reserved for it; the reader may ask again."""
 
 
 class DocumentExists(Exception):
@@ -76,12 +85,18 @@ class Reserved:
     units: dict[str, float]
 
 
+DEFAULT_LEASE_S = 30.0
+
+
 class VaultStore:
     """The vault's tables on the service's database (``conn``: a callable giving this thread's
-    connection, :attr:`tokendp.service.store.BudgetStore.conn`)."""
+    connection, :attr:`tokendp.service.store.BudgetStore.conn`). ``holder`` names this server
+    process in its tickets; ``lease``: how long after its last heartbeat they expire."""
 
-    def __init__(self, conn) -> None:
+    def __init__(self, conn, *, lease: float = DEFAULT_LEASE_S, holder: str | None = None) -> None:
         self._conn = conn
+        self.lease = float(lease)
+        self.holder = holder or secrets.token_hex(8)
 
     @property
     def conn(self):
@@ -175,30 +190,89 @@ class VaultStore:
                                 "AND params = ?", (tenant.name, document, version, params)).fetchone()
         return None if row is None else json.loads(row["body"])
 
-    def reserve(self, caller: Caller, document: StoredDocument, params: str, tokens: int, units: Sequence[str],
-                release_budget: float) -> Reserved:
-        """Check the key's quota, then reserve each unit's r_u (module docstring), in one write
-        transaction; QuotaExceeded reserves nothing."""
+    # --- tickets and leases ---------------------------------------------------------------
+    def beat(self) -> None:
+        """Renew this process's lease (:mod:`tokendp.service.vault_tickets`)."""
+        tickets.beat(self.conn, self.holder, self.lease)
+
+    def leave(self) -> None:
+        """This process stops: its tickets still open expire at once."""
+        tickets.leave(self.conn, self.holder)
+
+    def ticket(self, caller: Caller, document, params: str, units: Sequence[str], tokens: int | None) -> int:
+        """Check the key's quota and take the release's ticket in arrival order, in one write
+        transaction; QuotaExceeded takes none. ``document``: what the release reads, as its row
+        records it (``id``, ``version``); ``units``: the units it reads; ``tokens``: T if the
+        request fixes it (else 0 until :meth:`reserve` records the planned T, and checks it
+        against the quota)."""
+        tenant = caller.tenant.name
+        self.settings(caller.tenant)  # the tenant's vaults row, which orders its tickets
+        with immediate(self.conn) as conn:
+            conn.lock("SELECT 1 FROM vaults WHERE tenant = ?", (tenant,))
+            self._check_quota(conn, caller, releases=1, tokens=tokens or 0)
+            rid = conn.insert("INSERT INTO releases (tenant, document, version, params, reader, tokens, state, "
+                              "created, holder) VALUES (?, ?, ?, ?, ?, ?, 'waiting', ?, ?)",
+                              (tenant, document.id, document.version, params, caller.key_hash, tokens or 0, now(),
+                               self.holder))
+            tickets.take(conn, tenant, rid, units)
+        return rid
+
+    def blocked(self, release: int) -> tuple[bool, list[int]]:
+        """Whether an earlier ticket of a live process that shares a unit is still open, and
+        the earlier ones whose process missed its lease (to :meth:`expire`). A read: no lock."""
+        found = tickets.blockers(self.conn, release)
+        return any(alive for _, alive in found), [rid for rid, alive in found if not alive]
+
+    def expire(self, release: int) -> None:
+        """Close a ticket whose process missed its lease (checked again here): reservations it
+        holds are spent in full, as a failure after a token; one that never reserved closes
+        with nothing spent."""
+        with immediate(self.conn) as conn:
+            row = conn.execute("SELECT tenant FROM releases WHERE id = ?", (release,)).fetchone()
+            if row is None:
+                return
+            tickets.lock(conn, row["tenant"], tickets.units_of(conn, release), release)
+            state = conn.execute("SELECT state FROM releases WHERE id = ?", (release,)).fetchone()["state"]
+            if tickets.live(conn, release) or state not in ("waiting", "open"):
+                return
+            if state == "open":
+                self._close(conn, release, None, "expired")
+            else:
+                conn.execute("UPDATE releases SET state = 'expired', finished = ? WHERE id = ?", (now(), release))
+                tickets.close(conn, release)
+
+    def reserve(self, caller: Caller, release: int, tokens: int, units: Sequence[str],
+                release_budget: float) -> Reserved | None:
+        """Reserve each unit's r_u (module docstring) for the ticket ``release``, in one write
+        transaction, if no earlier ticket that shares a unit with it is open; else None (ask
+        again when one closes). The planned T is recorded, and checked against the key's token
+        quota if the ticket did not fix it (QuotaExceeded). TicketLapsed if the ticket expired."""
         tenant = caller.tenant.name
         budget = self.settings(caller.tenant).budget
         with immediate(self.conn) as conn:
-            self._check_quota(conn, caller, tokens)
-            rid = conn.execute("INSERT INTO releases (tenant, document, version, params, reader, tokens, state, "
-                               "created) VALUES (?, ?, ?, ?, ?, ?, 'open', ?)",
-                               (tenant, document.id, document.version, params, caller.key_hash, tokens,
-                                now())).lastrowid
+            conn.lock("SELECT 1 FROM vaults WHERE tenant = ?", (tenant,))
+            held = tickets.units_of(conn, release)
+            tickets.lock(conn, tenant, held, release)
+            row = conn.execute("SELECT state, tokens FROM releases WHERE id = ?", (release,)).fetchone()
+            if row is None or row["state"] != "waiting":
+                raise TicketLapsed("this release's place in line lapsed; ask again")
+            if not set(units) <= set(held):
+                raise ValueError("the release reads a unit its ticket does not hold")
+            if tickets.blockers(conn, release):
+                return None
+            if tokens != row["tokens"]:
+                self._check_quota(conn, caller, releases=0, tokens=max(0, tokens - row["tokens"]))
+            conn.execute("UPDATE releases SET state = 'open', tokens = ? WHERE id = ?", (tokens, release))
             out = {}
             for unit in dict.fromkeys(units):
-                conn.execute("INSERT INTO units (tenant, unit, spent) VALUES (?, ?, 0) ON CONFLICT DO NOTHING",
-                             (tenant, unit))
                 spent = conn.execute("SELECT spent FROM units WHERE tenant = ? AND unit = ?",
                                      (tenant, unit)).fetchone()["spent"]
                 r = lifetime_reservation(budget=budget, spent=spent, outstanding=self._outstanding(conn, tenant, unit),
                                          release=release_budget)
                 conn.execute("INSERT INTO reservations (release_id, tenant, unit, reserved) VALUES (?, ?, ?, ?)",
-                             (rid, tenant, unit, r))
+                             (release, tenant, unit, r))
                 out[unit] = r
-        return Reserved(rid, out)
+        return Reserved(release, out)
 
     @staticmethod
     def _outstanding(conn, tenant: str, unit: str) -> float:
@@ -208,7 +282,9 @@ class VaultStore:
         return ceil_float(sum((Fraction(r["reserved"]) for r in rows), Fraction(0)))
 
     @staticmethod
-    def _check_quota(conn, caller: Caller, tokens: int) -> None:
+    def _check_quota(conn, caller: Caller, *, releases: int, tokens: int) -> None:
+        """QuotaExceeded if ``releases`` more releases or ``tokens`` more tokens would pass the
+        key's quota over the last 24 hours (voided releases do not count)."""
         row = conn.execute("SELECT releases_per_day, tokens_per_day FROM api_keys WHERE key_hash = ?",
                            (caller.key_hash,)).fetchone()
         if row is None or (row["releases_per_day"] is None and row["tokens_per_day"] is None):
@@ -216,7 +292,7 @@ class VaultStore:
         since = (datetime.now(timezone.utc) - timedelta(days=1)).isoformat(timespec="seconds")
         used = conn.execute("SELECT COUNT(*) AS n, COALESCE(SUM(tokens), 0) AS t FROM releases WHERE reader = ? "
                             "AND created >= ? AND state <> 'void'", (caller.key_hash, since)).fetchone()
-        if row["releases_per_day"] is not None and used["n"] + 1 > row["releases_per_day"]:
+        if releases and row["releases_per_day"] is not None and used["n"] + releases > row["releases_per_day"]:
             raise QuotaExceeded("releases", row["releases_per_day"])
         if row["tokens_per_day"] is not None and used["t"] + tokens > row["tokens_per_day"]:
             raise QuotaExceeded("tokens", row["tokens_per_day"])
@@ -232,13 +308,14 @@ class VaultStore:
         its (document version, parameters) while that version is stored."""
         with immediate(self.conn) as conn:
             row = self._close(conn, release, left, "done")
-            if row is not None and body is not None:
-                tenant, document, version = row["tenant"], row["document"], row["version"]
+            if row is None or body is None:
+                return
+            tenant, document, version = row["tenant"], row["document"], row["version"]
+            if conn.execute("SELECT 1 FROM documents WHERE tenant = ? AND id = ? AND version = ?",
+                            (tenant, document, version)).fetchone() is not None:
                 conn.execute("INSERT INTO rewrites (tenant, document, version, params, body, created) "
-                             "SELECT ?, ?, ?, ?, ?, ? WHERE EXISTS (SELECT 1 FROM documents "
-                             "WHERE tenant = ? AND id = ? AND version = ?) ON CONFLICT DO NOTHING",
-                             (tenant, document, version, row["params"], json.dumps(body, ensure_ascii=False), now(),
-                              tenant, document, version))
+                             "VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING",
+                             (tenant, document, version, row["params"], json.dumps(body, ensure_ascii=False), now()))
 
     def fail(self, release: int) -> None:
         """A release that failed after its first token: its reservations are spent in full."""
@@ -247,8 +324,14 @@ class VaultStore:
 
     @staticmethod
     def _close(conn, release: int, left: Mapping[str, float] | None, state: str):
-        """Turn an open release's reservations into spend (``left`` None: nothing returns);
-        its row, or None if it was not open."""
+        """Turn an open release's reservations into spend (``left`` None: nothing returns) and
+        close its ticket; its row, or None if it was not open."""
+        row = conn.execute("SELECT tenant FROM releases WHERE id = ?", (release,)).fetchone()
+        if row is None:
+            return None
+        reserved = [r["unit"] for r in conn.execute("SELECT unit FROM reservations WHERE release_id = ?",
+                                                    (release,)).fetchall()]
+        tickets.lock(conn, row["tenant"], [*tickets.units_of(conn, release), *reserved], release)
         row = conn.execute("SELECT * FROM releases WHERE id = ? AND state = 'open'", (release,)).fetchone()
         if row is None:
             return None
@@ -263,19 +346,40 @@ class VaultStore:
             conn.execute("UPDATE reservations SET spent = ? WHERE release_id = ? AND unit = ?",
                          (lifetime_spent(spent=0.0, reserved=reserved, left=rest), release, unit))
         conn.execute("UPDATE releases SET state = ?, finished = ? WHERE id = ?", (state, now(), release))
+        tickets.close(conn, release)
         return row
 
     def void(self, release: int) -> None:
-        """Remove the reservations of a release that sampled no token (nothing was released)."""
+        """Close a release that sampled no token (nothing was released): one that reserved is
+        kept as ``void``, its reservations removed; a ticket that never reserved (a refused
+        parameter, a client that left while it waited) is removed and leaves no row."""
         with immediate(self.conn) as conn:
-            if conn.execute("UPDATE releases SET state = 'void', finished = ? WHERE id = ? AND state = 'open'",
-                            (now(), release)).rowcount:
+            row = conn.execute("SELECT tenant FROM releases WHERE id = ?", (release,)).fetchone()
+            if row is None:
+                return
+            tickets.lock(conn, row["tenant"], tickets.units_of(conn, release), release)
+            state = conn.execute("SELECT state FROM releases WHERE id = ?", (release,)).fetchone()["state"]
+            if state == "waiting":
+                tickets.close(conn, release)
+                conn.execute("DELETE FROM releases WHERE id = ?", (release,))
+            elif state == "open":
+                conn.execute("UPDATE releases SET state = 'void', finished = ? WHERE id = ?", (now(), release))
                 conn.execute("DELETE FROM reservations WHERE release_id = ?", (release,))
+                tickets.close(conn, release)
 
-    # --- the owner's ledger and quotas -----------------------------------------------------
+    def expire_untracked(self) -> int:
+        """Releases left open by a tokendp from before tickets (no holder): spent in full, as
+        expired. Returns how many."""
+        rows = self.conn.execute("SELECT id FROM releases WHERE state = 'open' AND holder IS NULL").fetchall()
+        for r in rows:
+            with immediate(self.conn) as conn:
+                self._close(conn, r["id"], None, "expired")
+        return len(rows)
+
     def ledger(self, tenant: Tenant) -> dict[str, Any]:
-        """Every unit: committed spend, open reservations (in flight, or cut off by a crash:
-        both count as spent) and the lifetime budget, in RDP at the vault's order."""
+        """Every unit: committed spend, open reservations (in flight: they count as spent) and
+        the lifetime budget, in RDP at the vault's order; releases per state (``waiting``,
+        ``open``, ``done``, ``failed``, ``expired``, ``void``)."""
         settings = self.settings(tenant)
         units = []
         for row in self.conn.execute("SELECT unit, spent FROM units WHERE tenant = ? ORDER BY unit",
