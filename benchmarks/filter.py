@@ -36,6 +36,7 @@ from tokendp.text.contexts import placeholders, prompt_template
 from tokendp.text.tab import load_tab
 
 DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "tab"
+DELTA = 1e-5
 
 
 def settings(epsilons: list[float], paces: list[float], groups: int, tokens: int, delta: float,
@@ -90,6 +91,16 @@ def pool(docs: list[dict]) -> list[dict]:
     return list(table.values())
 
 
+def _curve(row: dict) -> str:
+    """A row's curve: the fixed accounting, or the filter at its pace and, unless it is the one
+    the filter chooses for the target, its order."""
+    if row["method"] == "dp-fusion":
+        return "fixed accounting"
+    settings = dict(part.split("=") for part in row["name"].split(",")[1:])
+    chosen = float(settings["alpha"]) == dp_fusion_filter_alpha(epsilon=row["target"], delta=DELTA)
+    return f"filter (pace {settings['pace']}" + ("" if chosen else f", alpha {settings['alpha']}") + ")"
+
+
 def plot(rows: list[dict], path: Path) -> None:
     import matplotlib
 
@@ -100,9 +111,7 @@ def plot(rows: list[dict], path: Path) -> None:
     curves: dict[str, list[tuple[float, float]]] = {}
     for r in rows:
         if r["method"] in ("dp-fusion", "dp-fusion-filter"):
-            label = ("fixed accounting" if r["method"] == "dp-fusion"
-                     else "filter (" + r["name"].split(",", 1)[1].replace("=", " ").replace(",", ", ") + ")")
-            curves.setdefault(label, []).append((r["target"], r["ppl"]))
+            curves.setdefault(_curve(r), []).append((r["target"], r["ppl"]))
     for label, pts in curves.items():
         ax.plot(*zip(*sorted(pts)), "o-" if label.startswith("fixed") else "s--", label=label)
     for method, colour in (("public", "grey"), ("original", "black")):
@@ -129,7 +138,7 @@ def main() -> None:
                         help="the filter's orders, e.g. auto,2.5,3 (auto: dp_fusion_filter_alpha for the target)")
     parser.add_argument("--no-fixed", action="store_true",
                         help="score the filter only (the fixed accounting's figures do not change with its settings)")
-    parser.add_argument("--delta", type=float, default=1e-5)
+    parser.add_argument("--delta", type=float, default=DELTA)
     parser.add_argument("--model", default="rewriter")
     parser.add_argument("--threads", type=int, default=None)
     parser.add_argument("--out", type=Path, required=True)
