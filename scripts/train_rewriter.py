@@ -289,6 +289,12 @@ def endings(model, tokenizer, examples: list[RewriteExample]) -> dict:
             "kinds": dict(sorted(Counter(e.kind for e in examples).items()))}
 
 
+def _record(paragraph: Paragraph) -> list:
+    """A TAB paragraph as a JSON value for the run fingerprint (its spans as dicts)."""
+    text, spans = paragraph
+    return [text, [s.to_dict() for s in spans]]
+
+
 def _tab_documents(cfg: Config) -> list[list[Paragraph]]:
     return tab_documents(cfg.tab, split="tune") if cfg.tab and Path(cfg.tab).is_dir() else []
 
@@ -327,7 +333,7 @@ def train(cfg: Config, *, model=None, tokenizer=None, tab=None, wiki=None,
         settings["options"] = options
     if init_sha:  # runs from scratch keep their fingerprint
         settings["init_adapter_sha256"] = init_sha
-    run = fingerprint(data=[{"tab": p} for p in paragraphs] + [{"passage": p} for p in passages]
+    run = fingerprint(data=[{"tab": _record(p)} for p in paragraphs] + [{"passage": _record(p)} for p in passages]
                       + [{"wiki": p} for p in wiki],
                       settings={"format": "tokendp.rewriter/1", "objective": objective(cfg), **settings})
     held = held_out_examples(tokenizer, cfg, options, tab=held_tab, wiki=held_wiki) if cfg.end_check else []
