@@ -460,7 +460,7 @@ def score(texts: list[str], spans: list[list[Span]], rewrites: list[str], tags: 
             # the share of rewrites that ended on the model's end of turn (EOS), not on a stop
             # string (the shipped adapter's <|im_start|>) or at T
             "endings": round(sum(r == "eos" for r in stop_reasons) / max(1, len(stop_reasons)), 4),
-            "stop_reasons": dict(Counter(stop_reasons))}),
+            "stop_reasons": dict(Counter(stop_reasons)), "stop_reasons_per_doc": list(stop_reasons)}),
     }
 
 
