@@ -47,11 +47,17 @@ measured (never the reporting half), so it shares nothing with the rewriter's ba
 has not seen the originals it judges; ``tiny``: the embedded 4.5M model (per token, after
 ``<|doc|>``); or a model directory.
 
+``--source synthetic`` measures held-out synthetic documents instead of TAB excerpts
+(:func:`held_out_documents`); ``endings`` is the share of rewrites that stopped on the model's
+end of turn. ``--examples`` at least ``--docs`` stores every rewrite, which
+``benchmarks/rewriter_compare.py`` needs.
+
 A markdown table of the figures (one row per method and temperature) goes to stderr at the end.
 
   PYTHONPATH=src python benchmarks/rewriter.py --model rewriter [--adapter runs/rewriter/adapter]
   PYTHONPATH=src python benchmarks/rewriter.py --split tune --docs 6 --temperatures 0.5,0.7,1.0 --threads 1
   PYTHONPATH=src python benchmarks/rewriter.py --model smollm2 --docs 4 --methods public
+  PYTHONPATH=src python benchmarks/rewriter.py --source synthetic --docs 12 --methods dp-fusion --examples 12
 """
 
 from __future__ import annotations
