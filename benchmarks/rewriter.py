@@ -47,11 +47,17 @@ measured (never the reporting half), so it shares nothing with the rewriter's ba
 has not seen the originals it judges; ``tiny``: the embedded 4.5M model (per token, after
 ``<|doc|>``); or a model directory.
 
+``--source synthetic`` measures held-out synthetic documents instead of TAB excerpts
+(:func:`held_out_documents`); ``endings`` is the share of rewrites that stopped on the model's
+end of turn. ``--examples`` at least ``--docs`` stores every rewrite, which
+``benchmarks/rewriter_compare.py`` needs.
+
 A markdown table of the figures (one row per method and temperature) goes to stderr at the end.
 
   PYTHONPATH=src python benchmarks/rewriter.py --model rewriter [--adapter runs/rewriter/adapter]
   PYTHONPATH=src python benchmarks/rewriter.py --split tune --docs 6 --temperatures 0.5,0.7,1.0 --threads 1
   PYTHONPATH=src python benchmarks/rewriter.py --model smollm2 --docs 4 --methods public
+  PYTHONPATH=src python benchmarks/rewriter.py --source synthetic --docs 12 --methods dp-fusion --examples 12
 """
 
 from __future__ import annotations
@@ -109,6 +115,73 @@ def report_excerpts(n: int, *, min_chars: int = 250, max_chars: int = 1100, data
                     ) -> list[tuple[str, str, list[Span]]]:
     """:func:`excerpts` of the reporting half (``benchmarks/speculative.py`` uses the same)."""
     return excerpts(n, split="report", min_chars=min_chars, max_chars=max_chars, data=data)
+
+
+# Held-out synthetic documents (issue 37): kinds and wording that the rewriter's training data
+# (tokendp.models.training.synthetic, whose templates are court, medical, HR, letter, summary and
+# e-mail sentences) never uses: clinic letters, HR e-mails and police reports, each with a header
+# or salutation, two body paragraphs and a closing with a signature. Only the slot values come
+# from the same Faker generator (SyntheticDocs.value), drawn from a seed (HELD_OUT_SEED) that the
+# training stream never uses (its synthetic documents are seeded from 13 * 1_000_003 + step).
+HELD_OUT_SEED = 37_037
+_HELD_OUT: dict[str, tuple[list[str], list[str], list[str]]] = {
+    "clinic letter": (
+        ["Re: {PERSON:name}, date of birth {DATETIME:dob}, hospital number {CODE:mrn}\n\nDear {PERSON:doctor},"],
+        ["I reviewed {PERSON:title_name} in the outpatient clinic of {ORG:hospital} on {DATETIME:date}.",
+         "The patient is a {DEM:age} {DEM:occupation} who was referred with headaches lasting {QUANTITY:weeks}.",
+         "On examination the weight was {QUANTITY:kg} and the blood pressure {QUANTITY:bp}.",
+         "I have started {MISC:drug} {QUANTITY:dose} at night and suggested a headache diary.",
+         "A scan has been booked at {ORG:hospital} under reference {CODE:ref}.",
+         "The patient lives with a {DEM:relative} at {LOC:address}.",
+         "I will see the patient again in {QUANTITY:weeks}; the clinic can be reached on {CODE:phone}."],
+        ["With best wishes,\n{PERSON:doctor}\nConsultant Neurologist"],
+    ),
+    "HR e-mail": (
+        ["Subject: probation review\n\nHi {PERSON:first_name},"],
+        ["Following our conversation on {DATETIME:date}, here is the outcome of the probation review of {PERSON:name}.",
+         "The panel met at our office in {LOC:city} and included {PERSON:name} from the {ORG:department} team.",
+         "From {DATETIME:date} the salary rises to {QUANTITY:money} a year under contract {CODE:emp_id}.",
+         "The employee has asked to work from home for {QUANTITY:hours} on Fridays, which the panel accepted.",
+         "Payroll at {ORG:company} will keep using the bank account {CODE:account}.",
+         "Questions about the review can go to {CODE:email}."],
+        ["Many thanks,\n{PERSON:name}\n{DEM:job}"],
+    ),
+    "police report": (
+        ["Incident report {CODE:case_no}"],
+        ["At about 11 pm on {DATETIME:date}, officers were called to {LOC:address} after a reported burglary.",
+         "The caller, {PERSON:name}, a {DEM:age} {DEM:nationality} {DEM:occupation}, said the back door had been forced.",
+         "A neighbour, {PERSON:title_name}, saw a van with the registration {CODE:plate} leave the street.",
+         "Property worth {QUANTITY:money} was reported stolen, including a laptop of {ORG:company}.",
+         "A suspect was stopped in {LOC:city} the next morning and taken to {ORG:facility}.",
+         "The caller's {DEM:relative} was informed by telephone on {CODE:phone}."],
+        ["Reporting officer:\n{PERSON:title_name}, badge {CODE:small_no}"],
+    ),
+}
+
+
+def held_out_documents(n: int, *, seed: int = HELD_OUT_SEED, min_chars: int = 250, max_chars: int = 1100
+                       ) -> list[tuple[str, str, list[Span]]]:
+    """(doc_id, document, spans) of ``n`` held-out synthetic documents (:data:`_HELD_OUT`: clinic
+    HR e-mails, clinic letters and police reports in turn), each of ``min_chars`` to ``max_chars``
+    characters: the opening, 2-3 sentences in each of two paragraphs, the closing. Deterministic in
+    ``seed``; the training data never contains these templates."""
+    import random
+
+    from tokendp.models.training.synthetic import PARAGRAPH_BREAK, SyntheticDocs
+
+    gen, rng = SyntheticDocs(seed), random.Random(seed)
+    kinds, out = sorted(_HELD_OUT), []
+    while len(out) < n:
+        kind = kinds[len(out) % len(kinds)]
+        openings, body, closings = _HELD_OUT[kind]
+        sentences = [body[i] for i in sorted(rng.sample(range(len(body)), rng.randint(4, min(6, len(body)))))]
+        cut = len(sentences) // 2
+        template = PARAGRAPH_BREAK.join([rng.choice(openings), " ".join(sentences[:cut]), " ".join(sentences[cut:]),
+                                         rng.choice(closings)])
+        doc = gen._render(template)
+        if min_chars <= len(doc.text) <= max_chars:
+            out.append((f"synthetic-{len(out)} ({kind})", doc.text, list(doc.spans)))
+    return out
 
 
 # ---------------------------------------------------------------------------- metrics
@@ -365,8 +438,9 @@ def parse_temperatures(text: str | None) -> list[float]:
 
 
 def score(texts: list[str], spans: list[list[Span]], rewrites: list[str], tags: list[list[Span]],
-          judge, ppl_orig: list[float], gold: Counter) -> dict:
-    """Every metric of one method's rewrites (``tags``: the tagger's spans of each rewrite)."""
+          judge, ppl_orig: list[float], gold: Counter, stop_reasons: list[str] | None = None) -> dict:
+    """Every metric of one method's rewrites (``tags``: the tagger's spans of each rewrite;
+    ``stop_reasons``: why each rewrite stopped, for the endings share)."""
     k = [kept(t, s, r) for t, s, r in zip(texts, spans, rewrites)]
     ratios = [judge.perplexity(r) / p if r.strip() else float("inf") for r, p in zip(rewrites, ppl_orig)]
     leak = [leaks(t, s, r) for t, s, r in zip(texts, spans, rewrites)]
@@ -388,6 +462,11 @@ def score(texts: list[str], spans: list[list[Span]], rewrites: list[str], tags: 
         "fluency": round(statistics.median(ratios), 3), "fluency_per_doc": [round(x, 3) for x in ratios],
         "leaks": sum(map(len, leak)), "leaked": leak,
         "repeated_trigrams": round(statistics.mean(repeated_trigrams(r) for r in rewrites), 3),
+        **({} if stop_reasons is None else {
+            # the share of rewrites that ended on the model's end of turn (EOS), not on a stop
+            # string (the shipped adapter's <|im_start|>) or at T
+            "endings": round(sum(r == "eos" for r in stop_reasons) / max(1, len(stop_reasons)), 4),
+            "stop_reasons": dict(Counter(stop_reasons)), "stop_reasons_per_doc": list(stop_reasons)}),
     }
 
 
@@ -398,7 +477,11 @@ def run(args, on_method=None) -> dict:
 
     torch.set_num_threads(args.threads)
     temperatures = parse_temperatures(args.temperatures)
-    docs = excerpts(args.docs, split=args.split, min_chars=args.min_chars, max_chars=args.max_chars)
+    source = getattr(args, "source", "tab")
+    if source == "synthetic":
+        docs = held_out_documents(args.docs, min_chars=args.min_chars, max_chars=args.max_chars)
+    else:
+        docs = excerpts(args.docs, split=args.split, min_chars=args.min_chars, max_chars=args.max_chars)
     t0 = time.perf_counter()
     judge, judge_name = make_judge(args.judge, exclude=frozenset(d[0] for d in docs))
     judge_s = time.perf_counter() - t0
@@ -408,7 +491,8 @@ def run(args, on_method=None) -> dict:
     spans = [d[2] for d in docs]
     gold = Counter(s.label for d in docs for s in d[2])
     ppl_orig = [judge.perplexity(t) for t in texts]
-    result = {"model": backend.name, "judge": judge_name, "split": args.split, "docs": [d[0] for d in docs],
+    result = {"model": backend.name, "adapter": getattr(args, "adapter", None), "judge": judge_name, "source": source,
+              "split": args.split, "docs": [d[0] for d in docs],
               "chars": [len(t) for t in texts], "gold_spans": dict(gold),
               # the originals scored as rewrites: slot_label_share here is the tagger's own agreement
               # with the gold labels, the ceiling a rewrite can reach under this tagger
@@ -436,7 +520,8 @@ def run(args, on_method=None) -> dict:
         seconds = time.perf_counter() - t0
         rewrites = [o.text for o in outs]
         tags = [list(tagger.tag(r)) for r in rewrites]
-        m = {"method": method, **score(texts, spans, rewrites, tags, judge, ppl_orig, gold),
+        stops = [o.report.stop_reason for o in outs]
+        m = {"method": method, **score(texts, spans, rewrites, tags, judge, ppl_orig, gold, stops),
              "seconds": round(seconds, 1),
              "examples": [{"original": t, "rewrite": r} for t, r in list(zip(texts, rewrites))[:args.examples]]}
         if method == "dp-fusion":
@@ -455,7 +540,8 @@ def run(args, on_method=None) -> dict:
 def summary(result: dict) -> dict:
     """Flat metrics (for `tokendp model info`): method_metric -> value, plus the setting."""
     half = "reporting" if result.get("split", "report") == "report" else "tuning"
-    out: dict = {"benchmark": f"benchmarks/rewriter.py, {len(result['docs'])} TAB {half}-half excerpts "
+    what = "held-out synthetic documents" if result.get("source") == "synthetic" else f"TAB {half}-half excerpts"
+    out: dict = {"benchmark": f"benchmarks/rewriter.py, {len(result['docs'])} {what} "
                               f"({sum(result['chars'])} characters, {sum(result['gold_spans'].values())} gold spans)",
                  "judge": result["judge"]}
     for key, m in result["methods"].items():
@@ -469,17 +555,18 @@ def summary(result: dict) -> dict:
 def table(result: dict) -> str:
     """The figures as a markdown table, one row per method (and temperature)."""
     rows = ["| method | temperature | kept | types | slot labels | distinct fillers | fluency | repeated trigrams "
-            "| leaks | seconds |", "|---|---|---|---|---|---|---|---|---|---|"]
+            "| leaks | endings | seconds |", "|---|---|---|---|---|---|---|---|---|---|---|"]
     o = result.get("original")
     if o:
         rows.append(f"| the original (reference) | - | {o['kept']:.2f} | {o['types']:.2f} | {o['slot_label_share']:.2f} | "
-                    f"{o['distinct_fillers']:.2f} | {o['fluency']:.2f} | {o['repeated_trigrams']:.2f} | - | - |")
+                    f"{o['distinct_fillers']:.2f} | {o['fluency']:.2f} | {o['repeated_trigrams']:.2f} | - | - | - |")
     for key, m in result["methods"].items():
         method = m.get("method", key)
         name = f"DP-Fusion, epsilon {m['epsilon']:g}" if method == "dp-fusion" else "public"
         temp = f"{m['temperature']:g}" if method == "dp-fusion" else "0 (greedy)"
         rows.append(f"| {name} | {temp} | {m['kept']:.2f} | {m['types']:.2f} | {m['slot_label_share']:.2f} | "
-                    f"{m['distinct_fillers']:.2f} | {m['fluency']:.2f} | {m['repeated_trigrams']:.2f} | {m['leaks']} | {m['seconds']:.0f} |")
+                    f"{m['distinct_fillers']:.2f} | {m['fluency']:.2f} | {m['repeated_trigrams']:.2f} | {m['leaks']} | "
+                    f"{m.get('endings', float('nan')):.2f} | {m['seconds']:.0f} |")
     return "\n".join(rows)
 
 
@@ -491,6 +578,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--split", default="report", choices=["report", "tune"],
                         help="TAB half: report (odd-indexed, for reporting) or tune (even-indexed, for choosing "
                              "settings; the rewriter was trained on its paragraphs)")
+    parser.add_argument("--source", default="tab", choices=["tab", "synthetic"],
+                        help="tab: TAB excerpts of --split; synthetic: held-out synthetic clinic letters, HR e-mails "
+                             "and police reports (templates the training never uses, seed %d)" % HELD_OUT_SEED)
     parser.add_argument("--docs", type=int, default=6)
     parser.add_argument("--min-chars", type=int, default=250)
     parser.add_argument("--max-chars", type=int, default=1100)

@@ -58,7 +58,8 @@ LLAMA_TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj",
 CHECKPOINT = "checkpoint.pt"
 # Settings that change neither the data nor the objective: a run may resume with others.
 RESUMABLE_WITH_OTHER = ("out", "steps", "threads", "device", "checkpoint_every", "log_every", "hardware",
-                        "tab", "wikitext", "end_check")  # the paragraphs themselves are in the fingerprint
+                        "tab", "wikitext", "end_check",  # the paragraphs themselves are in the fingerprint
+                        "init_adapter")  # its weights' sha256 is in the fingerprint, not its path
 HELD_OUT_DOCS, HELD_OUT_WIKI = 2, 16  # the last TAB documents and WikiText paragraphs, kept out of training
 ENDINGS_TARGET = 0.9  # below this share of held-out answers ending on the end of turn, the run warns
 LAYOUT = ("; some examples of 2-4 paragraphs joined by a blank line (letters and e-mails end on their "
@@ -119,6 +120,7 @@ class Config:
     hardware: str = "2 shared CPU cores (torch, 1 thread, nice 10)"
     placeholder_style: str = "single"  # "typed": one marker per label (tokendp.text.contexts.placeholders)
     end_check: int = 32  # held-out examples of the endings check before the last save (0: none)
+    init_adapter: str = ""  # an adapter directory (PEFT's layout, same r, alpha, targets) to start from
 
 
 def lr_factor(step: int, cfg: Config) -> float:
@@ -197,6 +199,31 @@ def add_lora(model, cfg: Config):
     return peft_model
 
 
+def init_from_adapter(peft_model, adapter: Path, cfg: Config) -> str:
+    """Load the LoRA tensors of ``adapter`` (PEFT's layout, e.g. the shipped rewriter) into
+    ``peft_model`` as the starting point of a run; returns the sha256 of its weights file (part of
+    the run's fingerprint). Its rank, alpha and target modules must be those of ``cfg``."""
+    import hashlib
+
+    from peft import set_peft_model_state_dict
+    from safetensors.torch import load_file
+
+    config = json.loads((adapter / "adapter_config.json").read_text())
+    theirs = (config["r"], float(config["lora_alpha"]), sorted(config["target_modules"]))
+    ours = (cfg.r, float(cfg.alpha), sorted(cfg.targets))
+    if theirs != ours:
+        raise SystemExit(f"--init-adapter {adapter} has r={theirs[0]}, alpha={theirs[1]:g}, targets {theirs[2]}; "
+                         f"this run has r={ours[0]}, alpha={ours[1]:g}, targets {ours[2]}: pass --r and --alpha to match")
+    weights = adapter / "adapter_model.safetensors"
+    tensors = {k: v.to(torch.float32) for k, v in load_file(str(weights)).items()}
+    result = set_peft_model_state_dict(peft_model, tensors)
+    missing = [k for k in result.missing_keys if "lora_" in k]
+    if result.unexpected_keys or missing or not tensors:
+        raise SystemExit(f"--init-adapter {adapter} does not fit the model: {len(missing)} LoRA tensors missing, "
+                         f"{len(result.unexpected_keys)} unexpected")
+    return hashlib.sha256(weights.read_bytes()).hexdigest()
+
+
 def save_adapter(peft_model, dest: Path) -> None:
     """PEFT's layout (``PeftModel.save_pretrained``), the tensors stored in float16 as shipped."""
     from safetensors.torch import load_file, save_file
@@ -262,6 +289,12 @@ def endings(model, tokenizer, examples: list[RewriteExample]) -> dict:
             "kinds": dict(sorted(Counter(e.kind for e in examples).items()))}
 
 
+def _record(paragraph: Paragraph) -> list:
+    """A TAB paragraph as a JSON value for the run fingerprint (its spans as dicts)."""
+    text, spans = paragraph
+    return [text, [s.to_dict() for s in spans]]
+
+
 def _tab_documents(cfg: Config) -> list[list[Paragraph]]:
     return tab_documents(cfg.tab, split="tune") if cfg.tab and Path(cfg.tab).is_dir() else []
 
@@ -282,6 +315,7 @@ def train(cfg: Config, *, model=None, tokenizer=None, tab=None, wiki=None,
     paragraphs = paragraphs_of(tab, min_chars=cfg.min_chars, max_chars=cfg.max_chars)
     passages = tab_passages(tab, min_chars=cfg.min_chars, max_chars=cfg.max_chars)
     peft_model = add_lora(model, cfg)
+    init_sha = init_from_adapter(peft_model, Path(cfg.init_adapter), cfg) if cfg.init_adapter else ""
     peft_model.to(cfg.device)
     lm = peft_model.get_base_model()  # the LlamaForCausalLM with LoRA layers in it
     if cfg.device.startswith("cuda"):
@@ -297,7 +331,9 @@ def train(cfg: Config, *, model=None, tokenizer=None, tab=None, wiki=None,
         settings.pop("placeholder_style")
     else:
         settings["options"] = options
-    run = fingerprint(data=[{"tab": p} for p in paragraphs] + [{"passage": p} for p in passages]
+    if init_sha:  # runs from scratch keep their fingerprint
+        settings["init_adapter_sha256"] = init_sha
+    run = fingerprint(data=[{"tab": _record(p)} for p in paragraphs] + [{"passage": _record(p)} for p in passages]
                       + [{"wiki": p} for p in wiki],
                       settings={"format": "tokendp.rewriter/1", "objective": objective(cfg), **settings})
     held = held_out_examples(tokenizer, cfg, options, tab=held_tab, wiki=held_wiki) if cfg.end_check else []

@@ -120,3 +120,33 @@ def test_distinct_fillers_count_pairs_of_different_entities_filled_alike():
     assert b.distinct_filler_pairs(text, spans, "Mr Lee met Mr Roy and Mr Lee again in Lyon.") == (2, 2)
     assert b.distinct_filler_pairs(text, spans, "Mr Lee met Mr Lee and Mr Lee again in Lyon.") == (0, 2)
     assert b.distinct_filler_pairs(text, spans, "Mr Lee met Mr Roy and Mr Roy again in Lyon.") == (1, 2)
+
+
+def test_held_out_synthetic_documents_are_fixed_and_never_training_templates():
+    """Issue 37's held-out documents: the same for a seed, spans on their values, three kinds in
+    turn, each ending on its closing, and none of their sentences in the training templates."""
+    import pytest
+
+    pytest.importorskip("faker")
+    from tokendp.models.training import synthetic
+
+    b = _bench()
+    docs = b.held_out_documents(6)
+    assert docs == b.held_out_documents(6)
+    assert [d[0].split(" (")[1] for d in docs[:3]] == ["HR e-mail)", "clinic letter)", "police report)"]
+    training = {t for pool in synthetic._TEMPLATES.values() for t in pool}
+    training |= {t for parts in synthetic._CORRESPONDENCE.values() for pool in parts for t in pool}
+    for openings, body, closings in b._HELD_OUT.values():
+        assert not training & {*openings, *body, *closings}
+    for _, text, spans in docs:
+        assert 250 <= len(text) <= 1100 and text.count("\n\n") >= 3 and spans
+        assert all(0 <= s.start < s.end <= len(text) and text[s.start:s.end].strip() for s in spans)
+        assert spans[-1].start > text.rindex("\n\n")  # the closing is signed
+
+
+def test_scores_report_the_share_of_rewrites_ending_on_the_end_of_turn():
+    b = _bench()
+    judge = b.CharNgramJudge("the court dismissed the appeal of the applicant " * 20)
+    m = b.score([TEXT, TEXT], [SPANS, SPANS], [TEXT, TEXT], [[], []], judge, [1.0, 1.0], Counter(),
+                ["eos", "stop_string"])
+    assert m["endings"] == 0.5 and m["stop_reasons"] == {"eos": 1, "stop_string": 1}

@@ -117,3 +117,40 @@ def test_a_typed_smoke_run_ships_its_style_and_sanitize_builds_typed_rows_for_it
     assert result.exit_code == 0, result.output
     single = script.smoke(str(tmp_path / "single"), steps=1)
     assert "placeholder_style" not in json.loads((single / "tokendp.json").read_text())  # as the shipped adapter
+
+
+def test_a_run_can_start_from_an_adapter_and_resumes_as_itself(tmp_path):
+    """--init-adapter: the run starts from that adapter's tensors (so continuing the shipped
+    rewriter with typed slots needs far fewer steps), its weights' hash joins the fingerprint,
+    and a cut-off run resumes from its own checkpoint, not from the adapter again."""
+    from peft import PeftModel
+    from safetensors.torch import load_file
+
+    script = _script()
+    first = script.smoke(str(tmp_path / "first"), steps=2)
+    start = {k: v.float() for k, v in load_file(str(first / "adapter_model.safetensors")).items()}
+    model, tok = script.tiny_model_and_tokenizer()
+    cfg = script.Config(out=str(tmp_path / "cont"), base_name="tiny-smoke", tab="", wikitext="", steps=0, batch=2,
+                        warmup=1, r=4, alpha=8, max_tokens=64, checkpoint_every=1, log_every=1,
+                        placeholder_style="typed", end_check=0, init_adapter=str(first), lr=1e-2)
+    from tokendp.text.spans import Span
+
+    text = ("The applicant, Mr Lindqvist, was born in 1961 and lives in Leeds. He was arrested on 2 May 2001 "
+            "and held in the Leeds remand centre until 9 June 2001.")
+    tab = [[(text, [Span(15, 27, "PERSON"), Span(41, 45, "DATETIME"), Span(59, 64, "LOC")])]]  # TAB paragraphs
+    adapter = script.train(cfg, model=model, tokenizer=tok, tab=tab, wiki=[])  # step 0: the start as it is
+    after = {k: v.float() for k, v in load_file(str(adapter / "adapter_model.safetensors")).items()}
+    assert after.keys() == start.keys() and all(torch.equal(after[k], start[k]) for k in start)
+    cfg.steps = 3
+    model, tok = script.tiny_model_and_tokenizer()
+    adapter = script.train(cfg, model=model, tokenizer=tok, tab=tab, wiki=[])  # resumes at step 0
+    state = torch.load(tmp_path / "cont" / "checkpoint.pt", weights_only=False)
+    assert state["step"] == 3 and json.loads((adapter / "training.json").read_text())["config"]["init_adapter"]
+    trained = {k: v.float() for k, v in load_file(str(adapter / "adapter_model.safetensors")).items()}
+    assert any(not torch.equal(trained[k], start[k]) for k in start)
+    model, tok = script.tiny_model_and_tokenizer()
+    cfg.r = 8  # an adapter of another rank cannot be the start
+    with pytest.raises(SystemExit, match="r=4"):
+        script.train(cfg, model=model, tokenizer=tok, tab=tab, wiki=[])
+    base, _ = script.tiny_model_and_tokenizer()
+    PeftModel.from_pretrained(base, str(adapter))  # loads as any adapter
