@@ -11,13 +11,10 @@ import pytest
 
 from tokendp.accounting import lifetime_reservation
 from tokendp.service import batching
-from tokendp.service.batching import END, Job, Worker
-from tokendp.service.keys import authenticate, create_key
-from tokendp.service.store import BudgetStore
+from tokendp.service.batching import END, Job
 from tokendp.service.vault_ask import ASK, AskParams, AskRequest
-from tokendp.service.vault_store import VaultStore
 
-from tests.service.vault_helpers import SUBJECT, document
+from tests.service.vault_helpers import SUBJECT, tiny_vault_worker
 
 UNITS = {json.dumps(["subject", SUBJECT]), json.dumps(["document", "d1", "PERSON"]),
          json.dumps(["document", "d2", "PERSON"])}
@@ -25,15 +22,7 @@ UNITS = {json.dumps(["subject", SUBJECT]), json.dumps(["document", "d1", "PERSON
 
 @pytest.fixture()
 def setup(tmp_path):
-    from tokendp.backends import load_backend
-
-    store = BudgetStore(tmp_path / "service.db")
-    vault = VaultStore(lambda: store.conn)
-    key, tenant = create_key(store.conn, "clinic", budget=4.0, role="reader")
-    caller = authenticate(store.conn, key)
-    for id in ("d1", "d2"):
-        vault.put(tenant, document(id), state="confirmed", create=True)
-    worker = Worker(lambda: (load_backend("tiny"), None), store, max_tokens=32, vault=vault)
+    worker, vault, caller, store = tiny_vault_worker(tmp_path, ("d1", "d2"))
     yield worker, vault, caller, store  # each test starts it, after submitting what must be taken at once
     worker.stop()
 

@@ -9,26 +9,16 @@ import time
 import pytest
 
 from tokendp.service import batching
-from tokendp.service.batching import END, Job, Worker
-from tokendp.service.keys import authenticate, create_key
+from tokendp.service.batching import END, Job
 from tokendp.service.plans import AccountingMismatch
-from tokendp.service.store import BudgetStore
 from tokendp.service.vault import REWRITE, RewriteParams, RewriteRequest
-from tokendp.service.vault_store import VaultStore
 
-from tests.service.vault_helpers import SUBJECT, document
+from tests.service.vault_helpers import SUBJECT, tiny_vault_worker
 
 
 @pytest.fixture()
 def setup(tmp_path):
-    from tokendp.backends import load_backend
-
-    store = BudgetStore(tmp_path / "service.db")
-    vault = VaultStore(lambda: store.conn)
-    key, tenant = create_key(store.conn, "clinic", budget=4.0, role="reader")
-    caller = authenticate(store.conn, key)
-    vault.put(tenant, document("d1"), state="confirmed", create=True)
-    worker = Worker(lambda: (load_backend("tiny"), None), store, max_tokens=32, vault=vault)
+    worker, vault, caller, _ = tiny_vault_worker(tmp_path, ("d1",))
     worker.start()
     yield worker, vault, caller
     worker.stop()

@@ -62,3 +62,21 @@ def stream_events(server, key: str, id: str, **params) -> list[tuple[str, dict]]
             elif line.startswith("data: "):
                 out.append((name, json.loads(line[6:])))
     return out
+
+
+def tiny_vault_worker(tmp_path: Path, ids: tuple[str, ...]):
+    """A worker (not started) on the tiny model over a fresh vault holding the confirmed
+    documents ``ids``, and a reader of its tenant: (worker, vault, caller, store)."""
+    from tokendp.backends import load_backend
+    from tokendp.service.batching import Worker
+    from tokendp.service.keys import authenticate, create_key
+    from tokendp.service.store import BudgetStore
+    from tokendp.service.vault_store import VaultStore
+
+    store = BudgetStore(tmp_path / "service.db")
+    vault = VaultStore(lambda: store.conn)
+    key, tenant = create_key(store.conn, "clinic", budget=4.0, role="reader")
+    for id in ids:
+        vault.put(tenant, document(id), state="confirmed", create=True)
+    worker = Worker(lambda: (load_backend("tiny"), None), store, max_tokens=32, vault=vault)
+    return worker, vault, authenticate(store.conn, key), store

@@ -228,12 +228,8 @@ class VaultStore:
         holds are spent in full, as a failure after a token; one that never reserved closes
         with nothing spent."""
         with immediate(self.conn) as conn:
-            row = conn.execute("SELECT tenant FROM releases WHERE id = ?", (release,)).fetchone()
-            if row is None:
-                return
-            tickets.lock(conn, row["tenant"], tickets.units_of(conn, release), release)
-            state = conn.execute("SELECT state FROM releases WHERE id = ?", (release,)).fetchone()["state"]
-            if tickets.live(conn, release) or state not in ("waiting", "open"):
+            state = _locked_state(conn, release)
+            if state is None or tickets.live(conn, release) or state not in ("waiting", "open"):
                 return
             if state == "open":
                 self._close(conn, release, None, "expired")
@@ -354,11 +350,7 @@ class VaultStore:
         kept as ``void``, its reservations removed; a ticket that never reserved (a refused
         parameter, a client that left while it waited) is removed and leaves no row."""
         with immediate(self.conn) as conn:
-            row = conn.execute("SELECT tenant FROM releases WHERE id = ?", (release,)).fetchone()
-            if row is None:
-                return
-            tickets.lock(conn, row["tenant"], tickets.units_of(conn, release), release)
-            state = conn.execute("SELECT state FROM releases WHERE id = ?", (release,)).fetchone()["state"]
+            state = _locked_state(conn, release)
             if state == "waiting":
                 tickets.close(conn, release)
                 conn.execute("DELETE FROM releases WHERE id = ?", (release,))
@@ -411,3 +403,13 @@ class VaultStore:
             conn.execute("UPDATE api_keys SET releases_per_day = ?, tokens_per_day = ? WHERE key_hash = ?",
                          (releases_per_day, tokens_per_day, rows[0]["key_hash"]))
         return True
+
+
+def _locked_state(conn, release: int) -> str | None:
+    """The state of ``release`` once its ticket and units are locked (in the caller's write
+    transaction), or None when there is no such release."""
+    row = conn.execute("SELECT tenant FROM releases WHERE id = ?", (release,)).fetchone()
+    if row is None:
+        return None
+    tickets.lock(conn, row["tenant"], tickets.units_of(conn, release), release)
+    return conn.execute("SELECT state FROM releases WHERE id = ?", (release,)).fetchone()["state"]
