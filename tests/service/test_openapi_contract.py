@@ -52,7 +52,7 @@ CROSS_FIELD = [
     r"^(epsilon|beta) (names group\(s\) .* that no document has|has no value for group\(s\))",  # budgets per group
     r"is not above .*, the cost of converting RDP at alpha",  # epsilon against alpha and delta
     r"^the document needs T = \d+ tokens or more, above the limit",  # the document against T's limit
-    r"past the model's context|longer than the model's context",  # the document against the model
+    r"the model's context of \d+",  # the document, its prompt and T against the model's context
     r"has no place for a domain",  # the model's template
     r"reference\(s\) cannot fill one batch of|give at most \d+ synthetic text",  # references, batch_size, num
     r"got inf\b|beyond floating point's range|certifies no finite epsilon",  # epsilon, rho or clip past float64
