@@ -10,6 +10,7 @@ exact), so a failure means a rounding fell on the unsafe side, never a modelling
 from __future__ import annotations
 
 import math
+import sys
 from fractions import Fraction
 
 import mpmath
@@ -69,6 +70,10 @@ def test_exact_sums_are_exact_when_representable_and_rounded_up_otherwise():
     assert Fraction(third) >= Fraction(0.1) + Fraction(0.2) and Fraction(math.nextafter(third, 0)) < Fraction(0.1) + Fraction(0.2)
     assert ceil_float(Fraction(1, 3)) == math.nextafter(1 / 3, 1) and Fraction(ceil_float(Fraction(1, 3))) > Fraction(1, 3)
     assert exact_sum_up([math.inf, 1.0]) == math.inf
+    # beyond the largest float (a beta of 1e284 at alpha 1e307 raised OverflowError, a 500 of /v1/account)
+    huge = Fraction(sys.float_info.max) * 2
+    assert ceil_float(huge) == math.inf and ceil_float(Fraction(sys.float_info.max) + 1) == math.inf
+    assert ceil_float(-huge) == -sys.float_info.max
 
 
 # ---------------------------------------------------------------------------- DP-Fusion and PMixED

@@ -61,6 +61,16 @@ def test_simple_conversions():
     assert bounded_range_to_zcdp(eta=2.0) == 0.5
 
 
+@pytest.mark.parametrize(("rho", "delta"), [(5e-324, 5e-324), (5e-324, 1e-5), (1e-3, 5e-324), (1e300, 0.44)])
+def test_extreme_rho_and_delta_convert_without_overflow(rho, delta):
+    """Found by schemathesis through /v1/account and /v1/synthesize (issue 36): a subnormal rho
+    overflowed the first bracket, a delta below 1 / the largest float the second (1/delta - 1), and
+    a huge rho rounded the bracket's end to no sign change: brentq raised, the server answered 500."""
+    assert 1 <= zcdp_optimal_order(rho=rho, delta=delta) < math.inf
+    assert 0 <= zcdp_to_epsilon(rho=rho, delta=delta) < math.inf
+    assert zcdp_to_epsilon(rho=epsilon_to_zcdp(epsilon=1.36e308, delta=delta), delta=delta) <= 1.36e308
+
+
 @pytest.mark.parametrize("bad", [{"rho": -1.0}, {"rho": math.nan}, {"delta": 0.0}, {"delta": 1.5}])
 def test_rejects_bad_parameters(bad):
     with pytest.raises(InvalidParameterError):

@@ -63,10 +63,10 @@ SANITIZE = {"text": LETTER, "spans": PERSONS, "epsilon": 1, "max_new_tokens": 4}
 GENERATE = {"prompt": "Who wrote?", "context": LETTER, "spans": PERSONS, "epsilon": 1, "max_new_tokens": 4}
 SYNTHESIZE = {"references": [LETTER, LETTER[::-1]], "epsilon": 1, "batch_size": 2, "max_tokens": 4}
 REFUSED = [
-    ("/v1/sanitize", {**SANITIZE, "temperature": 1e-300}, 400),
-    ("/v1/generate", {**GENERATE, "temperature": 1e-300}, 400),
-    ("/v1/synthesize", {**SYNTHESIZE, "temperature": 1e-300}, 400),
-    ("/v1/sanitize", {**SANITIZE, "epsilon": None, "beta": 0.01, "alpha": 1e308}, 400),
+    ("/v1/sanitize", {**SANITIZE, "temperature": 1e-300}, 422),  # below MIN_TEMPERATURE: the schema says so
+    ("/v1/generate", {**GENERATE, "temperature": 1e-300}, 422),
+    ("/v1/synthesize", {**SYNTHESIZE, "temperature": 1e-300}, 422),
+    ("/v1/sanitize", {**SANITIZE, "epsilon": None, "beta": 0.01, "alpha": 1e308}, 422),  # above MAX_ALPHA
     ("/v1/sanitize", {**SANITIZE, "epsilon": None, "beta": 0.01, "alpha": 1 + 1e-10}, 403),  # epsilon 1e11
     ("/v1/sanitize", {**SANITIZE, "max_new_tokens": 33}, 400),
     ("/v1/sanitize", {**SANITIZE, "labels": ["DATE"]}, 400),  # the PERSON spans: neither protected nor kept

@@ -98,10 +98,10 @@ def test_another_tenant_sees_nothing_of_this_vault(vault):
 
 @pytest.mark.parametrize("bad, code", [
     ({"text": ""}, 422),
-    ({"text": " \n\t"}, 400),
+    ({"text": " \n\t"}, 422),  # the schema's pattern: some text that is not whitespace
     ({"spans": [{"start": 0, "end": 500, "label": "PERSON"}]}, 400),
     ({"spans": [{"start": 9, "end": 9, "label": "PERSON"}]}, 400),
-    ({"spans": [{"start": 8, "end": 19, "label": "NAME"}]}, 400),
+    ({"spans": [{"start": 8, "end": 19, "label": "NAME"}]}, 422),  # the schema's enum of labels
     ({"spans": [{"start": 8, "end": 19, "label": "PERSON", "colour": "red"}]}, 422),
 ])
 def test_a_bad_document_is_a_clear_4xx_and_stores_nothing(vault, bad, code):

@@ -107,6 +107,26 @@ def test_a_release_waits_for_an_earlier_ticket_of_its_units_without_spinning_and
     assert vault.ledger(caller.tenant)["releases"] == {"done": 1}  # a ticket that never reserved leaves no row
 
 
+def test_a_rewrite_that_waited_behind_an_identical_one_returns_its_stored_rewrite_at_no_cost(setup):
+    """Two identical rewrites (one document version, one epsilon and T) wait behind an earlier
+    ticket; the first generates and stores its rewrite, and the second, once its ticket may
+    reserve, returns that one again: no second generation, no second charge, no row left."""
+    worker, vault, caller = setup
+    doc = vault.get(caller.tenant, "d1")
+    params = RewriteParams(3.0, 6)
+    earlier = vault.ticket(caller, doc, RewriteParams(3.0, 5).key(), RewriteRequest(caller, doc, params).units(), 5)
+    first, second = (worker.submit(Job(REWRITE, RewriteRequest(caller, doc, params), caller.tenant,
+                                       tokens=queue.Queue())) for _ in range(2))
+    time.sleep(1.0)
+    assert vault.ledger(caller.tenant)["releases"] == {"waiting": 3}
+    vault.void(earlier)
+    body, again = first.future.result(timeout=300), second.future.result(timeout=300)
+    assert body["cached"] is False and again == {**body, "cached": True} and not second.charged
+    assert [second.tokens.get(timeout=5), second.tokens.get(timeout=5)] == [body["text"], END]
+    held, states = subject(vault, caller)
+    assert states == {"done": 1} and 0 < held["spent"] <= first.plan.release_budget and held["reserved"] == 0
+
+
 def test_a_release_cancelled_while_it_waits_is_voided(setup):
     worker, vault, caller = setup
     doc = vault.get(caller.tenant, "d1")

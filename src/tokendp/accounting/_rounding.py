@@ -39,6 +39,7 @@ and rounds up once, so a sum that is exactly representable is reported as it is.
 from __future__ import annotations
 
 import math
+import sys
 from collections.abc import Sequence
 from fractions import Fraction
 
@@ -89,8 +90,12 @@ def exact_sum_up(values: Sequence[float], counts: Sequence[int] | None = None) -
 
 def ceil_float(value: Fraction) -> float:
     """The smallest float >= ``value``: float() of a Fraction is correctly rounded (an integer
-    division), so it is that float or the one above."""
-    nearest = float(value)
+    division), so it is that float or the one above; +inf above the largest float, and the most
+    negative float below it (where float() overflows)."""
+    try:
+        nearest = float(value)
+    except OverflowError:
+        return math.inf if value > 0 else -sys.float_info.max
     return nearest if Fraction(nearest) >= value else math.nextafter(nearest, math.inf)
 
 

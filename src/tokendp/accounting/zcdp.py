@@ -25,12 +25,25 @@ def zcdp_optimal_order(*, rho: float, delta: float) -> float:
     a = 1 to log a > 0 at a = 1 + sqrt(log(1/delta)/rho), giving a unique root (found by brentq).
     It is positive at a = 1/delta too, so the bracket is the smaller of the two: for a tiny rho
     the root is near 1/delta, far below the first bound, which brentq's tolerance would not resolve.
+    The first bound is computed as sqrt(log(1/delta)) / sqrt(rho), finite for every rho > 0 (a
+    subnormal rho included), and the second is left out where 1/delta passes the largest float.
+    For a huge rho the left side at the bracket's end can round to 0 or below: the root is then
+    within rounding of that end, which is returned (the conversion holds at every order).
     """
     rho = check_positive("rho", rho)
     log_delta = math.log(check_delta(delta))
-    upper = min(math.sqrt(-log_delta / rho), math.expm1(-log_delta))
-    u = brentq(lambda v: rho * v * v + math.log1p(v) + log_delta, 0.0, upper, xtol=1e-14 * upper, rtol=1e-15, maxiter=200)
-    return 1.0 + u
+    try:
+        at_inverse_delta = math.expm1(-log_delta)  # a - 1 at a = 1/delta
+    except OverflowError:
+        at_inverse_delta = math.inf
+    upper = min(math.sqrt(-log_delta) / math.sqrt(rho), at_inverse_delta)
+
+    def slope(v: float) -> float:  # rho (a-1)^2 + log a + log delta at a = 1 + v
+        return rho * v * v + math.log1p(v) + log_delta
+
+    if not slope(upper) > 0:
+        return 1.0 + upper
+    return 1.0 + brentq(slope, 0.0, upper, xtol=1e-14 * upper, rtol=1e-15, maxiter=200)
 
 
 def zcdp_to_epsilon(*, rho: float, delta: float) -> float:

@@ -22,19 +22,23 @@ its next token and is answered 503 ``shutting_down``, so the server exits at onc
 from __future__ import annotations
 
 import asyncio
+import math
 import queue
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
-from fastapi import Depends, FastAPI, Query, Request
+from fastapi import Depends, FastAPI, Query, Request, Security
 from fastapi.responses import FileResponse, StreamingResponse
+from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from fastapi.staticfiles import StaticFiles
 
 from tokendp.accounting import (amin_clip, amin_epsilon, dp_fusion_beta, dp_fusion_epsilon, invisibleink_clip,
                                 invisibleink_epsilon)
 from tokendp.service import errors, logs
 from tokendp.service.batching import Job, Worker
+from tokendp.service.contract import (BODY, EVERY, JOB, KEYED, OWNER, PARAMS, TAGGER, answers, describe_limits,
+                                      state_limits)
 from tokendp.service.errors import APIError
 from tokendp.service.headers import SecurityHeaders
 from tokendp.service.keys import Caller, authenticate
@@ -48,6 +52,7 @@ from tokendp.service.vault_routes import vault_routes
 from tokendp.service.vault_store import DEFAULT_LEASE_S, VaultStore
 
 STATIC = Path(__file__).parent / "static"
+BEARER = HTTPBearer(auto_error=False, description="a key from `tokendp keys create` (owner or reader)")
 
 
 def create_app(db: str | Path, *, model: str = "rewriter", tagger: str = "auto", limits: Limits = Limits(),
@@ -79,10 +84,20 @@ def create_app(db: str | Path, *, model: str = "rewriter", tagger: str = "auto",
                   docs_url="/docs" if docs else None, redoc_url="/redoc" if docs else None,
                   description="Token-level differential privacy with a durable privacy budget per "
                               "(tenant, document id, privacy group), and a vault of stored documents with one "
-                              "lifetime budget per person. Budget semantics: docs/service.md and docs/vault.md.")
+                              "lifetime budget per person. Budget semantics: docs/service.md and docs/vault.md. "
+                              + describe_limits(limits))
     errors.install(app)
+    generate_openapi = app.openapi
 
-    def caller(request: Request) -> Caller:
+    def openapi() -> dict[str, Any]:
+        """FastAPI's document with this server's limits written into the fields they bound."""
+        if app.openapi_schema is None:
+            app.openapi_schema = state_limits(generate_openapi(), limits)
+        return app.openapi_schema
+
+    app.openapi = openapi
+
+    def caller(request: Request, bearer: HTTPAuthorizationCredentials | None = Security(BEARER)) -> Caller:
         """The key's tenant and role, within its rate. An address with too many failed attempts
         in the last minute is refused before its key is looked up; an owner's rate is its
         tenant's, so that a new key does not open a new window, and each reader key has its own."""
@@ -91,13 +106,12 @@ def create_app(db: str | Path, *, model: str = "rewriter", tagger: str = "auto",
         if pause is not None:
             raise _too_many("auth_rate_limited", f"more than {limits.auth_failures_per_minute} failed authentication "
                             "attempts in a minute from this address", pause)
-        scheme, _, key = request.headers.get("authorization", "").partition(" ")
-        key = key.strip() if scheme.lower() == "bearer" else ""
+        key = bearer.credentials.strip() if bearer is not None else ""
         found = authenticate(store.conn, key) if key else None
         if found is None:
             if key:  # a key that matches none: a guess, or a revoked key
                 failures.record(address)
-            raise APIError(401, "unauthorized", "send Authorization: Bearer <key> with a key from `tokendp keys create`",
+            raise APIError("unauthorized", "send Authorization: Bearer <key> with a key from `tokendp keys create`",
                            headers={"WWW-Authenticate": "Bearer"})
         # Owners share their tenant's window (a new key opens none); each reader key has its own,
         # so that a reader cannot stall its owner or the other readers (only owners make keys).
@@ -111,7 +125,7 @@ def create_app(db: str | Path, *, model: str = "rewriter", tagger: str = "auto",
     def owner(who: Caller = Depends(caller)) -> Caller:
         """An owner key (403 forbidden for a reader)."""
         if who.role != "owner":
-            raise APIError(403, "forbidden", "this route needs an owner key; a reader key may only list documents "
+            raise APIError("forbidden", "this route needs an owner key; a reader key may only list documents "
                            "and ask for their releases (docs/vault.md)")
         return who
 
@@ -122,26 +136,27 @@ def create_app(db: str | Path, *, model: str = "rewriter", tagger: str = "auto",
     async def run(job: Job, request: Request) -> Any:
         return await wait(worker, job, request)
 
-    @app.get("/healthz", tags=["service"])
+    @app.get("/healthz", tags=["service"], responses=answers(*EVERY))
     async def healthz() -> dict[str, Any]:
         """Liveness and model state: ``loading``, ``ok`` or ``error``."""
         state = "loading" if not worker.ready.is_set() else "error" if worker.load_error else "ok"
         name = getattr(worker.backend, "name", None)
         return {"status": state, "model": name, "version": version}
 
-    @app.post("/v1/tag", tags=["v1"])
+    @app.post("/v1/tag", tags=["v1"], responses=answers(*OWNER, *BODY, *TAGGER))
     async def tag(body: TagRequest, who: Caller = Depends(owner)) -> dict[str, Any]:
         """The server's tagger's spans: ``{"spans": [{start, end, label, score, source}]}``. Runs in
         the tagger's own process (service/tagging.py), at most ``--max-tag-chars`` characters."""
         if len(body.text) > limits.max_tag_chars:
-            raise APIError(413, "text_too_long", f"/v1/tag takes at most {limits.max_tag_chars} characters on this "
+            raise APIError("text_too_long", f"/v1/tag takes at most {limits.max_tag_chars} characters on this "
                            "server (--max-tag-chars); tag the document in parts")
         try:
             return {"spans": await tagging.tag(body.text)}
         except Exception as err:
             raise errors.to_api_error(err) from None
 
-    @app.post("/v1/sanitize", tags=["v1"])
+    @app.post("/v1/sanitize", tags=["v1"], responses=answers(*OWNER, *BODY, *JOB, *TAGGER, "budget_exceeded",
+                                                             stream=True))
     async def sanitize(body: SanitizeRequest, request: Request, who: Caller = Depends(owner)):
         """Rewrite a document with DP-Fusion: ``{"id", "text", "report"}`` (or events, see the module doc)."""
         streaming = body.stream or "text/event-stream" in request.headers.get("accept", "")
@@ -155,17 +170,17 @@ def create_app(db: str | Path, *, model: str = "rewriter", tagger: str = "auto",
         return StreamingResponse(events(job), media_type="text/event-stream",
                                  headers={"Cache-Control": "no-store", "X-Accel-Buffering": "no"})
 
-    @app.post("/v1/generate", tags=["v1"])
+    @app.post("/v1/generate", tags=["v1"], responses=answers(*OWNER, *BODY, *JOB, *TAGGER, "budget_exceeded"))
     async def generate(body: GenerateRequest, request: Request, who: Caller = Depends(owner)) -> dict[str, Any]:
         """Answer a prompt from a private context document: ``{"id", "text", "report"}``."""
         return await run(Job("generate", body, who.tenant), request)
 
-    @app.post("/v1/synthesize", tags=["v1"])
+    @app.post("/v1/synthesize", tags=["v1"], responses=answers(*OWNER, *BODY, *JOB, "budget_exceeded"))
     async def synthesize(body: SynthesizeRequest, request: Request, who: Caller = Depends(owner)) -> dict[str, Any]:
         """Synthetic texts from a reference set: ``{"id", "texts": [...]}``, epsilon per reference."""
         return await run(Job("synthesize", body, who.tenant), request)
 
-    @app.post("/v1/account", tags=["v1"])
+    @app.post("/v1/account", tags=["v1"], responses=answers(*KEYED, *BODY, "invalid_parameter"))
     async def account(body: AccountRequest, who: Caller = Depends(anyone)) -> dict[str, Any]:
         """The accountant alone (no budget is touched): epsilon from parameters, or the
         parameter (beta, clip) that meets a target epsilon."""
@@ -174,13 +189,13 @@ def create_app(db: str | Path, *, model: str = "rewriter", tagger: str = "auto",
         except Exception as err:
             raise errors.to_api_error(err) from None
 
-    @app.get("/v1/whoami", tags=["v1"])
+    @app.get("/v1/whoami", tags=["v1"], responses=answers(*KEYED))
     async def whoami(who: Caller = Depends(anyone)) -> dict[str, str]:
         """The key's tenant and role (``owner`` or ``reader``), and nothing else: the page shows
         the view of the role, and a reader's view fetches nothing a reader may not have."""
         return {"tenant": who.tenant.name, "role": who.role}
 
-    @app.get("/v1/budget", tags=["v1"])
+    @app.get("/v1/budget", tags=["v1"], responses=answers(*OWNER, *PARAMS))
     async def budget(id: str | None = Query(None, description="one document's units only"),
                      who: Caller = Depends(owner)) -> dict[str, Any]:
         """The tenant's units: epsilon spent (composed), remaining, and requests per state."""
@@ -202,7 +217,7 @@ def create_app(db: str | Path, *, model: str = "rewriter", tagger: str = "auto",
 
 
 def _too_many(code: str, message: str, wait: float) -> APIError:
-    return APIError(429, code, message, headers={"Retry-After": str(int(wait) + 1)}, retry_after=round(wait, 1))
+    return APIError(code, message, headers={"Retry-After": str(int(wait) + 1)}, retry_after=round(wait, 1))
 
 
 def _load(model: str, tagger: str) -> tuple[Any, Any]:
@@ -213,15 +228,24 @@ def _load(model: str, tagger: str) -> tuple[Any, Any]:
 
 
 def _account(body: AccountRequest) -> dict[str, Any]:
+    """The accountant's answer; a value beyond float64 (an epsilon of +inf) is refused, as JSON has no infinity."""
+    answer = _accounted(body)
+    if not all(math.isfinite(v) for v in answer.values() if isinstance(v, float)):
+        raise APIError("invalid_parameter", "these parameters give a value beyond floating point's range (an "
+                       "unbounded epsilon); lower beta, clip or T")
+    return answer
+
+
+def _accounted(body: AccountRequest) -> dict[str, Any]:
     if (body.beta is None) == (body.epsilon is None) and body.method == "dp-fusion":
-        raise APIError(400, "invalid_parameter", "give exactly one of beta or epsilon")
+        raise APIError("invalid_parameter", "give exactly one of beta or epsilon")
     if body.method == "dp-fusion":
         args = dict(alpha=body.alpha, groups=body.groups, max_tokens=body.max_tokens, delta=body.delta)
         if body.beta is not None:
             return {"method": body.method, **args, "beta": body.beta, "epsilon": dp_fusion_epsilon(beta=body.beta, **args)}
         return {"method": body.method, **args, "epsilon": body.epsilon, "beta": dp_fusion_beta(epsilon=body.epsilon, **args)}
     if (body.clip is None) == (body.epsilon is None):
-        raise APIError(400, "invalid_parameter", "give exactly one of clip or epsilon")
+        raise APIError("invalid_parameter", "give exactly one of clip or epsilon")
     to_eps, to_clip = (invisibleink_epsilon, invisibleink_clip) if body.method == "invisibleink" else (amin_epsilon, amin_clip)
     args = dict(batch_size=body.batch_size, temperature=body.temperature, max_tokens=body.max_tokens, delta=body.delta)
     if body.clip is not None:

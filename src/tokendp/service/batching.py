@@ -25,7 +25,10 @@ the reader's quota), whatever the model is doing; the worker then plans it and s
 until its ticket may reserve (every earlier ticket of its units has closed), rechecking the
 releases set aside after every batch (tickets close there) and every ``poll_s`` seconds while
 any waits (tickets close in other processes), never in a busy loop. Tickets whose process missed
-its lease are expired on the way. Reserved, the prepared job is given its reservations, checked
+its lease are expired on the way. A rewrite whose ticket may reserve looks for its stored rewrite
+first: an identical release it waited behind (the same document version and parameters) may have
+stored it, and it is then answered that, ``"cached": true``, its ticket removed unreserved and
+nothing charged or counted. Reserved, the prepared job is given its reservations, checked
 against them before the first token, and after the last the actual spend committed (what the
 filter left returns to the unit) and a rewrite cached. A release that fails after a token
 keeps its reservations spent in full; one cancelled after a token commits what its filter spent
@@ -276,7 +279,8 @@ class Worker:
     def _admit_waiting(self) -> list[Job]:
         """The releases set aside whose tickets may now reserve, reserved, in ticket order. A
         ticket's reservation waits for every earlier ticket of its units (in any process);
-        those whose process missed its lease are expired first."""
+        those whose process missed its lease are expired first. A rewrite that an identical
+        release stored meanwhile is answered that instead (:meth:`_answered_stored`)."""
         self._retry_unclosed()
         admitted, still = [], []
         for job in sorted(self._waiting, key=lambda j: j.reservation):
@@ -284,6 +288,11 @@ class Worker:
                 self._refuse(job, job.cancelled)
                 continue
             try:
+                if self._blocked(job):
+                    still.append(job)
+                    continue
+                if self._answered_stored(job):
+                    continue
                 taken = self._reserve(job)
             except Exception as err:
                 self._refuse(job, err)
@@ -297,14 +306,36 @@ class Worker:
         self._waiting = still
         return admitted
 
-    def _reserve(self, job: Job):
-        """Reserve a release whose ticket may, giving its job the reservations; None if an
-        earlier ticket of its units is still open."""
+    def _blocked(self, job: Job) -> bool:
+        """Whether an earlier ticket of the release's units is open in a live process (those whose
+        process missed its lease are expired first)."""
         live, lapsed = self.vault.blocked(job.reservation)
         for ticket in lapsed:
             self.vault.expire(ticket)
-        if live:
-            return None
+        return live
+
+    def _answered_stored(self, job: Job) -> bool:
+        """Answer a rewrite whose ticket may reserve with its stored rewrite, if an identical
+        release it waited behind stored one: returning it again is free (docs/vault.md,
+        "Releases"). Its ticket is removed unreserved, so it counts against no quota."""
+        if not job.plan.stored:
+            return False
+        request = job.request
+        body = self.vault.cached(request.caller.tenant, request.document.id, request.document.version,
+                                 request.params.key())
+        if body is None:
+            return False
+        self._close_ticket(self.vault.void, job.reservation)
+        body = {**body, "cached": True}
+        job.admit()
+        if job.tokens is not None:
+            job.tokens.put(body["text"])
+        job.done(result=body)
+        return True
+
+    def _reserve(self, job: Job):
+        """Reserve a release whose ticket may, giving its job the reservations; None if the
+        database, under its locks, still holds an earlier ticket of its units open."""
         plan = job.plan
         taken = self.vault.reserve(job.request.caller, job.reservation, plan.tokens, plan.units, plan.release_budget)
         if taken is not None:

@@ -18,7 +18,12 @@ both through :class:`Connection`:
   key, then release rows), so two transactions never wait for each other in a cycle;
 - :meth:`Connection.insert` (the new row's id: ``lastrowid`` or ``RETURNING id``);
 - :attr:`Connection.clock`, the database's own clock in seconds (leases are measured on it, so
-  hosts need not agree on the time).
+  hosts need not agree on the time);
+- :func:`retried`: a store method whose transaction PostgreSQL rolled back as a deadlock victim or
+  a serialization failure runs again, a bounded number of times (:meth:`Connection.retry`). The
+  lock order makes a deadlock between tokendp's own transactions impossible and READ COMMITTED
+  raises no serialization failure; the retry covers what the order cannot see (another client of
+  the database, a foreign key's lock, a future isolation level) rather than failing the request.
 
 A PostgreSQL DSN carries a password: :func:`describe` masks it wherever the target is named
 (errors and logs never show it).
@@ -26,11 +31,12 @@ A PostgreSQL DSN carries a password: :func:`describe` masks it wherever the targ
 
 from __future__ import annotations
 
+import functools
 import re
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS tenants (
@@ -143,6 +149,7 @@ MIGRATIONS = (
     ("releases", "holder", "TEXT"),
 )
 POSTGRES_SCHEMES = ("postgresql://", "postgres://")
+T = TypeVar("T")
 
 
 class Connection:
@@ -178,6 +185,12 @@ class Connection:
         """Whether the connection is lost (a database server that restarted): open a new one."""
         return False
 
+    def retry(self, error: BaseException, attempt: int) -> bool:
+        """Whether a write transaction that failed with ``error`` on its ``attempt``-th run may
+        run again (after any wait this takes): never on SQLite, whose write lock runs every
+        write transaction alone (a busy database is its busy timeout's)."""
+        return False
+
 
 def is_postgres(target: str | Path) -> bool:
     return str(target).startswith(POSTGRES_SCHEMES)
@@ -209,6 +222,25 @@ def schema(real: str, id: str) -> list[str]:
     text = SCHEMA.format(real=real, id=id)
     text = re.sub(r"--[^\n]*", "", text)
     return [s.strip() for s in text.split(";") if s.strip()]
+
+
+def retried(method: Callable[..., T]) -> Callable[..., T]:
+    """``method(store, ...)`` of a store with a ``conn`` run again, whole, while its failure is
+    one ``store.conn.retry`` takes (module docstring). Each run reads the database afresh, as the
+    first did, so the method opens its transactions itself, never inside one of its caller's."""
+
+    @functools.wraps(method)
+    def run(store: Any, *args: Any, **kwargs: Any) -> T:
+        attempt = 1
+        while True:
+            try:
+                return method(store, *args, **kwargs)
+            except Exception as error:
+                if not store.conn.retry(error, attempt):
+                    raise
+            attempt += 1
+
+    return run
 
 
 @contextmanager

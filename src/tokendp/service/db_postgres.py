@@ -11,6 +11,11 @@ ends. That gives the reservations the semantics SQLite's database-wide write loc
 without serialising unrelated units. ``FOR NO KEY UPDATE`` leaves foreign-key checks (which
 take ``FOR KEY SHARE``) free, so inserting a release never waits for a tenant's lock.
 
+A store method whose transaction PostgreSQL rolls back as a deadlock victim or a serialization
+failure runs again (:func:`tokendp.service.db.retried`), at most :data:`ATTEMPTS` times in all,
+after a jittered wait that doubles from :data:`BACKOFF_S`, which lets the transaction it collided
+with finish. Any other error, and the last attempt's, reaches the caller as before.
+
 The schema is created and migrated under a transaction-scoped advisory lock, so that several
 processes starting at once create each table and column once, and only when a read finds
 something missing: DDL locks whole tables even when it has nothing to do, and a connection
@@ -22,7 +27,9 @@ The DSN's password never reaches an error message or a log (:func:`tokendp.servi
 
 from __future__ import annotations
 
+import random
 import re
+import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
@@ -31,6 +38,8 @@ from tokendp.errors import InvalidInputError
 from tokendp.service.db import MIGRATIONS, Connection, describe, schema
 
 CLOCK = "CAST(EXTRACT(EPOCH FROM clock_timestamp()) AS DOUBLE PRECISION)"
+ATTEMPTS = 5  # runs of a transaction rolled back as a deadlock victim or a serialization failure
+BACKOFF_S = 0.02  # the wait before the second run; it doubles for each run after, times a random 0.5-1
 SCHEMA_LOCK = 0x746F6B64  # "tokd": pg_advisory_xact_lock's key while the schema is made
 
 
@@ -85,6 +94,14 @@ class PostgresConnection(Connection):
     @property
     def broken(self) -> bool:
         return self.raw.broken or self.raw.closed
+
+    def retry(self, error: BaseException, attempt: int) -> bool:
+        from psycopg import errors
+
+        if attempt >= ATTEMPTS or not isinstance(error, (errors.DeadlockDetected, errors.SerializationFailure)):
+            return False
+        time.sleep(BACKOFF_S * 2 ** (attempt - 1) * random.uniform(0.5, 1.0))
+        return True
 
 
 def open_postgres(dsn: str) -> PostgresConnection:

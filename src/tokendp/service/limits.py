@@ -9,6 +9,8 @@ import time
 from collections import deque
 from dataclasses import dataclass
 
+from tokendp.service.codes import status
+
 WINDOW_S = 60.0
 
 
@@ -99,7 +101,7 @@ class BodyLimit:
             return await self.app(scope, receive, send)
         names = {name.lower() for name, _ in scope["headers"]}
         if b"content-length" in names and b"transfer-encoding" in names:
-            return await _refuse(send, 400, "ambiguous_length",
+            return await _refuse(send, "ambiguous_length",
                                  "send either Content-Length or Transfer-Encoding, not both (RFC 9112, 6.1)")
         if self._declared(scope) > self.max_bytes:
             return await self._too_large(send)
@@ -133,7 +135,7 @@ class BodyLimit:
                 return messages
 
     async def _too_large(self, send) -> None:
-        await _refuse(send, 413, "body_too_large", f"the request body is above this server's limit of "
+        await _refuse(send, "body_too_large", f"the request body is above this server's limit of "
                       f"{self.max_bytes} bytes (--max-body-bytes)")
 
 
@@ -148,9 +150,9 @@ def _replay(messages: list[dict], receive):
     return replayed
 
 
-async def _refuse(send, status: int, code: str, message: str) -> None:
+async def _refuse(send, code: str, message: str) -> None:
     body = json.dumps({"error": {"code": code, "message": message}}).encode()
-    await send({"type": "http.response.start", "status": status,
+    await send({"type": "http.response.start", "status": status(code),
                 "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode()),
                             (b"connection", b"close")]})
     await send({"type": "http.response.body", "body": body})

@@ -35,7 +35,7 @@ from typing import Any
 from tokendp.backends import HFBackend
 from tokendp.errors import InvalidParameterError
 from tokendp.fusion import PreparedFusion, reported_alpha
-from tokendp.jobs.generate import prepare_generate
+from tokendp.jobs.generate import DEFAULT_MAX_NEW_TOKENS, prepare_generate
 from tokendp.jobs.config import SanitizeConfig
 from tokendp.jobs.sanitize import prepare_sanitize
 from tokendp.service.composition import Charge
@@ -136,10 +136,12 @@ def plan_sanitize(req: SanitizeRequest, backend: HFBackend, tagger: Any, *, max_
 
 
 def plan_generate(req: GenerateRequest, backend: HFBackend, tagger: Any, *, max_tokens: int) -> Plan:
-    """One /v1/generate request: the context document's span groups are charged."""
-    _check_tokens("max_new_tokens", req.max_new_tokens, max_tokens)
+    """One /v1/generate request: the context document's span groups are charged. T given (at
+    most ``max_tokens``), or the library's default if this server allows that many, else ``max_tokens``."""
+    tokens = min(DEFAULT_MAX_NEW_TOKENS, max_tokens) if req.max_new_tokens is None else req.max_new_tokens
+    _check_tokens("max_new_tokens", tokens, max_tokens)
     job = prepare_generate([req.prompt], context=[req.context], spans=[_spans(req.spans)], untrusted=[req.untrusted],
-                           tagger=tagger, model=backend, max_new_tokens=req.max_new_tokens, **_fusion_options(req))
+                           tagger=tagger, model=backend, max_new_tokens=tokens, **_fusion_options(req))
     return Plan("generate", req, job, charges_of("generate", req.id, job))
 
 

@@ -26,7 +26,7 @@ from typing import Any
 
 from tokendp.service import composition
 from tokendp.service.composition import Charge
-from tokendp.service.db import immediate, open_db
+from tokendp.service.db import immediate, open_db, retried
 from tokendp.service.keys import Tenant, now
 
 Unit = tuple[str, str]  # (document id, privacy group)
@@ -75,6 +75,7 @@ class BudgetStore:
                                  (tenant, *unit)).fetchall()
         return [Charge(r["kind"], r["value"], r["alpha"]) for r in rows]
 
+    @retried
     def reserve(self, tenant: Tenant, kind: str, charges: Mapping[Unit, Charge]) -> int:
         """Check and record ``charges`` atomically; the reservation id, or BudgetRefused."""
         with immediate(self.conn) as conn:
@@ -97,6 +98,7 @@ class BudgetStore:
                                  (reservation,)).fetchall()
         return {(r["document"], r["grp"]): Charge(r["kind"], r["value"], r["alpha"]) for r in rows}
 
+    @retried
     def void(self, reservation: int) -> None:
         """Remove the charges of a reservation whose request failed before it sampled any token
         (nothing was generated, so nothing was released); the request is kept as ``void``."""
@@ -105,6 +107,7 @@ class BudgetStore:
                             (now(), reservation)).rowcount:
                 conn.execute("DELETE FROM charges WHERE request_id = ?", (reservation,))
 
+    @retried
     def finish(self, reservation: int, state: str) -> None:
         """Record how a request ended (``spent``, ``failed`` or ``cancelled``: its client went
         away, or the server shut down, after a token was sampled); its charges stay either way."""
@@ -114,6 +117,7 @@ class BudgetStore:
             conn.execute("UPDATE requests SET state = ?, finished = ? WHERE id = ? AND state = 'reserved'",
                          (state, now(), reservation))
 
+    @retried
     def recover(self) -> int:
         """At start-up: reservations still open were cut off by a crash; mark them
         ``interrupted`` (still spent). Returns how many."""

@@ -18,18 +18,19 @@ import queue
 from collections.abc import Callable
 from typing import Any
 
-from fastapi import APIRouter, Depends, Query, Request
+from fastapi import APIRouter, Depends, Path, Query, Request
 from fastapi.responses import StreamingResponse
 
 from tokendp.jobs.generate import DEFAULT_MAX_NEW_TOKENS
 from tokendp.service import errors
 from tokendp.service.batching import Job, Worker
+from tokendp.service.contract import BODY, KEYED, OWNER, PARAMS, RELEASE, TAGGER, answers
 from tokendp.service.documents import check_document
 from tokendp.service.errors import APIError
 from tokendp.service.keys import Caller
 from tokendp.service.limits import Limits
 from tokendp.service.retrieval import Retriever
-from tokendp.service.schemas import DEFAULT_TOP_K, AskIn, DocumentBody, DocumentIn, QuotaIn
+from tokendp.service.schemas import DEFAULT_TOP_K, DOCUMENT_ID, AskIn, DocumentBody, DocumentIn, QuotaIn, limit
 from tokendp.service.streams import event, events, wait
 from tokendp.service.tagging import Tagging
 from tokendp.service.vault import REWRITE, RewriteParams, RewriteRequest
@@ -40,6 +41,7 @@ NOT_FOUND = "no such document in this tenant's vault"
 NO_MATCH = ("no confirmed document's public text (spans hidden) shares a word with the question; name the documents "
             "to read with \"documents\", or rephrase")
 SSE_HEADERS = {"Cache-Control": "no-store", "X-Accel-Buffering": "no"}
+DocumentId = Path(pattern=DOCUMENT_ID, description="the document's id: no '/', no control character")
 
 
 def vault_routes(worker: Worker, vault: VaultStore, tagging: Tagging, limits: Limits, *,
@@ -54,7 +56,7 @@ def vault_routes(worker: Worker, vault: VaultStore, tagging: Tagging, limits: Li
         state = "confirmed"
         if spans is None:
             if len(body.text) > limits.max_tag_chars:
-                raise APIError(413, "text_too_long", f"a document without spans is tagged by the server, which takes "
+                raise APIError("text_too_long", f"a document without spans is tagged by the server, which takes "
                                f"at most {limits.max_tag_chars} characters (--max-tag-chars); give its spans")
             try:
                 found = await tagging.tag(body.text)
@@ -66,7 +68,8 @@ def vault_routes(worker: Worker, vault: VaultStore, tagging: Tagging, limits: Li
         except Exception as err:
             raise errors.to_api_error(err) from None
 
-    @router.post("/v1/documents", status_code=201)
+    @router.post("/v1/documents", status_code=201,
+                 responses=answers(*OWNER, *BODY, *TAGGER, "invalid_parameter", "document_exists"))
     async def add_document(body: DocumentIn, who: Caller = Depends(owner)) -> dict[str, Any]:
         """Store a new document (owner). Without spans it is tagged by the server and held as a
         draft until the owner confirms its spans; only confirmed documents are released."""
@@ -77,47 +80,49 @@ def vault_routes(worker: Worker, vault: VaultStore, tagging: Tagging, limits: Li
             raise errors.to_api_error(err) from None
         return {"id": body.id, "version": version, "state": state, "spans": len(doc["spans"])}
 
-    @router.put("/v1/documents/{id}")
-    async def replace_document(id: str, body: DocumentBody, who: Caller = Depends(owner)) -> dict[str, Any]:
+    @router.put("/v1/documents/{id}", responses=answers(*OWNER, *BODY, *TAGGER, "invalid_parameter"))
+    async def replace_document(body: DocumentBody, id: str = DocumentId, who: Caller = Depends(owner)
+                               ) -> dict[str, Any]:
         """Store or replace a document (owner); its cached rewrites go, its units' spend stays."""
         doc, state = await stored(body, id)
         version = await asyncio.to_thread(vault.put, who.tenant, doc, state=state, create=False)
         return {"id": id, "version": version, "state": state, "spans": len(doc["spans"])}
 
-    @router.get("/v1/documents/{id}")
-    async def get_document(id: str, who: Caller = Depends(owner)) -> dict[str, Any]:
+    @router.get("/v1/documents/{id}", responses=answers(*OWNER, *PARAMS, "not_found"))
+    async def get_document(id: str = DocumentId, who: Caller = Depends(owner)) -> dict[str, Any]:
         """A stored document with its text, spans, subjects and state (owner only)."""
         doc = await asyncio.to_thread(vault.get, who.tenant, id)
         if doc is None:
-            raise APIError(404, "not_found", NOT_FOUND)
+            raise APIError("not_found", NOT_FOUND)
         return doc.owner_view()
 
-    @router.delete("/v1/documents/{id}")
-    async def delete_document(id: str, who: Caller = Depends(owner)) -> dict[str, Any]:
+    @router.delete("/v1/documents/{id}", responses=answers(*OWNER, *PARAMS, "not_found"))
+    async def delete_document(id: str = DocumentId, who: Caller = Depends(owner)) -> dict[str, Any]:
         """Delete a document and its cached rewrites (owner); its units' spend stays."""
         if not await asyncio.to_thread(vault.delete, who.tenant, id):
-            raise APIError(404, "not_found", NOT_FOUND)
+            raise APIError("not_found", NOT_FOUND)
         return {"id": id, "deleted": True}
 
-    @router.post("/v1/documents/{id}/confirm")
-    async def confirm_document(id: str, who: Caller = Depends(owner)) -> dict[str, Any]:
+    @router.post("/v1/documents/{id}/confirm", responses=answers(*OWNER, *PARAMS, "not_found"))
+    async def confirm_document(id: str = DocumentId, who: Caller = Depends(owner)) -> dict[str, Any]:
         """Confirm a draft's spans as stored (owner; to change them, PUT the document with spans)."""
         if not await asyncio.to_thread(vault.confirm, who.tenant, id):
-            raise APIError(404, "not_found", NOT_FOUND)
+            raise APIError("not_found", NOT_FOUND)
         return {"id": id, "state": "confirmed"}
 
-    @router.get("/v1/documents")
+    @router.get("/v1/documents", responses=answers(*KEYED))
     async def list_documents(who: Caller = Depends(anyone)) -> dict[str, Any]:
         """The tenant's documents: ids and public titles of confirmed ones (a reader), or every
         one with its state (an owner: drafts to confirm included)."""
         listing = await asyncio.to_thread(vault.listing, who.tenant, confirmed_only=who.role != "owner")
         return {"documents": listing}
 
-    @router.get("/v1/documents/{id}/rewrite")
-    async def rewrite(id: str, request: Request,
+    @router.get("/v1/documents/{id}/rewrite", responses=answers(*KEYED, *PARAMS, *RELEASE, stream=True))
+    async def rewrite(request: Request, id: str = DocumentId,
                       epsilon: float = Query(ge=0, description="each unit's epsilon for this release (at the "
                                              "tenant's delta); the lifetime budget bounds all releases together"),
-                      max_new_tokens: int | None = Query(None, ge=1, description="T (default: from the document)"),
+                      max_new_tokens: int | None = Query(None, ge=1, description="T (default: from the document)",
+                                                         json_schema_extra=limit("max_new_tokens")),
                       stream: bool = Query(False, description="server-sent events (or Accept: text/event-stream)"),
                       who: Caller = Depends(anyone)):
         """A DP-Fusion rewrite of a confirmed document under every unit's lifetime filter,
@@ -127,7 +132,7 @@ def vault_routes(worker: Worker, vault: VaultStore, tagging: Tagging, limits: Li
         streaming = stream or "text/event-stream" in request.headers.get("accept", "")
         doc = await asyncio.to_thread(vault.get, who.tenant, id)
         if doc is None or doc.state != "confirmed":
-            raise APIError(404, "not_found", NOT_FOUND)
+            raise APIError("not_found", NOT_FOUND)
         try:
             params = RewriteParams(epsilon, max_new_tokens)
         except Exception as err:
@@ -142,7 +147,7 @@ def vault_routes(worker: Worker, vault: VaultStore, tagging: Tagging, limits: Li
         return await release(Job(REWRITE, RewriteRequest(who, doc, params), who.tenant,
                                  tokens=queue.Queue() if streaming else None), request)
 
-    @router.post("/v1/ask")
+    @router.post("/v1/ask", responses=answers(*KEYED, *BODY, *RELEASE, "forbidden", "no_match", stream=True))
     async def ask(body: AskIn, request: Request, who: Caller = Depends(anyone)):
         """An answer to a question from confirmed documents, with DP-Fusion under every unit's
         lifetime filter (one group per unit across the documents read) and its certificate, and
@@ -150,10 +155,10 @@ def vault_routes(worker: Worker, vault: VaultStore, tagging: Tagging, limits: Li
         versions). Never refused for a unit's budget; never stored."""
         streaming = body.stream or "text/event-stream" in request.headers.get("accept", "")
         if body.seed is not None and who.role != "owner":
-            raise APIError(403, "forbidden", "only an owner key may fix the seed: an answer's guarantee holds "
+            raise APIError("forbidden", "only an owner key may fix the seed: an answer's guarantee holds "
                            "against whoever does not know its seed (docs/vault.md)")
         if body.documents is not None and body.top_k is not None:
-            raise APIError(400, "invalid_parameter", "give documents (the ones to read) or top_k (how many to "
+            raise APIError("invalid_parameter", "give documents (the ones to read) or top_k (how many to "
                            "retrieve), not both")
         try:
             params = AskParams(body.epsilon, body.max_new_tokens or min(DEFAULT_MAX_NEW_TOKENS, limits.max_new_tokens),
@@ -171,13 +176,13 @@ def vault_routes(worker: Worker, vault: VaultStore, tagging: Tagging, limits: Li
         if body.documents is not None:
             docs = [vault.get(who.tenant, id) for id in body.documents]
             if any(d is None or d.state != "confirmed" for d in docs):
-                raise APIError(404, "not_found", NOT_FOUND)
+                raise APIError("not_found", NOT_FOUND)
             return tuple(docs)
         found = [vault.get(who.tenant, id) for id in retriever.search(who.tenant, body.question,
                                                                         body.top_k or DEFAULT_TOP_K)]
         docs = tuple(d for d in found if d is not None and d.state == "confirmed")
         if not docs:
-            raise APIError(404, "no_match", NO_MATCH)
+            raise APIError("no_match", NO_MATCH)
         return docs
 
     async def release(job: Job, request: Request):
@@ -192,18 +197,18 @@ def vault_routes(worker: Worker, vault: VaultStore, tagging: Tagging, limits: Li
             raise errors.to_api_error(err) from None
         return StreamingResponse(events(job), media_type="text/event-stream", headers=SSE_HEADERS)
 
-    @router.get("/v1/ledger")
+    @router.get("/v1/ledger", responses=answers(*OWNER))
     async def ledger(who: Caller = Depends(owner)) -> dict[str, Any]:
         """Every unit's lifetime budget, committed spend and open reservations, in RDP at the
         vault's order, and releases per state (owner only: data-dependent)."""
         return await asyncio.to_thread(vault.ledger, who.tenant)
 
-    @router.get("/v1/readers")
+    @router.get("/v1/readers", responses=answers(*OWNER))
     async def readers(who: Caller = Depends(owner)) -> dict[str, Any]:
         """The tenant's reader keys (prefixes) and their quotas (owner only)."""
         return {"readers": await asyncio.to_thread(vault.readers, who.tenant)}
 
-    @router.put("/v1/readers/{prefix}/quota")
+    @router.put("/v1/readers/{prefix}/quota", responses=answers(*OWNER, *BODY, "not_found", "invalid_parameter"))
     async def set_quota(prefix: str, body: QuotaIn, who: Caller = Depends(owner)) -> dict[str, Any]:
         """Set a reader key's quota: fresh releases and tokens (T) per 24 hours (owner only)."""
         try:
@@ -212,7 +217,7 @@ def vault_routes(worker: Worker, vault: VaultStore, tagging: Tagging, limits: Li
         except Exception as err:
             raise errors.to_api_error(err) from None
         if not found:
-            raise APIError(404, "not_found", "no reader key of this tenant has that prefix (see GET /v1/readers)")
+            raise APIError("not_found", "no reader key of this tenant has that prefix (see GET /v1/readers)")
         return {"prefix": prefix, **body.model_dump()}
 
     return router

@@ -32,7 +32,7 @@ from tokendp.accounting import lifetime_alpha, lifetime_budget, lifetime_reserva
 from tokendp.accounting._rounding import ceil_float
 from tokendp.errors import InvalidParameterError
 from tokendp.service import vault_tickets as tickets
-from tokendp.service.db import immediate
+from tokendp.service.db import immediate, retried
 from tokendp.service.keys import Caller, Tenant, now
 from tokendp.service.units import describe
 
@@ -103,6 +103,7 @@ class VaultStore:
         return self._conn()
 
     # --- settings --------------------------------------------------------------------------
+    @retried
     def settings(self, tenant: Tenant) -> Settings:
         """The tenant's vault order and unit budget, fixed at first use from its public
         lifetime epsilon and delta (:func:`~tokendp.accounting.lifetime_alpha`)."""
@@ -121,6 +122,7 @@ class VaultStore:
         return Settings(row["alpha"], row["budget"])
 
     # --- documents -------------------------------------------------------------------------
+    @retried
     def put(self, tenant: Tenant, doc: Mapping[str, Any], *, state: str, create: bool) -> str:
         """Store a validated document (``create``: refuse an existing id); its new version.
         Replacing a document drops its cached rewrites (they were of the old version)."""
@@ -172,11 +174,13 @@ class VaultStore:
         return [StoredDocument(r["id"], r["version"], r["title"], r["text"], tuple(json.loads(r["spans"])),
                                r["subject"], r["state"]) for r in rows]
 
+    @retried
     def confirm(self, tenant: Tenant, document: str) -> bool:
         with immediate(self.conn) as conn:
             return conn.execute("UPDATE documents SET state = 'confirmed', updated = ? WHERE tenant = ? AND id = ?",
                                 (now(), tenant.name, document)).rowcount == 1
 
+    @retried
     def delete(self, tenant: Tenant, document: str) -> bool:
         """Delete a document and its cached rewrites; its units and their spend stay."""
         with immediate(self.conn) as conn:
@@ -199,6 +203,7 @@ class VaultStore:
         """This process stops: its tickets still open expire at once."""
         tickets.leave(self.conn, self.holder)
 
+    @retried
     def ticket(self, caller: Caller, document, params: str, units: Sequence[str], tokens: int | None) -> int:
         """Check the key's quota and take the release's ticket in arrival order, in one write
         transaction; QuotaExceeded takes none. ``document``: what the release reads, as its row
@@ -223,6 +228,7 @@ class VaultStore:
         found = tickets.blockers(self.conn, release)
         return any(alive for _, alive in found), [rid for rid, alive in found if not alive]
 
+    @retried
     def expire(self, release: int) -> None:
         """Close a ticket whose process missed its lease (checked again here): reservations it
         holds are spent in full, as a failure after a token; one that never reserved closes
@@ -237,6 +243,7 @@ class VaultStore:
                 conn.execute("UPDATE releases SET state = 'expired', finished = ? WHERE id = ?", (now(), release))
                 tickets.close(conn, release)
 
+    @retried
     def reserve(self, caller: Caller, release: int, tokens: int, units: Sequence[str],
                 release_budget: float) -> Reserved | None:
         """Reserve each unit's r_u (module docstring) for the ticket ``release``, in one write
@@ -298,6 +305,7 @@ class VaultStore:
         rows = self.conn.execute("SELECT unit, reserved FROM reservations WHERE release_id = ?", (release,)).fetchall()
         return {r["unit"]: r["reserved"] for r in rows}
 
+    @retried
     def commit(self, release: int, left: Mapping[str, float], body: dict[str, Any] | None) -> None:
         """Close a release: each unit's spend grows by what its reservation lost (``left``: what
         the release's filter left of it), and ``body`` (the release as returned) is cached for
@@ -313,6 +321,7 @@ class VaultStore:
                              "VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING",
                              (tenant, document, version, row["params"], json.dumps(body, ensure_ascii=False), now()))
 
+    @retried
     def fail(self, release: int) -> None:
         """A release that failed after its first token: its reservations are spent in full."""
         with immediate(self.conn) as conn:
@@ -345,6 +354,7 @@ class VaultStore:
         tickets.close(conn, release)
         return row
 
+    @retried
     def void(self, release: int) -> None:
         """Close a release that sampled no token (nothing was released): one that reserved is
         kept as ``void``, its reservations removed; a ticket that never reserved (a refused
@@ -359,6 +369,7 @@ class VaultStore:
                 conn.execute("DELETE FROM reservations WHERE release_id = ?", (release,))
                 tickets.close(conn, release)
 
+    @retried
     def expire_untracked(self) -> int:
         """Releases left open by a tokendp from before tickets (no holder): spent in full, as
         expired. Returns how many."""
@@ -390,6 +401,7 @@ class VaultStore:
                                  "WHERE tenant = ? AND role = 'reader' ORDER BY created", (tenant.name,)).fetchall()
         return [dict(r) for r in rows]
 
+    @retried
     def set_quota(self, tenant: Tenant, prefix: str, *, releases_per_day: int | None,
                   tokens_per_day: int | None) -> bool:
         """Set the quota of the tenant's one reader key with ``prefix``; False if none."""
