@@ -265,8 +265,11 @@ def test_shipped_rewriter_adapter_is_small_fp16_and_fits_smollm2():
     assert len(tensors) == 30 * 7 * 2  # every layer, q k v o gate up down
     assert tensors["base_model.model.model.layers.0.self_attn.k_proj.lora_B.weight"].shape == (192, r)
     assert tensors["base_model.model.model.layers.29.mlp.down_proj.lora_A.weight"].shape == (r, 1536)
-    assert json.loads((REWRITER_ADAPTER_DIR / "tokendp.json").read_text()) == {
-        "placeholder": "_", "stop": ["<|im_start|>"]}
+    assert json.loads((REWRITER_ADAPTER_DIR / "tokendp.json").read_text()) == {  # typed slots (issue 37)
+        "placeholder": "_", "stop": ["<|im_start|>"], "placeholder_style": "typed",
+        "placeholders": {"PERSON": "Name", "ORG": "Organization", "LOC": "Place", "DATETIME": "Date", "DATE": "Date",
+                         "DURATION": "Period", "CODE": "Code", "QUANTITY": "Number", "DEM": "Role",
+                         "OCCUPATION": "Job", "MISC": "Other"}}
 
 
 def test_the_gguf_readers_bar_follows_transformers_switch(capsys):

@@ -46,12 +46,14 @@ def _public(text, spans, options=TYPED):
     return build_contexts(text, spans, tok, template=EMPTY, placeholder=placeholders(tok, options=options))
 
 
-def test_single_style_is_the_default_and_the_shipped_rewriter_keeps_it():
+def test_single_style_is_the_default_and_the_shipped_rewriter_declares_typed_slots():
     tok = tinylm.tokenizer()
     single = placeholders(tok, options={"placeholder": "<|mask|>"})
     assert single == Placeholders(placeholder_id(tok, placeholder="<|mask|>")) and single.style == "single"
     shipped = json.loads((Path(__file__).resolve().parents[2] / "src/tokendp/models/rewriter/tokendp.json").read_text())
-    assert placeholders(tok, options=shipped).style == "single"  # trained on '_': unchanged
+    # Trained with --placeholder-style typed (issue 37): its markers are SmolLM2's words.
+    assert shipped["placeholder_style"] == "typed" and shipped["placeholders"]["PERSON"] == "Name"
+    assert set(shipped["placeholders"]) >= set(MARKERS)
 
 
 def test_typed_rows_show_each_hidden_tokens_label_one_placeholder_per_token():
