@@ -167,6 +167,16 @@ def test_a_stored_rewrite_is_returned_again_with_nothing_charged(vault):
     assert rewrite(server, keys["reader"], "b", max_new_tokens=8).json()["cached"] is False
 
 
+def test_a_document_id_in_the_path_is_bounded_as_in_the_body(vault):
+    """PUT stores under the path's id: it is held to POST's 200 characters, refused before anything is stored."""
+    server, keys, _ = vault
+    body = {k: v for k, v in document("x").items() if k != "id"}
+    long_id = "d" * 201
+    assert call(server, "PUT", f"/v1/documents/{long_id}", keys["owner"], json=body).status_code == 422
+    assert call(server, "GET", f"/v1/documents/{long_id}", keys["owner"]).status_code == 422
+    assert all(d["id"] != long_id for d in call(server, "GET", "/v1/documents", keys["owner"]).json()["documents"])
+
+
 def test_a_stream_checks_its_certificate_then_sends_tokens_then_the_result(vault):
     server, keys, _ = vault
     events = stream_events(server, keys["reader"], "a", max_new_tokens=10)

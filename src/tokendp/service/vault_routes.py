@@ -41,7 +41,8 @@ NOT_FOUND = "no such document in this tenant's vault"
 NO_MATCH = ("no confirmed document's public text (spans hidden) shares a word with the question; name the documents "
             "to read with \"documents\", or rephrase")
 SSE_HEADERS = {"Cache-Control": "no-store", "X-Accel-Buffering": "no"}
-DocumentId = Path(pattern=DOCUMENT_ID, description="the document's id: no '/', no control character")
+DocumentId = Path(min_length=1, max_length=200, pattern=DOCUMENT_ID,
+                  description="the document's id, as stored (at most 200 characters): no '/', no control character")
 
 
 def vault_routes(worker: Worker, vault: VaultStore, tagging: Tagging, limits: Limits, *,
