@@ -80,6 +80,22 @@ class Server:
         os.kill(self.proc.pid, signal.SIGKILL)
         self.proc.wait(timeout=30)
 
+    def kill9_while_streaming(self, method: str, path: str, key: str, **request) -> None:
+        """Stream ``method path`` with ``key`` and kill -9 the server at the first token (the
+        reservation is committed and the job is generating); fails if no token comes."""
+        import httpx
+
+        try:
+            with httpx.stream(method, self.url + path, headers=auth(key), timeout=120, **request) as r:
+                assert r.status_code == 200
+                for line in r.iter_lines():
+                    if line == "event: token":
+                        self.kill9()
+                        return
+                pytest.fail("no token was streamed")
+        except httpx.HTTPError:
+            pass  # the connection died with the server
+
     def stop(self) -> None:
         if self.proc is not None and self.proc.poll() is None:
             self.proc.terminate()
