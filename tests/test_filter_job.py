@@ -196,3 +196,32 @@ def test_generate_spends_its_span_groups_through_the_filter(tiny):
         "generate", "--prompt", "Who?", "--untrusted", __file__, "--model", "no-such-model", "--epsilon", "4",
         "--accounting", "filter"])
     assert out.exit_code == 2 and "untrusted chunks" in out.output and "loading model" not in out.output
+
+
+@pytest.mark.parametrize("accounting, args", [
+    ("filter", ["--epsilon", "0.01"]),  # no order of the grid leaves a Renyi budget
+    ("filter", ["--epsilon", "1", "--alpha", "1.5"]),  # at or below alpha 1.5's conversion offset
+    ("fixed", ["--epsilon", "0.001"]),
+    ("fixed", ["--epsilon", "1", "--alpha", "1.5"]),
+    ("fixed", ["--epsilon", '{"PERSON": 8, "LOC": 0.001}']),  # the smallest positive target decides
+])
+def test_unreachable_epsilons_are_refused_before_anything_loads(tmp_path, accounting, args):
+    """An epsilon at or below the RDP-to-(epsilon, delta) conversion's offset has no beta and
+    no budget whatever T or the groups: sanitize, generate and the Python API refuse it before
+    the model or the tagger is loaded (the model name here does not exist)."""
+    from tokendp import sanitize
+    from tokendp.cli import main
+    from tokendp.jobs.generate import generate
+
+    doc = tmp_path / "letter.txt"
+    doc.write_text(LETTER)
+    for command in (["sanitize", str(doc)], ["generate", "--prompt", "Who?", "--context", str(doc)]):
+        out = CliRunner().invoke(main, [*command, "--model", "no-such-model", "--accounting", accounting, *args])
+        assert out.exit_code == 2 and "epsilon" in out.output and "loading model" not in out.output, out.output
+    epsilon = json.loads(args[1])
+    alpha = float(args[3]) if len(args) > 2 else None
+    for call in (lambda: sanitize(LETTER, model="no-such-model", epsilon=epsilon, alpha=alpha, accounting=accounting),
+                 lambda: generate("Who?", context=LETTER, model="no-such-model", epsilon=epsilon, alpha=alpha,
+                                  accounting=accounting)):
+        with pytest.raises(InvalidParameterError, match="epsilon"):
+            call()

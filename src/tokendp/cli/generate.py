@@ -103,10 +103,11 @@ def generate(prompt: str, contexts: tuple[str, ...], spans_paths: tuple[str, ...
     from tokendp.text.documents import read_text_file
     from tokendp.text.taggers import get_tagger, spans_from_json
 
-    from tokendp.params import check_accounting, check_params, check_untrusted_accounting
+    from tokendp.params import check_accounting, check_params, check_reachable, check_untrusted_accounting
 
     check_params(method, alpha, delta, temperature, beta, epsilon)  # before anything is read or loaded
     check_accounting(accounting, pace, method, beta)
+    check_reachable(method, accounting, alpha, delta, epsilon)
     check_untrusted_accounting(accounting, method, len(untrusted))
     texts = [read_text_file(p) for p in contexts]
     chunks = [read_text_file(p) for p in untrusted]

@@ -16,8 +16,8 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from tokendp.errors import InvalidParameterError
-from tokendp.params import (DEFAULT_PACE, DEFAULT_PASSAGE_TOKENS, Accounting, Budget, Method, check_accounting, check_params, check_tokens,
-                            is_number)
+from tokendp.params import (DEFAULT_PACE, DEFAULT_PASSAGE_TOKENS, Accounting, Budget, Method, check_accounting,
+                            check_params, check_reachable, check_tokens, is_number)
 from tokendp.text.contexts import GroupSpec
 from tokendp.text.taggers.labels import LabelChoice
 
@@ -55,6 +55,7 @@ class SanitizeConfig:
     def __post_init__(self) -> None:
         check_params(self.method, self.alpha, self.delta, self.temperature, self.beta, self.epsilon)
         check_accounting(self.accounting, self.pace, self.method, self.beta)
+        check_reachable(self.method, self.accounting, self.alpha, self.delta, self.epsilon)
         check_tokens("max_new_tokens", self.max_new_tokens)
         if not (self.groups in ("by-label", "single") or isinstance(self.groups, Mapping)):
             raise InvalidParameterError(f"groups must be 'by-label', 'single' or a mapping label -> group, "

@@ -31,7 +31,7 @@ from tokendp.backends import HFBackend, load_backend
 from tokendp.errors import InvalidInputError, InvalidParameterError
 from tokendp.fusion import (Decoding, FusionReport, PreparedFusion, TextResult, check_fits_untagged, check_known_groups,
                             prepare_documents, reported_alpha, run_fusion, run_fusion_spending, spans_of)
-from tokendp.params import (DEFAULT_PACE, Accounting, Budget, Method, check_accounting, check_params,
+from tokendp.params import (DEFAULT_PACE, Accounting, Budget, Method, check_accounting, check_params, check_reachable,
                             check_untrusted_accounting)
 from tokendp.text.contexts import DocumentContexts, GroupSpec, placeholders, prompt_template
 from tokendp.text.prompts import (DEFAULT_GENERATE_INSTRUCTION, MAX_UNTRUSTED_TOKENS, STAND_IN, QuestionPlace,
@@ -227,6 +227,7 @@ def prepare_generate(
     generating anything (parameters as for :func:`generate_batch`)."""
     check_params(method, alpha, delta, temperature, beta, epsilon)
     check_accounting(accounting, pace, method, beta)
+    check_reachable(method, accounting, alpha, delta, epsilon)
     if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int) or max_new_tokens < 1:
         raise InvalidParameterError(f"max_new_tokens must be an integer >= 1, got {max_new_tokens!r}")
     decoding = Decoding(temperature, tuple(stop), no_repeat_ngram_size, repetition_penalty, speculative, draft_tokens)
