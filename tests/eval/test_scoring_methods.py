@@ -110,3 +110,44 @@ def test_the_filter_method_is_calibrated_and_spends_position_by_position(backend
     ppl_filter, _ = _ppl(backend, setting, rows)
     ppl_fixed, _ = _ppl(backend, Setting("dp-fusion", "eps=8", alpha=setting.alpha, target=8.0), rows)
     assert ppl_filter != ppl_public and ppl_fixed != ppl_public
+
+
+@pytest.mark.parametrize("epsilon, pace", [(8.0, 0.5), (8.0, 64.0), (5.0, 4.0), (30.0, 0.05)])
+def test_the_filter_teacher_forcing_in_blocks_is_the_one_position_at_a_time_walk(backend, epsilon, pace,
+                                                                                  monkeypatch):
+    """BoundMethod.teacher_forced under the filter steps blocks of positions on the budget left
+    at the block's start and keeps each position only while its caps and fit check are the
+    ones it would have had alone: its log-probabilities are those of stepping the positions
+    one at a time with a fresh ledger (up to the last bits of a lam, which batched kernels round differently). The settings make the budgets bind at
+    different places (never, mid-document, from the start), and the walk takes fewer steps
+    than positions when the budgets do not bind. (Whether a search may run in float32 is
+    decided per batch from its public rows, so a block and a lone position may search at
+    different precisions, both certified: the test holds that choice at float64.)"""
+    from tokendp import divergence
+    from tokendp.mechanisms.dp_fusion_filter import RenyiFilter
+
+    monkeypatch.setattr(divergence, "_float32_search", lambda *a: False)
+
+    tok = backend.tokenizer
+    text = " ".join([TEXT] * 4)
+    spans = [Span(s.start + k * (len(TEXT) + 1), s.end + k * (len(TEXT) + 1), s.label) for k in range(4) for s in SPANS]
+    rows = document_rows(text, spans, tok, template=prompt_template(tok, options=OPTIONS),
+                         placeholder=placeholder_id(tok, options=OPTIONS))
+    setting = Setting("dp-fusion-filter", "x", alpha=3.0, target=epsilon, pace=pace)
+    bound = BoundMethod(setting, [rows], vocab_size=backend.vocab_size, max_new_tokens=16, delta=1e-5)
+    logits = continuation_logits(backend, bound.rows(rows), rows.target).transpose(0, 1)  # (n, R, V)
+    n, m = logits.shape[0], logits.shape[1] - 1
+    pace_t, mask = bound.betas[:1, :m], bound.group_mask[:1, :m]
+    ledger, walk, caps = RenyiFilter(bound.budgets[:1, :m].clone()), [], []
+    for t in range(n):
+        caps.append(bound.fusion.caps(ledger.remaining, pace_t, mask, logits.shape[-1]))
+        out = bound.fusion.step(logits[t:t + 1], remaining=ledger.remaining.clone(), pace=pace_t, group_mask=mask)
+        ledger.spend(torch.zeros(1, dtype=torch.long), out.charges)
+        walk.append(out.logprobs)
+    steps = []
+    original = bound.fusion.step
+    bound.fusion.step = lambda *a, **k: steps.append(1) or original(*a, **k)
+    torch.testing.assert_close(bound.teacher_forced(logits, 0), torch.cat(walk), rtol=0, atol=1e-6)
+    binding = any(bool(((c > 0) & (c < pace_t)).any()) for c in caps)
+    assert binding or len(steps) < n
+    assert n > 64

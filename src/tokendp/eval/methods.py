@@ -216,18 +216,48 @@ class BoundMethod:
     def teacher_forced(self, logits: torch.Tensor, i: int) -> torch.Tensor:
         """Log-probs ``# (n, V)`` of document i's steps at the n positions of ``logits # (n, R, V)``
         (the prefixes of one forced text): vectorised over positions, :data:`POSITIONS` at a time
-        (the float64 search holds several (positions, R, V) tensors), except under the filter,
-        whose budget at each position is what the positions before it left (a fresh filter row)."""
+        (the float64 search holds several (positions, R, V) tensors); under the filter, whose
+        budget at each position is what the positions before it left, by :meth:`_filter_forced`."""
+        if self.setting.method == "dp-fusion-filter":
+            return self._filter_forced(logits, i)
         docs = torch.full((logits.shape[0],), i, dtype=torch.long)
-        if self.setting.method != "dp-fusion-filter":
-            return torch.cat([self.step(logits[t:t + POSITIONS], docs[t:t + POSITIONS]).logprobs
-                              for t in range(0, logits.shape[0], POSITIONS)])
+        return torch.cat([self.step(logits[t:t + POSITIONS], docs[t:t + POSITIONS]).logprobs
+                          for t in range(0, logits.shape[0], POSITIONS)])
+
+    def _filter_forced(self, logits: torch.Tensor, i: int) -> torch.Tensor:
+        """The filter's teacher forcing ``(n, R, V) -> (n, V)``, with a fresh ledger row.
+
+        Position t's step reads the ledger only through its caps c_i = min(pace_i, rho^-1(R_i - A))
+        and its check that each charge fits R_i (:meth:`DPFusionFilter.caps`). So a block of
+        positions is stepped at once on the remaining budget R at its start, and its positions
+        are then spent in order while each still has the caps of the block's start and its
+        charges fit what is left: those steps are the ones the positions would take one at a
+        time. The first position that fails starts the next block. While no group's budget
+        binds (c_i = pace_i) or after it is spent (c_i = 0) the caps stay put and blocks are
+        :data:`POSITIONS` long; while one binds, one position at a time."""
         width = logits.shape[-2] - 1
-        one = docs[:1]
-        betas, mask = self.betas[one, :width], self.group_mask[one, :width]  # (1, m)
-        ledger = RenyiFilter(self.budgets[one, :width].clone())
-        return torch.cat([self._filtered(ledger, logits[t:t + 1], torch.zeros(1, dtype=torch.long), betas, mask, 1.0)
-                          .logprobs for t in range(logits.shape[0])])  # (n, V)
+        pace, mask = self.betas[i:i + 1, :width], self.group_mask[i:i + 1, :width]  # (1, m)
+        ledger, row = RenyiFilter(self.budgets[i:i + 1, :width].clone()), torch.zeros(1, dtype=torch.long)
+        out, t = [], 0
+        while t < logits.shape[0]:
+            start = ledger.remaining[:, :width]  # (1, m)
+            caps = self.fusion.caps(start, pace, mask, logits.shape[-1])  # (1, m)
+            settled = bool(((caps == pace) | (caps == 0)).all())
+            block = logits[t:t + (POSITIONS if settled else 1)]  # (k, R, V)
+            k = block.shape[0]
+            step = self.fusion.step(block, remaining=start.expand(k, -1), pace=pace.expand(k, -1),
+                                    group_mask=mask.expand(k, -1))
+            taken = 0
+            for j in range(k):
+                left = ledger.remaining[:, :width]
+                same = torch.equal(self.fusion.caps(left, pace, mask, logits.shape[-1]), caps)
+                if j and not (same and bool((step.charges[j] <= left).all())):
+                    break
+                ledger.spend(row, step.charges[j:j + 1])
+                taken += 1
+            out.append(step.logprobs[:taken])
+            t += taken
+        return torch.cat(out)  # (n, V)
 
     def _filtered(self, ledger: RenyiFilter, logits: torch.Tensor, rows: torch.Tensor, pace: torch.Tensor,
                   mask: torch.Tensor, temperature: float) -> MechanismStep:

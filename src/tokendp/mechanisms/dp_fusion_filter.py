@@ -112,6 +112,16 @@ class DPFusionFilter:
     def __init__(self, alpha: float = 2.0) -> None:
         self.alpha = check_order(alpha)
 
+    def caps(self, remaining: Tensor, pace: Tensor, mask: Tensor, vocab: int) -> Tensor:
+        """c_i = min(pace_i, rho^-1(R_i - A)) for the averaged groups, 0 for padding: each
+        group's divergence cap at this step, ``# (..., m)`` float64, from ``remaining`` and
+        ``pace # (..., m)`` float64 (finite and >= 0), ``mask # (..., m)`` bool. The step's
+        answer for a prefix depends on the ledger only through these caps and its check that
+        the charge fits R_i."""
+        allowance = release_allowance(self.alpha, groups=mask.shape[-1], vocab=vocab)
+        groups = mask.sum(-1, keepdim=True).clamp_min(1)  # (..., 1): m of each document
+        return torch.where(mask, torch.minimum(pace, cap_proposal(remaining - allowance, groups, self.alpha)), 0.0)
+
     def step(
         self,
         logits: Tensor,  # (..., 1+m, V), row 0 public
@@ -152,8 +162,7 @@ class DPFusionFilter:
                                         "build them with RenyiFilter and a non-negative pace")
         allowance = release_allowance(self.alpha, groups=m, vocab=vocab)
         groups = mask.sum(-1, keepdim=True).clamp_min(1)  # (..., 1): m of each document
-        cap = torch.minimum(pace, cap_proposal(remaining - allowance, groups, self.alpha))
-        cap = torch.where(mask & valid, cap, 0.0)  # (..., m)
+        cap = torch.where(valid, self.caps(remaining, pace, mask, vocab), 0.0)  # (..., m)
         public = torch.where(mask & pace_ok, pace, 0.0)  # (..., m): decides a float32 search, never the ledgers
         search = search_rows(logits, alpha=self.alpha, caps=cap, mask=mask, temperature=temperature,
                              public_caps=public)
