@@ -8,11 +8,13 @@ tokens + 16), which the fixed accounting's certificate counts and the filter's d
 public rewrite's perplexity (epsilon 0) and the original's (no privacy) bound the range.
 
     PYTHONPATH=src python benchmarks/filter.py --split tune --limit 2 --max-chars 4000 --paces 0.25,0.5,1,2 --alphas 3 --epsilons 8 --out runs/filter-tune
-    PYTHONPATH=src python benchmarks/filter.py --split report --limit 12 --epsilons 1,2,4,8,16 --out runs/filter-report
+    PYTHONPATH=src python benchmarks/filter.py --split report --limit 63 --epsilons 0.5,1,2,4,8,16 --out runs/filter-report
 
 Resumable: each document's figures are written to ``OUT/docs/ID.json`` as it is done; a rerun
 skips them. ``OUT/results.json`` pools the documents (perplexity = exp(total NLL / tokens)) and
-``OUT/epsilon_vs_ppl.png`` plots perplexity against certified epsilon for both accountings.
+``OUT/epsilon_vs_ppl.png`` plots perplexity against certified epsilon for both accountings;
+``half_epsilon`` in the results sets the filter at epsilon/2 against the fixed accounting at
+epsilon (issue 34's acceptance test).
 """
 
 from __future__ import annotations
@@ -40,7 +42,7 @@ DELTA = 1e-5
 
 
 def settings(epsilons: list[float], paces: list[float], groups: int, tokens: int, delta: float,
-             alphas: list[float], fixed: bool = True) -> list[Setting]:
+             alphas: list[float], fixed: bool = True, max_lams: list[float | None] = (None,)) -> list[Setting]:
     """Public, original, and per epsilon the fixed accounting at the order it chooses for this
     document (unless not ``fixed``), and the filter at each pace and each of ``alphas`` (None: the
     order the filter chooses for the target), all from public parameters."""
@@ -51,17 +53,18 @@ def settings(epsilons: list[float], paces: list[float], groups: int, tokens: int
                                                                               delta=delta), target=eps))
         for a in alphas:
             alpha = dp_fusion_filter_alpha(epsilon=eps, delta=delta) if a is None else a
-            out += [Setting("dp-fusion-filter", f"eps={eps:g},pace={p:g},alpha={alpha:g}", alpha=alpha, target=eps,
-                            pace=p) for p in paces]
+            out += [Setting("dp-fusion-filter", f"eps={eps:g},pace={p:g},alpha={alpha:g}"
+                            + ("" if lam is None else f",max_lam={lam:g}"), alpha=alpha, target=eps, pace=p, max_lam=lam)
+                    for p in paces for lam in max_lams]
     return out
 
 
-def score_document(backend, text, spans, *, epsilons, paces, alphas, delta, fixed=True) -> dict:
+def score_document(backend, text, spans, *, epsilons, paces, alphas, delta, fixed=True, max_lams=(None,)) -> dict:
     tok, opts = backend.tokenizer, backend.options
     rows = document_rows(text, spans, tok, template=prompt_template(tok, options=opts),
                          placeholder=placeholders(tok, options=opts))
     tokens = math.ceil(1.2 * len(rows.target)) + 16
-    chosen = settings(epsilons, paces, len(rows.groups), tokens, delta, alphas, fixed)
+    chosen = settings(epsilons, paces, len(rows.groups), tokens, delta, alphas, fixed, max_lams)
     bounds = [BoundMethod(s, [rows], vocab_size=backend.vocab_size, max_new_tokens=tokens, delta=delta)
               for s in chosen]
     start = time.perf_counter()
@@ -91,6 +94,15 @@ def pool(docs: list[dict]) -> list[dict]:
     return list(table.values())
 
 
+def half_epsilon(rows: list[dict]) -> list[dict]:
+    """Issue 34's test, per fixed-accounting epsilon e: the filter's perplexity at e/2 (each pace
+    and order measured) against the fixed accounting's at e; ``met`` when it is no higher."""
+    fixed = {r["target"]: r["ppl"] for r in rows if r["method"] == "dp-fusion"}
+    return [{"epsilon": e, "fixed": ppl, "filter": r["name"], "filter_ppl": r["ppl"], "met": r["ppl"] <= ppl}
+            for e, ppl in sorted(fixed.items())
+            for r in rows if r["method"] == "dp-fusion-filter" and r["target"] == e / 2]
+
+
 def _curve(row: dict) -> str:
     """A row's curve: the fixed accounting, or the filter at its pace and, unless it is the one
     the filter chooses for the target, its order."""
@@ -98,7 +110,8 @@ def _curve(row: dict) -> str:
         return "fixed accounting"
     settings = dict(part.split("=") for part in row["name"].split(",")[1:])
     chosen = float(settings["alpha"]) == dp_fusion_filter_alpha(epsilon=row["target"], delta=DELTA)
-    return f"filter (pace {settings['pace']}" + ("" if chosen else f", alpha {settings['alpha']}") + ")"
+    return (f"filter (pace {settings['pace']}" + ("" if chosen else f", alpha {settings['alpha']}")
+            + (f", max lam {settings['max_lam']}" if "max_lam" in settings else "") + ")")
 
 
 def plot(rows: list[dict], path: Path) -> None:
@@ -136,6 +149,8 @@ def main() -> None:
     parser.add_argument("--paces", default=str(DEFAULT_PACE))
     parser.add_argument("--alphas", default="auto",
                         help="the filter's orders, e.g. auto,2.5,3 (auto: dp_fusion_filter_alpha for the target)")
+    parser.add_argument("--max-lams", default="rule",
+                        help="the filter's weight ceilings, e.g. rule,1,0.5 (rule: dp_fusion_filter_max_lam; 1: none)")
     parser.add_argument("--no-fixed", action="store_true",
                         help="score the filter only (the fixed accounting's figures do not change with its settings)")
     parser.add_argument("--delta", type=float, default=DELTA)
@@ -159,16 +174,20 @@ def main() -> None:
             if args.max_chars:
                 text, spans = truncate_document(text, spans, max_chars=args.max_chars)
             record = score_document(backend, text, spans, epsilons=epsilons, paces=paces, alphas=alphas,
-                                    delta=args.delta, fixed=not args.no_fixed)
+                                    delta=args.delta, fixed=not args.no_fixed,
+                                    max_lams=[None if x == "rule" else float(x) for x in args.max_lams.split(",")])
             path.write_text(json.dumps(record, indent=1))
             print(f"{doc_id}: {record['tokens']} tokens, {record['groups']} groups, {record['seconds']:.0f} s",
                   flush=True)
         done.append(json.loads(path.read_text()))
-    rows = pool(done)
-    (args.out / "results.json").write_text(json.dumps({"documents": len(done), "split": args.split, "rows": rows},
-                                                      indent=1))
+    rows, half = pool(done), half_epsilon(pool(done))
+    (args.out / "results.json").write_text(json.dumps({"documents": len(done), "split": args.split, "rows": rows,
+                                                       "half_epsilon": half}, indent=1))
     for r in rows:
         print(f"{r['method']:<18}{r['name']:<20}ppl {r['ppl']:.4f}   epsilon <= {r['epsilon_max']:.3g}")
+    for h in half:
+        print(f"fixed at {h['epsilon']:g}: {h['fixed']:.4f}; filter {h['filter']}: {h['filter_ppl']:.4f} "
+              f"({'met' if h['met'] else 'not met'})")
     plot(rows, args.out / "epsilon_vs_ppl.png")
 
 

@@ -35,8 +35,8 @@ from typing import Any
 import torch
 
 from tokendp.accounting import (Ledger, dp_fusion_beta, dp_fusion_epsilon, dp_fusion_filter_alpha,
-                                dp_fusion_filter_budget, dp_fusion_filter_epsilon, dp_fusion_filter_pace,
-                                dp_fusion_rdp_per_token)
+                                dp_fusion_filter_budget, dp_fusion_filter_epsilon, dp_fusion_filter_max_lam,
+                                dp_fusion_filter_pace, dp_fusion_rdp_per_token)
 from tokendp.accounting.mechanisms import DP_FUSION_ORDERS, dp_fusion_alpha
 from tokendp.backends import HFBackend, RowSequence
 from tokendp.drafts import PromptLookup
@@ -514,6 +514,7 @@ class FusionJob:
         # float64, the accountant's beta exactly: a float32 beta can round up, above the charged cap
         self.beta_t = torch.zeros((n, width), dtype=torch.float64)  # (N, m_max)
         self.mask_t = torch.zeros((n, width), dtype=torch.bool)  # (N, m_max)
+        self.lam_t = torch.ones((n, width), dtype=torch.float64)  # (N, m_max): the filter's weight ceilings
         self.filter = RenyiFilter(torch.zeros((n, width), dtype=torch.float64)) if filtered else None
         self._spending: tuple[torch.Tensor, torch.Tensor] | None = None  # (docs, charges) of the last step
         self.padded = True
@@ -550,7 +551,8 @@ class FusionJob:
         if m > self.beta_t.shape[1]:
             self.beta_t = torch.nn.functional.pad(self.beta_t, (0, m - self.beta_t.shape[1]))
             self.mask_t = torch.nn.functional.pad(self.mask_t, (0, m - self.mask_t.shape[1]))
-        self.beta_t[i], self.mask_t[i] = 0.0, False
+            self.lam_t = torch.nn.functional.pad(self.lam_t, (0, m - self.lam_t.shape[1]), value=1.0)
+        self.beta_t[i], self.mask_t[i], self.lam_t[i] = 0.0, False, 1.0
         if doc.betas:
             # the filter's pace is a divergence cap: alpha * beta_i, like the fixed accounting's cap
             scale = doc.alpha if self.filtered else 1.0
@@ -558,8 +560,10 @@ class FusionJob:
             self.mask_t[i, :m] = True
         if self.filter is not None:
             self.filter.admit(i, doc.budgets or ())
+            for j, budget in enumerate(doc.budgets or ()):  # public: docs/privacy.md, the filter's step 2
+                self.lam_t[i, j] = dp_fusion_filter_max_lam(budget=budget, alpha=doc.alpha)
         self.padded = not bool(self.mask_t.all())  # else the mechanism needs no group mask
-        self._tables: dict[torch.device, tuple[torch.Tensor, torch.Tensor]] = {}  # beta_t, mask_t per device
+        self._tables: dict[torch.device, tuple[torch.Tensor, ...]] = {}  # beta_t, mask_t, lam_t per device
         self._parts: tuple[weakref.ref, list[tuple[int, torch.Tensor]]] | None = None  # see _partition
 
     def _ledger(self, doc: PreparedDocument) -> Ledger | None:
@@ -578,8 +582,8 @@ class FusionJob:
         if logits.shape[1] == 1:  # only documents without groups: one masked stand-in row, so p_pub
             logits = logits.expand(-1, 2, -1)  # comes out of the mechanism exactly as in a wider batch
         if docs.device not in self._tables:  # copied once per device, not per step (no host read)
-            self._tables[docs.device] = (self.beta_t.to(docs.device), self.mask_t.to(docs.device))
-        beta_t, mask_t = self._tables[docs.device]
+            self._tables[docs.device] = tuple(t.to(docs.device) for t in (self.beta_t, self.mask_t, self.lam_t))
+        beta_t, mask_t, lam_t = self._tables[docs.device]
         m = logits.shape[1] - 1
         betas = beta_t[docs][:, :m].to(logits.device)  # (Na, m): beta_i, or the filter's pace
         mask = mask_t[docs][:, :m].to(logits.device)  # (Na, m)
@@ -603,7 +607,9 @@ class FusionJob:
         if self.filter.remaining.device != logits.device:
             self.filter.to(logits.device)
         remaining = self.filter.remaining[docs.to(logits.device)][:, :betas.shape[-1]]  # (n, m)
-        return mech.step(logits, remaining=remaining, pace=betas, group_mask=mask, temperature=temperature)
+        ceilings = self._tables[docs.device][2][docs][:, :betas.shape[-1]].to(logits.device)  # (n, m)
+        return mech.step(logits, remaining=remaining, pace=betas, group_mask=mask, temperature=temperature,
+                         max_lam=ceilings)
 
     def _partition(self, docs: torch.Tensor, device: torch.device) -> list[tuple[int, torch.Tensor]]:
         """(mechanism index, positions in ``docs`` # (n_k,) on ``device``) for each order among

@@ -141,7 +141,8 @@ def test_the_filter_teacher_forcing_in_blocks_is_the_one_position_at_a_time_walk
     ledger, walk, caps = RenyiFilter(bound.budgets[:1, :m].clone()), [], []
     for t in range(n):
         caps.append(bound.fusion.caps(ledger.remaining, pace_t, mask, logits.shape[-1]))
-        out = bound.fusion.step(logits[t:t + 1], remaining=ledger.remaining.clone(), pace=pace_t, group_mask=mask)
+        out = bound.fusion.step(logits[t:t + 1], remaining=ledger.remaining.clone(), pace=pace_t, group_mask=mask,
+                                max_lam=bound.max_lams[:1, :m])
         ledger.spend(torch.zeros(1, dtype=torch.long), out.charges)
         walk.append(out.logprobs)
     steps = []

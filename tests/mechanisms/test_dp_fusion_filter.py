@@ -286,3 +286,37 @@ def test_the_step_and_the_ledger_read_nothing_back_on_accelerators(alpha, monkey
         state.spend(docs, out.charges)
         state.rollback(torch.ones(6, dtype=torch.int64))
     assert reads.count == 0, dict(reads.sites)
+
+
+def test_a_weight_ceiling_bounds_every_weight_and_keeps_the_blanked_row_public() -> None:
+    """max_lam L_i: each group's weight on its own row is at most L_i (the search runs on
+    L_i p_i + (1 - L_i) p_pub); a row equal to the public row still gets lam = 0 and charge 0;
+    L = 1 everywhere is the step without a ceiling, bit for bit; a ceiling outside (0, 1] is
+    refused where reads are free."""
+    gen = torch.Generator().manual_seed(7)
+    n, m, vocab = 32, 3, 64
+    logits = logits_batch(n, 1 + m, vocab, gen)
+    logits[:, 2] = logits[:, 0]  # group 2 blanked: its row is the public row
+    remaining = torch.full((n, m), 50.0, dtype=torch.float64)
+    pace = torch.full((n, m), 30.0, dtype=torch.float64)  # ample: most groups reach lam = 1 alone
+    ceiling = torch.tensor([0.5, 0.2, 0.9], dtype=torch.float64).expand(n, m)
+    free = DPFusionFilter(alpha=3.0).step(logits, remaining=remaining, pace=pace)
+    capped = DPFusionFilter(alpha=3.0).step(logits, remaining=remaining, pace=pace, max_lam=ceiling)
+    lam = capped.diagnostics["lam"].double()
+    assert bool((lam <= ceiling.float().double() * (1 + 1e-6)).all())
+    assert float(lam[:, 0].max()) > 0.45  # the ceiling binds, not the pace
+    assert bool((capped.charges[:, 1] == 0).all()) and bool((lam[:, 1] == 0).all())
+    assert float(capped.charges[:, 0].sum()) < float(free.charges[:, 0].sum())  # smaller weights cost less
+    same = DPFusionFilter(alpha=3.0).step(logits, remaining=remaining, pace=pace, max_lam=torch.ones(n, m,
+                                                                                                     dtype=torch.float64))
+    assert torch.equal(same.logprobs, free.logprobs) and torch.equal(same.charges, free.charges)
+    import tokendp._device as device
+
+    for bad in (0.0, 1.5, math.nan):
+        ceilings = torch.full((n, m), bad, dtype=torch.float64)
+        if device.reads_are_free(ceilings):
+            with pytest.raises(InvalidParameterError, match="ceilings"):
+                DPFusionFilter(alpha=3.0).step(logits, remaining=remaining, pace=pace, max_lam=ceilings)
+        else:  # no host read: the groups get lam = 0 and no charge
+            out = DPFusionFilter(alpha=3.0).step(logits, remaining=remaining, pace=pace, max_lam=ceilings)
+            assert not bool(out.charges.any()) and not bool(out.diagnostics["lam"].any())

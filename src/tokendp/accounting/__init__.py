@@ -24,6 +24,7 @@ from tokendp.accounting.filter import (
     dp_fusion_filter_cap,
     dp_fusion_filter_charge,
     dp_fusion_filter_epsilon,
+    dp_fusion_filter_max_lam,
     dp_fusion_filter_pace,
 )
 from tokendp.accounting.lifetime import lifetime_alpha, lifetime_budget, lifetime_reservation, lifetime_spent
@@ -117,6 +118,7 @@ __all__ = [
     "dp_fusion_filter_cap",
     "dp_fusion_filter_charge",
     "dp_fusion_filter_epsilon",
+    "dp_fusion_filter_max_lam",
     "dp_fusion_filter_pace",
     "dp_fusion_rdp_per_token",
     "dp_prompt_epsilon",

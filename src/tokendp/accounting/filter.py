@@ -30,7 +30,7 @@ from tokendp.accounting.rdp import conversion_offset, epsilon_sum, offset_terms
 from tokendp.errors import InvalidParameterError
 
 __all__ = ["FILTER_BUDGET_SHARE", "dp_fusion_filter_alpha", "dp_fusion_filter_budget", "dp_fusion_filter_cap",
-           "dp_fusion_filter_charge", "dp_fusion_filter_epsilon", "dp_fusion_filter_pace"]
+           "dp_fusion_filter_charge", "dp_fusion_filter_epsilon", "dp_fusion_filter_max_lam", "dp_fusion_filter_pace"]
 
 FILTER_BUDGET_SHARE = 0.3
 """The least share of epsilon that :func:`dp_fusion_filter_alpha` keeps as RDP budget B (the rest
@@ -163,3 +163,21 @@ def dp_fusion_filter_pace(*, budget: float, tokens: int, pace: float, groups: in
     if budget == 0 or pace == 0:
         return 0.0
     return dp_fusion_filter_cap(remaining=pace * budget / tokens, groups=groups, alpha=alpha)
+
+
+def dp_fusion_filter_max_lam(*, budget: float, alpha: float) -> float:
+    """The largest mixing weight a step may give a group: L = min(1, sqrt(B / alpha)), 1 when
+    B = 0 (the group never mixes then). A public rule of (B, alpha) alone.
+
+    Why: for small weights D_alpha(lam P + (1-lam) Q || Q) ~ alpha lam^2 chi2(P||Q) / 2, while
+    the expected log-likelihood a token gains is about lam chi2(P||Q). The gain per unit of
+    budget is then about 2 / (alpha lam) whatever the token's chi2, so a budget is best spent at
+    one weight on every token, not at one divergence (the fixed accounting's cap gives lam = 1 to
+    the tokens that move little and a small weight to those that matter). sqrt(B / alpha) is
+    the weight at which a token with chi2 = 2 would spend the whole budget; on TAB's tuning half
+    it is near the best ceiling at every epsilon from 1 to 16 (docs/sanitize.md, "Accounting:
+    fixed or filter"). The pacing cap still bounds every step.
+    """
+    budget = check_nonnegative("budget", budget)
+    alpha = check_order(alpha)
+    return 1.0 if budget == 0 else min(1.0, math.sqrt(budget / alpha))

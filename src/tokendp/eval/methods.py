@@ -37,7 +37,8 @@ import torch
 
 from tokendp.accounting import (dp_decoding_epsilon, dp_decoding_lam, dp_fusion_beta, dp_fusion_epsilon,
                                 dp_fusion_filter_alpha, dp_fusion_filter_budget, dp_fusion_filter_epsilon,
-                                dp_fusion_filter_pace, dp_prompt_epsilon, dp_prompt_temperature)
+                                dp_fusion_filter_max_lam, dp_fusion_filter_pace, dp_prompt_epsilon,
+                                dp_prompt_temperature)
 from tokendp.errors import InvalidParameterError
 from tokendp.mechanisms import DPDecoding, DPFusion, DPFusionFilter, DPPrompt, MechanismStep, Original, Public, RenyiFilter
 from tokendp.params import DEFAULT_PACE
@@ -103,6 +104,7 @@ class Setting:
     cap: float | None = None  # DP-Fusion alpha * beta when fixed (paper settings)
     target: float | None = None
     pace: float = DEFAULT_PACE  # dp-fusion-filter: one token spends at most pace * B_i / n_i
+    max_lam: float | None = None  # dp-fusion-filter: the weight ceiling (None: dp_fusion_filter_max_lam's rule)
 
     @property
     def key(self) -> str:
@@ -203,7 +205,12 @@ class BoundMethod:
             if method == "dp-fusion":
                 return self.fusion.step(logits, betas=betas, group_mask=mask, temperature=temperature,
                                         realised_divergence=False)
-            return self._filtered(self.filter, logits, docs, betas, mask, temperature)
+            rows = docs.cpu()  # one filter row per document, spent at once
+            out = self.fusion.step(logits, remaining=self.filter.remaining[rows, :width].to(logits.device), pace=betas,
+                                   group_mask=mask, temperature=temperature,
+                                   max_lam=self.max_lams[rows, :width].to(logits.device))
+            self.filter.spend(rows, out.charges.cpu())
+            return out
         if method == "public":
             return self.mechanism.step(logits[..., :1, :], temperature=temperature)
         # The other mechanisms read the private row 1 and ignore row 0; the one row these methods
@@ -237,6 +244,7 @@ class BoundMethod:
         :data:`POSITIONS` long; while one binds, one position at a time."""
         width = logits.shape[-2] - 1
         pace, mask = self.betas[i:i + 1, :width], self.group_mask[i:i + 1, :width]  # (1, m)
+        ceiling = self.max_lams[i:i + 1, :width]  # (1, m)
         ledger, row = RenyiFilter(self.budgets[i:i + 1, :width].clone()), torch.zeros(1, dtype=torch.long)
         out, t = [], 0
         while t < logits.shape[0]:
@@ -246,7 +254,7 @@ class BoundMethod:
             block = logits[t:t + (POSITIONS if settled else 1)]  # (k, R, V)
             k = block.shape[0]
             step = self.fusion.step(block, remaining=start.expand(k, -1), pace=pace.expand(k, -1),
-                                    group_mask=mask.expand(k, -1))
+                                    group_mask=mask.expand(k, -1), max_lam=ceiling.expand(k, -1))
             taken = 0
             for j in range(k):
                 left = ledger.remaining[:, :width]
@@ -259,15 +267,6 @@ class BoundMethod:
             t += taken
         return torch.cat(out)  # (n, V)
 
-    def _filtered(self, ledger: RenyiFilter, logits: torch.Tensor, rows: torch.Tensor, pace: torch.Tensor,
-                  mask: torch.Tensor, temperature: float) -> MechanismStep:
-        """The filter's step for ``rows`` of ``ledger`` (one per sequence), spent at once."""
-        width = logits.shape[-2] - 1
-        out = self.fusion.step(logits, remaining=ledger.remaining[rows.cpu(), :width].to(logits.device), pace=pace,
-                               group_mask=mask, temperature=temperature)
-        ledger.spend(rows.cpu(), out.charges.cpu())
-        return out
-
     def _bind_fusion(self) -> None:
         s = self.setting
         filtered = s.method == "dp-fusion-filter"
@@ -277,11 +276,13 @@ class BoundMethod:
         self.betas = torch.zeros((len(self.docs), width), dtype=torch.float64)  # (N, m_max); float32 could round beta up
         self.budgets = torch.zeros((len(self.docs), width), dtype=torch.float64)  # (N, m_max): the filter's B
         self.group_mask = torch.zeros((len(self.docs), width), dtype=torch.bool)  # (N, m_max)
+        self.max_lams = torch.ones((len(self.docs), width), dtype=torch.float64)  # (N, m_max): the filter's ceilings
         for i, (doc, m) in enumerate(zip(self.docs, counts)):
             if m:
                 self.betas[i, :m] = torch.tensor(self._paces(doc) if filtered else [self._beta(m)] * m,
                                                  dtype=torch.float64)
                 self.budgets[i, :m] = self._budget() if filtered else 0.0
+                self.max_lams[i, :m] = self._max_lam() if filtered else 1.0
                 self.group_mask[i, :m] = True
         self.filter = RenyiFilter(self.budgets.clone()) if filtered else None
 
@@ -290,6 +291,10 @@ class BoundMethod:
         s, m = self.setting, len(doc.groups)
         return [dp_fusion_filter_pace(budget=self._budget(), tokens=max(n, 1), pace=s.pace, groups=m, alpha=s.alpha)
                 for n in doc.group_tokens]
+
+    def _max_lam(self) -> float:
+        s = self.setting
+        return dp_fusion_filter_max_lam(budget=self._budget(), alpha=s.alpha) if s.max_lam is None else s.max_lam
 
     def _budget(self) -> float:
         s = self.setting

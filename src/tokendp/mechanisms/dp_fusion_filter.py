@@ -130,6 +130,7 @@ class DPFusionFilter:
         pace: Tensor,  # (..., m) float64: each group's public per-step divergence cap
         group_mask: Tensor | None = None,  # (..., m) bool, False = padding
         temperature: float = 1.0,
+        max_lam: Tensor | None = None,  # (..., m) float64 in (0, 1]: each group's public weight ceiling
     ) -> FilterStep:
         """Mix each group toward the public distribution within what its budget allows, charge
         it at the lam chosen, and release the average over all m real groups.
@@ -156,16 +157,22 @@ class DPFusionFilter:
         remaining = remaining.to(device=device, dtype=torch.float64)  # (..., m)
         pace = pace.to(device=device, dtype=torch.float64)  # (..., m)
         pace_ok = torch.isfinite(pace) & (pace >= 0)  # (..., m): public
+        if max_lam is not None:
+            max_lam = max_lam.to(device=device, dtype=torch.float64)  # (..., m)
+            pace_ok = pace_ok & (max_lam > 0) & (max_lam <= 1)  # (NaN fails)
         valid = (torch.isfinite(remaining) & (remaining >= 0) & pace_ok) | ~mask
         if _device.reads_are_free(valid) and not bool(valid.all()):
-            raise InvalidParameterError("remaining budgets and pacing caps must be finite and >= 0; "
-                                        "build them with RenyiFilter and a non-negative pace")
+            raise InvalidParameterError("remaining budgets and pacing caps must be finite and >= 0, weight ceilings "
+                                        "in (0, 1]; build them with RenyiFilter, a non-negative pace and "
+                                        "dp_fusion_filter_max_lam")
         allowance = release_allowance(self.alpha, groups=m, vocab=vocab)
         groups = mask.sum(-1, keepdim=True).clamp_min(1)  # (..., 1): m of each document
         cap = torch.where(valid, self.caps(remaining, pace, mask, vocab), 0.0)  # (..., m)
         public = torch.where(mask & pace_ok, pace, 0.0)  # (..., m): decides a float32 search, never the ledgers
+        if max_lam is not None:
+            max_lam = torch.where(valid & mask, max_lam, 1.0)  # (..., m): invalid groups get cap 0 anyway
         search = search_rows(logits, alpha=self.alpha, caps=cap, mask=mask, temperature=temperature,
-                             public_caps=public)
+                             public_caps=public, max_lam=max_lam)
         # A row equal to the public row (the neighbour's row i) mixes nothing: lam = 0, as when spent.
         lam = torch.where(search.mask & ~search.same, search.found.lam, 0.0).to(torch.float64)  # (..., w)
         charge = charge_upper(search.found.divergence, groups, self.alpha) + allowance
@@ -173,7 +180,8 @@ class DPFusionFilter:
         lam = torch.where(charge <= search.gather(remaining), lam, 0.0)  # step 3: never past R
         charge = torch.where(lam > 0, charge, 0.0)
         logprobs = average_rows(search, lam)
-        diagnostics = {"lam": search.expand(lam).to(torch.float32),
+        applied = lam if max_lam is None else lam * search.gather(max_lam)  # (..., w): the weight on p_i itself
+        diagnostics = {"lam": search.expand(applied).to(torch.float32),
                        "divergence": search.expand(torch.where(lam > 0, search.found.divergence, 0.0))}
         return FilterStep(logprobs, diagnostics, charges=search.expand(charge))
 

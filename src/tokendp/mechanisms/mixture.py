@@ -84,6 +84,7 @@ def search_rows(
     mask: Tensor,  # (..., m) bool: the rows averaged
     temperature: float,
     public_caps: Tensor | None = None,  # (..., m) float64: public caps for the float32 decision
+    max_lam: Tensor | None = None,  # (..., m) float64 in (0, 1]: public weight ceilings (None: 1)
 ) -> RowSearch:
     """lam_i = mollify(p_i, p_pub, cap_i) for the rows averaged (p_i, p_pub softmaxes at
     ``temperature``), with mollify's rigorous divergence bound at each lam and the q and e that
@@ -98,11 +99,19 @@ def search_rows(
     (:func:`~tokendp.divergence.mollify_detailed`), so compacting changes nothing but the work.
     ``public_caps`` (default ``caps``): what decides whether the search may run in float32;
     it must be public when the caps are not (:func:`~tokendp.divergence.mollify_checked`).
+    ``max_lam`` (public): each row is first mixed toward the public one, p_i <- L_i p_i +
+    (1 - L_i) p_pub where L_i < 1, so that the weights found are at most L_i of the original rows
+    (the lam found applies to the mixed row); a row equal to the public row stays it exactly.
     """
     m = logits.shape[-2] - 1
     logp = log_softmax_at(logits, temperature)  # (..., 1+m, V)
     pub, priv = logp[..., 0, :], logp[..., 1:, :]  # (..., V), (..., m, V)
     same = (logits[..., 1:, :] == logits[..., :1, :]).all(-1, keepdim=True)  # (..., m, 1)
+    if max_lam is not None:
+        ceiling = max_lam.to(device=priv.device, dtype=torch.float64).unsqueeze(-1)  # (..., m, 1)
+        mixed = torch.logaddexp(priv + ceiling.log().to(priv.dtype),
+                                pub.unsqueeze(-2) + torch.log1p(-ceiling).to(priv.dtype))  # (..., m, V)
+        priv = torch.where(ceiling < 1, mixed, priv)
     priv = torch.where(same, pub.unsqueeze(-2), priv)
     count = mask.sum(-1, keepdim=True)  # (..., 1): k
     if _device.reads_are_free(count):  # the largest k: a free read on the CPU
