@@ -106,11 +106,11 @@ def test_the_certificate_does_not_depend_on_the_number_of_tokens():
 
 
 def test_the_weight_ceiling_rule():
-    """L = min(1, sqrt(B / alpha)): 1 for a zero budget (nothing mixes) and for large budgets,
+    """L = min(1, sqrt(B / (4 alpha))): 1 for a zero budget (nothing mixes) and for large budgets,
     growing with B and shrinking with alpha; refused for invalid inputs."""
     assert acc.dp_fusion_filter_max_lam(budget=0.0, alpha=3.0) == 1.0
     assert acc.dp_fusion_filter_max_lam(budget=30.0, alpha=3.0) == 1.0
-    assert acc.dp_fusion_filter_max_lam(budget=0.48, alpha=16.0) == pytest.approx(math.sqrt(0.03))
+    assert acc.dp_fusion_filter_max_lam(budget=0.48, alpha=16.0) == pytest.approx(math.sqrt(0.0075))
     assert acc.dp_fusion_filter_max_lam(budget=1.0, alpha=8.0) < acc.dp_fusion_filter_max_lam(budget=2.0, alpha=8.0)
     assert acc.dp_fusion_filter_max_lam(budget=1.0, alpha=8.0) < acc.dp_fusion_filter_max_lam(budget=1.0, alpha=4.0)
     for kwargs in ({"budget": -1.0, "alpha": 3.0}, {"budget": 1.0, "alpha": 1.0}):

@@ -166,18 +166,18 @@ def dp_fusion_filter_pace(*, budget: float, tokens: int, pace: float, groups: in
 
 
 def dp_fusion_filter_max_lam(*, budget: float, alpha: float) -> float:
-    """The largest mixing weight a step may give a group: L = min(1, sqrt(B / alpha)), 1 when
-    B = 0 (the group never mixes then). A public rule of (B, alpha) alone.
+    """The largest mixing weight a step may give a group: L = min(1, sqrt(B / (4 alpha))), 1
+    when B = 0 (the group never mixes then). A public rule of (B, alpha) alone.
 
     Why: for small weights D_alpha(lam P + (1-lam) Q || Q) ~ alpha lam^2 chi2(P||Q) / 2, while
     the expected log-likelihood a token gains is about lam chi2(P||Q). The gain per unit of
     budget is then about 2 / (alpha lam) whatever the token's chi2, so a budget is best spent at
     one weight on every token, not at one divergence (the fixed accounting's cap gives lam = 1 to
-    the tokens that move little and a small weight to those that matter). sqrt(B / alpha) is
-    the weight at which a token with chi2 = 2 would spend the whole budget; on TAB's tuning half
-    it is near the best ceiling at every epsilon from 1 to 16 (docs/sanitize.md, "Accounting:
-    fixed or filter"). The pacing cap still bounds every step.
+    the tokens that move little and a small weight to those that matter). sqrt(B / (4 alpha)) is
+    the weight at which a token with chi2 = 8 would spend the whole budget; on TAB's tuning half
+    it is within a hair of the best ceiling measured at every epsilon from 1 to 8
+    (docs/sanitize.md, "Accounting: fixed or filter"). The pacing cap still bounds every step.
     """
     budget = check_nonnegative("budget", budget)
     alpha = check_order(alpha)
-    return 1.0 if budget == 0 else min(1.0, math.sqrt(budget / alpha))
+    return 1.0 if budget == 0 else min(1.0, math.sqrt(budget / (4.0 * alpha)))

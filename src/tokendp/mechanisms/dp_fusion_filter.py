@@ -4,8 +4,10 @@ actually moved, against a budget B_i fixed from (epsilon_i, delta, alpha) alone.
 Claim (docs/privacy.md, "DP-Fusion with a per-group Rényi filter").
   Adjacency: DP-Fusion's (documents that differ only in group i's span tokens; the neighbour
   holds placeholders there, so its row i is the public row). Unit: the privacy group.
-  Per step, for each group i with remaining budget R_i and public pacing cap pace_i:
+  Per step, for each group i with remaining budget R_i, public pacing cap pace_i and public
+  weight ceiling L_i (1: none):
       c_i = min(pace_i, rho^-1(R_i - A));
+      p_i <- L_i p_i + (1 - L_i) p_pub (unless row i equals the public row);
       lam_i = mollify(p_i, p_pub, c_i) (0 when row i equals the public row), d_i its rigorous
       symmetric-divergence bound at lam_i;
       charge chi_i = rho(d_i) + A rounded up if lam_i > 0, else 0 (lam_i = 0 and chi_i = 0 if
@@ -24,7 +26,8 @@ reported or used to decide anything but the next lambdas (no stop on exhaustion)
 How a job drives it, per decoding step of the active documents ``docs # (Na,)``::
 
     state = RenyiFilter(budgets)                                  # (N, m) float64, B_i per group
-    out = mechanism.step(logits, remaining=state.remaining[docs], pace=pace[docs], group_mask=mask[docs])
+    out = mechanism.step(logits, remaining=state.remaining[docs], pace=pace[docs], group_mask=mask[docs],
+                         max_lam=ceiling[docs])                   # ceiling: dp_fusion_filter_max_lam
     state.spend(docs, out.charges)                                # before the token is sampled
     token = sample(out.logprobs)
 
