@@ -239,7 +239,8 @@ class BoundMethod:
         positions is stepped at once on the remaining budget R at its start, and its positions
         are then spent in order while each still has the caps of the block's start and its
         charges fit what is left: those steps are the ones the positions would take one at a
-        time. The first position that fails starts the next block. While no group's budget
+        time (up to the search's float32-or-float64 choice, made per batch from public rows, and
+        the last bits batched kernels round). The first position that fails starts the next block. While no group's budget
         binds (c_i = pace_i) or after it is spent (c_i = 0) the caps stay put and blocks are
         :data:`POSITIONS` long; while one binds, one position at a time."""
         width = logits.shape[-2] - 1
