@@ -54,12 +54,14 @@ def settings(epsilons: list[float], paces: list[float], groups: int, tokens: int
         for a in alphas:
             alpha = dp_fusion_filter_alpha(epsilon=eps, delta=delta) if a is None else a
             out += [Setting("dp-fusion-filter", f"eps={eps:g},pace={p:g},alpha={alpha:g}"
-                            + ("" if lam is None else f",max_lam={lam:g}"), alpha=alpha, target=eps, pace=p, max_lam=lam)
+                            + ("" if lam is None else f",max_lam={lam:g}"),
+                            alpha=alpha, target=eps, pace=p, max_lam=lam)
                     for p in paces for lam in max_lams]
     return out
 
 
-def score_document(backend, text, spans, *, epsilons, paces, alphas, delta, fixed=True, max_lams=(None,)) -> dict:
+def score_document(backend, doc_id, text, spans, *, epsilons, paces, alphas, delta, fixed=True,
+                   max_lams=(None,)) -> dict:
     tok, opts = backend.tokenizer, backend.options
     rows = document_rows(text, spans, tok, template=prompt_template(tok, options=opts),
                          placeholder=placeholders(tok, options=opts))
@@ -69,7 +71,7 @@ def score_document(backend, text, spans, *, epsilons, paces, alphas, delta, fixe
               for s in chosen]
     start = time.perf_counter()
     scored = _perplexities(backend, bounds, 0)
-    return {"chars": len(text), "tokens": len(rows.target), "groups": len(rows.groups), "T": tokens,
+    return {"id": doc_id, "chars": len(text), "tokens": len(rows.target), "groups": len(rows.groups), "T": tokens,
             "seconds": time.perf_counter() - start,
             "settings": [{"method": s.method, "name": s.name, "target": s.target, "pace": s.pace, "alpha": s.alpha,
                           "epsilon": b.epsilon(rows), "nll": nll, "n": n}
@@ -153,6 +155,9 @@ def main() -> None:
                         help="the filter's weight ceilings, e.g. rule,1,0.5 (rule: dp_fusion_filter_max_lam; 1: none)")
     parser.add_argument("--no-fixed", action="store_true",
                         help="score the filter only (the fixed accounting's figures do not change with its settings)")
+    parser.add_argument("--shortest-first", action="store_true",
+                        help="take the split's documents from the shortest up (the fixed accounting's best case: "
+                             "its T, hence its cost per token, grows with the length)")
     parser.add_argument("--delta", type=float, default=DELTA)
     parser.add_argument("--model", default="rewriter")
     parser.add_argument("--threads", type=int, default=None)
@@ -167,13 +172,14 @@ def main() -> None:
     backend = load_backend(args.model)
     (args.out / "docs").mkdir(parents=True, exist_ok=True)
     done = []
-    for doc_id in list(tab.texts)[:args.limit]:
+    ids = sorted(tab.texts, key=lambda d: len(tab.texts[d])) if args.shortest_first else list(tab.texts)
+    for doc_id in ids[:args.limit]:
         path = args.out / "docs" / f"{doc_id}.json"
         if not path.exists():
             text, spans = tab.texts[doc_id], tab.gold[doc_id]
             if args.max_chars:
                 text, spans = truncate_document(text, spans, max_chars=args.max_chars)
-            record = score_document(backend, text, spans, epsilons=epsilons, paces=paces, alphas=alphas,
+            record = score_document(backend, doc_id, text, spans, epsilons=epsilons, paces=paces, alphas=alphas,
                                     delta=args.delta, fixed=not args.no_fixed,
                                     max_lams=[None if x == "rule" else float(x) for x in args.max_lams.split(",")])
             path.write_text(json.dumps(record, indent=1))
@@ -181,7 +187,8 @@ def main() -> None:
                   flush=True)
         done.append(json.loads(path.read_text()))
     rows, half = pool(done), half_epsilon(pool(done))
-    (args.out / "results.json").write_text(json.dumps({"documents": len(done), "split": args.split, "rows": rows,
+    (args.out / "results.json").write_text(json.dumps({"documents": len(done), "split": args.split,
+                                                       "ids": [d.get("id") for d in done], "rows": rows,
                                                        "half_epsilon": half}, indent=1))
     for r in rows:
         print(f"{r['method']:<18}{r['name']:<20}ppl {r['ppl']:.4f}   epsilon <= {r['epsilon_max']:.3g}")

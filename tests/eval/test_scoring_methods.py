@@ -115,14 +115,14 @@ def test_the_filter_method_is_calibrated_and_spends_position_by_position(backend
 @pytest.mark.parametrize("epsilon, pace", [(8.0, 0.5), (8.0, 64.0), (5.0, 4.0), (30.0, 0.05)])
 def test_the_filter_teacher_forcing_in_blocks_is_the_one_position_at_a_time_walk(backend, epsilon, pace,
                                                                                   monkeypatch):
-    """BoundMethod.teacher_forced under the filter steps blocks of positions on the budget left
-    at the block's start and keeps each position only while its caps and fit check are the
-    ones it would have had alone: its log-probabilities are those of stepping the positions
-    one at a time with a fresh ledger (up to the last bits of a lam, which batched kernels round differently). The settings make the budgets bind at
-    different places (never, mid-document, from the start), and the walk takes fewer steps
-    than positions when the budgets do not bind. (Whether a search may run in float32 is
-    decided per batch from its public rows, so a block and a lone position may search at
-    different precisions, both certified: the test holds that choice at float64.)"""
+    """BoundMethod.teacher_forced under the filter steps blocks of positions on the budget left at the
+    block's start and keeps each position only while its caps and fit check are the ones it would
+    have had alone: its log-probabilities are those of stepping the positions one at a time with a
+    fresh ledger (up to the last bits of a lam, which batched kernels round differently). The
+    settings make the budgets bind at different places (never, mid-document, from the start), and
+    the walk takes fewer steps than positions when the budgets do not bind. (Whether a search may
+    run in float32 is decided per batch from its public rows, so a block and a lone position may
+    search at different precisions, both certified: the test holds that choice at float64.)"""
     from tokendp import divergence
     from tokendp.mechanisms.dp_fusion_filter import RenyiFilter
 

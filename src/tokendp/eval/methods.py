@@ -234,13 +234,13 @@ class BoundMethod:
     def _filter_forced(self, logits: torch.Tensor, i: int) -> torch.Tensor:
         """The filter's teacher forcing ``(n, R, V) -> (n, V)``, with a fresh ledger row.
 
-        Position t's step reads the ledger only through its caps c_i = min(pace_i, rho^-1(R_i - A))
-        and its check that each charge fits R_i (:meth:`DPFusionFilter.caps`). So a block of
-        positions is stepped at once on the remaining budget R at its start, and its positions
-        are then spent in order while each still has the caps of the block's start and its
-        charges fit what is left: those steps are the ones the positions would take one at a
-        time (up to the search's float32-or-float64 choice, made per batch from public rows, and
-        the last bits batched kernels round). The first position that fails starts the next block. While no group's budget
+        Position t's step reads the ledger only through its caps c_i = min(pace_i, rho^-1(R_i - A)) and its
+        check that each charge fits R_i (:meth:`DPFusionFilter.caps`). So a block of positions is
+        stepped at once on the remaining budget R at its start, and its positions are then spent in
+        order while each still has the caps of the block's start and its charges fit what is left:
+        those steps are the ones the positions would take one at a time (up to the search's
+        float32-or-float64 choice, made per batch from public rows, and the last bits batched
+        kernels round). The first position that fails starts the next block. While no group's budget
         binds (c_i = pace_i) or after it is spent (c_i = 0) the caps stay put and blocks are
         :data:`POSITIONS` long; while one binds, one position at a time."""
         width = logits.shape[-2] - 1
