@@ -51,6 +51,7 @@ CROSS_FIELD = [
     r"^spans labelled .* are neither protected \(labels\) nor kept \(keep\)",
     r"^(epsilon|beta) (names group\(s\) .* that no document has|has no value for group\(s\))",  # budgets per group
     r"is not above .*, the cost of converting RDP at alpha",  # epsilon against alpha and delta
+    r"^no Renyi order in .* reaches epsilon|leaves no Renyi budget at any order",  # epsilon against delta
     r"^the document needs T = \d+ tokens or more, above the limit",  # the document against T's limit
     r"the model's context of \d+",  # the document, its prompt and T against the model's context
     r"has no place for a domain",  # the model's template

@@ -103,7 +103,8 @@ def generate(prompt: str, contexts: tuple[str, ...], spans_paths: tuple[str, ...
     from tokendp.text.documents import read_text_file
     from tokendp.text.taggers import get_tagger, spans_from_json
 
-    from tokendp.params import check_accounting, check_params, check_reachable, check_untrusted_accounting
+    from tokendp.jobs.config import check_reachable
+    from tokendp.params import check_accounting, check_params, check_untrusted_accounting
 
     check_params(method, alpha, delta, temperature, beta, epsilon)  # before anything is read or loaded
     check_accounting(accounting, pace, method, beta)

@@ -15,11 +15,36 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from tokendp.accounting.filter import dp_fusion_filter_alpha, dp_fusion_filter_budget
+from tokendp.accounting.mechanisms import dp_fusion_alpha, dp_fusion_beta
 from tokendp.errors import InvalidParameterError
 from tokendp.params import (DEFAULT_PACE, DEFAULT_PASSAGE_TOKENS, Accounting, Budget, Method, check_accounting,
-                            check_params, check_reachable, check_tokens, is_number)
+                            check_params, check_tokens, is_number)
 from tokendp.text.contexts import GroupSpec
 from tokendp.text.taggers.labels import LabelChoice
+
+
+def check_reachable(method: str, accounting: str, alpha: float | None, delta: float, epsilon: Budget) -> None:
+    """DP-Fusion's smallest positive epsilon target must be reachable at ``delta``: above the
+    RDP-to-(epsilon, delta) conversion's offset at ``alpha`` (or at some order of the grid when
+    alpha is None; under the filter, at the order it would choose). Neither T nor the groups
+    enter this condition, so it is checked before any text is read or model loaded."""
+    if method != "dp-fusion" or epsilon is None:
+        return
+    targets = [v for v in (epsilon.values() if isinstance(epsilon, Mapping) else [epsilon]) if v > 0]
+    if not targets:
+        return
+    e = float(min(targets))
+    if accounting == "filter":
+        if alpha is None:
+            dp_fusion_filter_alpha(epsilon=e, delta=delta)
+        else:
+            dp_fusion_filter_budget(epsilon=e, alpha=alpha, delta=delta)
+    elif alpha is None:
+        dp_fusion_alpha([(e, 1, 1)], delta=delta)
+    else:
+        dp_fusion_beta(epsilon=e, alpha=alpha, groups=1, max_tokens=1, delta=delta)
+
 
 
 @dataclass(frozen=True)

@@ -31,7 +31,8 @@ from tokendp.backends import HFBackend, load_backend
 from tokendp.errors import InvalidInputError, InvalidParameterError
 from tokendp.fusion import (Decoding, FusionReport, PreparedFusion, TextResult, check_fits_untagged, check_known_groups,
                             prepare_documents, reported_alpha, run_fusion, run_fusion_spending, spans_of)
-from tokendp.params import (DEFAULT_PACE, Accounting, Budget, Method, check_accounting, check_params, check_reachable,
+from tokendp.jobs.config import check_reachable
+from tokendp.params import (DEFAULT_PACE, Accounting, Budget, Method, check_accounting, check_params,
                             check_untrusted_accounting)
 from tokendp.text.contexts import DocumentContexts, GroupSpec, placeholders, prompt_template
 from tokendp.text.prompts import (DEFAULT_GENERATE_INSTRUCTION, MAX_UNTRUSTED_TOKENS, STAND_IN, QuestionPlace,
