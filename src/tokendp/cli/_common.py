@@ -72,7 +72,8 @@ def accounting_options(command: Callable) -> Callable:
         "--accounting", type=click.Choice(list(ACCOUNTINGS)), default="fixed", show_default=True,
         help="fixed: every one of the T tokens is charged the per-token cap. filter: each group spends an RDP "
              "budget fixed from --epsilon alone, charged per token what it actually moved (a per-group Renyi "
-             "filter), so the certificate does not depend on T (docs/privacy.md).")(command)
+             "filter), so the certificate does not depend on T; a group's text is mixed in with a weight of at "
+             "most min(1, sqrt(B / (4 alpha))) (docs/sanitize.md).")(command)
 
 
 DTYPES = ("float32", "bfloat16", "float16")
