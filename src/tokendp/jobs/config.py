@@ -46,7 +46,6 @@ def check_reachable(method: str, accounting: str, alpha: float | None, delta: fl
         dp_fusion_beta(epsilon=e, alpha=alpha, groups=1, max_tokens=1, delta=delta)
 
 
-
 @dataclass(frozen=True)
 class SanitizeConfig:
     """The settings of a sanitize job (the parameters of :func:`tokendp.sanitize`, documented

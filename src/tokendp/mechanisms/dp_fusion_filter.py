@@ -122,7 +122,10 @@ class DPFusionFilter:
         answer for a prefix depends on the ledger only through these caps and its check that
         the charge fits R_i."""
         allowance = release_allowance(self.alpha, groups=mask.shape[-1], vocab=vocab)
-        groups = mask.sum(-1, keepdim=True).clamp_min(1)  # (..., 1): m of each document
+        return self._caps(remaining, pace, mask, allowance, mask.sum(-1, keepdim=True).clamp_min(1))
+
+    def _caps(self, remaining: Tensor, pace: Tensor, mask: Tensor, allowance: float, groups: Tensor) -> Tensor:
+        """:meth:`caps` with the release allowance A and ``groups # (..., 1)`` (m per document) given."""
         return torch.where(mask, torch.minimum(pace, cap_proposal(remaining - allowance, groups, self.alpha)), 0.0)
 
     def step(
@@ -170,7 +173,7 @@ class DPFusionFilter:
                                         "dp_fusion_filter_max_lam")
         allowance = release_allowance(self.alpha, groups=m, vocab=vocab)
         groups = mask.sum(-1, keepdim=True).clamp_min(1)  # (..., 1): m of each document
-        cap = torch.where(valid, self.caps(remaining, pace, mask, vocab), 0.0)  # (..., m)
+        cap = torch.where(valid, self._caps(remaining, pace, mask, allowance, groups), 0.0)  # (..., m)
         public = torch.where(mask & pace_ok, pace, 0.0)  # (..., m): decides a float32 search, never the ledgers
         if max_lam is not None:
             max_lam = torch.where(valid & mask, max_lam, 1.0)  # (..., m): invalid groups get cap 0 anyway
