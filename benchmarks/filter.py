@@ -9,6 +9,7 @@ public rewrite's perplexity (epsilon 0) and the original's (no privacy) bound th
 
     PYTHONPATH=src python benchmarks/filter.py --split tune --limit 2 --max-chars 4000 --paces 0.25,0.5,1,2 --alphas 3 --epsilons 8 --out runs/filter-tune
     PYTHONPATH=src python benchmarks/filter.py --split report --limit 63 --epsilons 0.5,1,2,4,8,16 --out runs/filter-report
+    PYTHONPATH=src python benchmarks/filter.py --split report --limit 12 --spread --epsilons 4,8,16 --filter-epsilons 2,4,8 --threads 1 --out runs/filter-spread
 
 Resumable: each document's figures are written to ``OUT/docs/ID.json`` as it is done; a rerun
 skips them. ``OUT/results.json`` pools the documents (perplexity = exp(total NLL / tokens)) and
@@ -42,15 +43,17 @@ DELTA = 1e-5
 
 
 def settings(epsilons: list[float], paces: list[float], groups: int, tokens: int, delta: float,
-             alphas: list[float], fixed: bool = True, max_lams: list[float | None] = (None,)) -> list[Setting]:
+             alphas: list[float], fixed: bool = True, max_lams: list[float | None] = (None,),
+             filter_epsilons: list[float] | None = None) -> list[Setting]:
     """Public, original, and per epsilon the fixed accounting at the order it chooses for this
-    document (unless not ``fixed``), and the filter at each pace and each of ``alphas`` (None: the
-    order the filter chooses for the target), all from public parameters."""
+    document (unless not ``fixed``), and per epsilon of ``filter_epsilons`` (default: the same)
+    the filter at each pace and each of ``alphas`` (None: the order the filter chooses for the
+    target), all from public parameters."""
     out = [Setting("public", "-"), Setting("original", "-")]
-    for eps in epsilons:
-        if fixed:
-            out.append(Setting("dp-fusion", f"eps={eps:g}", alpha=choose_alpha([(eps, max(groups, 1), tokens)],
-                                                                              delta=delta), target=eps))
+    if fixed:
+        out += [Setting("dp-fusion", f"eps={eps:g}", alpha=choose_alpha([(eps, max(groups, 1), tokens)], delta=delta),
+                        target=eps) for eps in epsilons]
+    for eps in epsilons if filter_epsilons is None else filter_epsilons:
         for a in alphas:
             alpha = dp_fusion_filter_alpha(epsilon=eps, delta=delta) if a is None else a
             out += [Setting("dp-fusion-filter", f"eps={eps:g},pace={p:g},alpha={alpha:g}"
@@ -61,12 +64,12 @@ def settings(epsilons: list[float], paces: list[float], groups: int, tokens: int
 
 
 def score_document(backend, doc_id, text, spans, *, epsilons, paces, alphas, delta, fixed=True,
-                   max_lams=(None,)) -> dict:
+                   max_lams=(None,), filter_epsilons=None) -> dict:
     tok, opts = backend.tokenizer, backend.options
     rows = document_rows(text, spans, tok, template=prompt_template(tok, options=opts),
                          placeholder=placeholders(tok, options=opts))
     tokens = math.ceil(1.2 * len(rows.target)) + 16
-    chosen = settings(epsilons, paces, len(rows.groups), tokens, delta, alphas, fixed, max_lams)
+    chosen = settings(epsilons, paces, len(rows.groups), tokens, delta, alphas, fixed, max_lams, filter_epsilons)
     bounds = [BoundMethod(s, [rows], vocab_size=backend.vocab_size, max_new_tokens=tokens, delta=delta)
               for s in chosen]
     start = time.perf_counter()
@@ -103,6 +106,30 @@ def half_epsilon(rows: list[dict]) -> list[dict]:
     return [{"epsilon": e, "fixed": ppl, "filter": r["name"], "filter_ppl": r["ppl"], "met": r["ppl"] <= ppl}
             for e, ppl in sorted(fixed.items())
             for r in rows if r["method"] == "dp-fusion-filter" and r["target"] == e / 2]
+
+
+def per_document(docs: list[dict]) -> list[dict]:
+    """Issue 44's rule, per fixed-accounting epsilon e and filter setting at e/2: on how many
+    documents the filter's perplexity is at or below the fixed accounting's."""
+    out: dict[tuple[float, str], dict] = {}
+    for doc in docs:
+        fixed = {s["target"]: s["nll"] / s["n"] for s in doc["settings"] if s["method"] == "dp-fusion"}
+        for s in doc["settings"]:
+            if s["method"] == "dp-fusion-filter" and 2 * s["target"] in fixed:
+                row = out.setdefault((2 * s["target"], s["name"]), {"epsilon": 2 * s["target"], "filter": s["name"],
+                                                                    "at_or_below": 0, "documents": 0})
+                row["documents"] += 1
+                row["at_or_below"] += s["nll"] / s["n"] <= fixed[2 * s["target"]]
+    return sorted(out.values(), key=lambda r: (r["epsilon"], r["filter"]))
+
+
+def spread(texts: dict[str, str], k: int) -> list[str]:
+    """``k`` documents at evenly spaced ranks of length (the shortest and the longest among them),
+    shortest first: a rule that reads only the documents' lengths."""
+    ranked = sorted(texts, key=lambda d: (len(texts[d]), d))
+    if k >= len(ranked):
+        return ranked
+    return [ranked[round(i * (len(ranked) - 1) / max(k - 1, 1))] for i in range(k)]
 
 
 def _curve(row: dict) -> str:
@@ -158,6 +185,10 @@ def main() -> None:
     parser.add_argument("--shortest-first", action="store_true",
                         help="take the split's documents from the shortest up (the fixed accounting's best case: "
                              "its T, hence its cost per token, grows with the length)")
+    parser.add_argument("--spread", action="store_true",
+                        help="take --limit documents at evenly spaced ranks of length, from the shortest to the longest")
+    parser.add_argument("--filter-epsilons", default=None,
+                        help="score the filter at these epsilons (default: --epsilons), e.g. half of each")
     parser.add_argument("--delta", type=float, default=DELTA)
     parser.add_argument("--model", default="rewriter")
     parser.add_argument("--threads", type=int, default=None)
@@ -173,7 +204,9 @@ def main() -> None:
     (args.out / "docs").mkdir(parents=True, exist_ok=True)
     done = []
     ids = sorted(tab.texts, key=lambda d: len(tab.texts[d])) if args.shortest_first else list(tab.texts)
-    for doc_id in ids[:args.limit]:
+    ids = spread(tab.texts, args.limit) if args.spread else ids[:args.limit]
+    filter_epsilons = None if args.filter_epsilons is None else [float(x) for x in args.filter_epsilons.split(",")]
+    for doc_id in ids:
         path = args.out / "docs" / f"{doc_id}.json"
         if not path.exists():
             text, spans = tab.texts[doc_id], tab.gold[doc_id]
@@ -181,20 +214,24 @@ def main() -> None:
                 text, spans = truncate_document(text, spans, max_chars=args.max_chars)
             record = score_document(backend, doc_id, text, spans, epsilons=epsilons, paces=paces, alphas=alphas,
                                     delta=args.delta, fixed=not args.no_fixed,
-                                    max_lams=[None if x == "rule" else float(x) for x in args.max_lams.split(",")])
+                                    max_lams=[None if x == "rule" else float(x) for x in args.max_lams.split(",")],
+                                    filter_epsilons=filter_epsilons)
             path.write_text(json.dumps(record, indent=1))
             print(f"{doc_id}: {record['tokens']} tokens, {record['groups']} groups, {record['seconds']:.0f} s",
                   flush=True)
         done.append(json.loads(path.read_text()))
-    rows, half = pool(done), half_epsilon(pool(done))
+    rows, half, each = pool(done), half_epsilon(pool(done)), per_document(done)
     (args.out / "results.json").write_text(json.dumps({"documents": len(done), "split": args.split,
                                                        "ids": [d.get("id") for d in done], "rows": rows,
-                                                       "half_epsilon": half}, indent=1))
+                                                       "half_epsilon": half, "per_document": each}, indent=1))
     for r in rows:
         print(f"{r['method']:<18}{r['name']:<20}ppl {r['ppl']:.4f}   epsilon <= {r['epsilon_max']:.3g}")
     for h in half:
         print(f"fixed at {h['epsilon']:g}: {h['fixed']:.4f}; filter {h['filter']}: {h['filter_ppl']:.4f} "
               f"({'met' if h['met'] else 'not met'})")
+    for e in each:
+        print(f"fixed at {e['epsilon']:g} against {e['filter']}: the filter at or below on {e['at_or_below']} of "
+              f"{e['documents']} documents")
     plot(rows, args.out / "epsilon_vs_ppl.png")
 
 
