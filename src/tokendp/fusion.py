@@ -352,7 +352,7 @@ def run_fusion(prepared: PreparedFusion, *, seed: int | Sequence[int] | None = N
         job, outputs = run_passages(lambda docs: FusionJob(prepared.method, prepared.delta, docs,
                                                            accounting=prepared.accounting),
                                     prepared.documents, backend=backend, history=prepared.history,
-                                    placeholder=prepared.placeholder, seed=seed, decode=decode, on_token=on_token)
+                                    seed=seed, decode=decode, on_token=on_token)
         for i, out in enumerate(outputs if on_finish is not None else ()):
             on_finish(job, i, out)
         return job, outputs

@@ -1,16 +1,20 @@
 """Documents of any length: passage by passage, one certificate per document.
 
 A document longer than the model's comfortable window (``passage_tokens``, public) is cut into
-passages at public places (:func:`tokendp.text.passages.split_passages`) and rewritten passage by
-passage. Passage k's rows read, before it, the previous passage as the public row shows it and
+passages where its public row says (:func:`tokendp.text.passages.split_passages`) and rewritten
+passage by passage. A passage is a range of positions of the document's rows, which it slices
+(never re-tokenises): every planning decision, and every row, is then a function of what
+DP-Fusion's adjacency makes public or of the row it is about (docs/privacy.md, "Documents of any
+length"). Passage k's rows read, before it, the previous passage as the public row shows it and
 the rewrite released for it (:class:`~tokendp.text.contexts.HistoryTemplate`): both public, and
 memory stays bounded by two passages, not the document. Every passage's rows hold one row per
-group of the whole document (a group absent from a passage reads the public row there), so the
+group of the whole document (a group absent from a passage has the public row there), so the
 document's m groups keep their places, and one ledger or one filter row per document carries
 across the passages:
 
-- fixed accounting: T = the sum of the passages' T_k, all fixed before generation, and the
-  document's certificate is DP-Fusion's bound over those T tokens with its m groups;
+- fixed accounting: T (asked for, or the sum of each passage's default) is split exactly into
+  the passages' T_k (:func:`split_tokens`), all fixed before generation, and the document's
+  certificate is DP-Fusion's bound over those T tokens with its m groups;
 - filter accounting: each group's budget B_i spans the whole document, whatever its length.
 
 The passages of a batch run in rounds (round k: the k-th passage of every document that has
@@ -26,50 +30,43 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-import numpy as np
 import torch
 
-from tokendp.errors import InvalidInputError
+from tokendp.errors import InvalidInputError, InvalidParameterError
 from tokendp.generation import Generated, generate, make_generators
 from tokendp.params import default_new_tokens
-from tokendp.text.contexts import (DocumentContexts, GroupInfo, GroupSpec, HistoryTemplate, PromptTemplate,
-                                   build_contexts, token_offsets)
-from tokendp.text.passages import Passage, split_passages
+from tokendp.text.contexts import (DocumentContexts, GroupInfo, HistoryTemplate, PromptTemplate, covered,
+                                   token_offsets)
+from tokendp.text.passages import Passage, public_pieces, split_passages
 
 
 @dataclass(frozen=True)
 class LongDocument:
-    """A document rewritten in passages: its text (as the model reads it), the passages, each
-    passage's T_k (public), and how its rows are built."""
+    """A document rewritten in passages: the passages (ranges of positions), each passage's T_k,
+    and the document's rows without a template (row 0 public, then one per group), which every
+    passage slices."""
 
-    body: str
     passages: tuple[Passage, ...]
     tokens: tuple[int, ...]  # T_k per passage
-    groups: GroupSpec
-    on_overlap: str
+    rows: tuple[tuple[int, ...], ...]  # (1 + m, L): the document's rows
+    original: tuple[int, ...]  # (L,): its ids with nothing hidden
+    hidden: tuple[bool, ...]  # (L,): the positions row 0 hides
 
-    def contexts(self, k: int, group_infos: Sequence[GroupInfo], tokenizer: Any, history: HistoryTemplate,
-                 placeholder: Any, previous: Sequence[int], released: Sequence[int]) -> DocumentContexts:
+    def contexts(self, k: int, groups: Sequence[GroupInfo], history: HistoryTemplate, previous: Sequence[int],
+                 released: Sequence[int]) -> DocumentContexts:
         """Passage k's rows after ``previous`` (the public ids of passage k-1) and ``released``
-        (its rewrite's ids), one row per group of the document in its order."""
+        (its rewrite's ids): positions ``start:end`` of each of the document's rows, in the
+        template; ``groups``: the document's."""
         p = self.passages[k]
         template = history.template(previous, released) if k else PromptTemplate(history.first, history.after)
-        ctx = build_contexts(self.body[p.start:p.end], p.spans, tokenizer, template=template, placeholder=placeholder,
-                             groups=self.groups, on_overlap=self.on_overlap)  # type: ignore[arg-type]
-        own = {g.name: r for g, r in zip(ctx.groups, ctx.rows[1:])}
-        rows = (ctx.rows[0], *(own.get(g.name, ctx.rows[0]) for g in group_infos))
-        return dataclasses.replace(ctx, rows=rows, groups=tuple(group_infos))
-
-
-def passage_ids(ctx: DocumentContexts, after: int) -> tuple[int, ...]:
-    """The public row's ids of a passage's own text: its last ``document_tokens`` before the
-    ``after`` ids that close the template."""
-    row = ctx.rows[0]
-    return tuple(row[len(row) - after - ctx.document_tokens:len(row) - after])
+        first_hidden = next((j - p.start for j in range(p.start, p.end) if self.hidden[j]), p.end - p.start)
+        return DocumentContexts(tuple(template.wrap(row[p.start:p.end]) for row in self.rows), tuple(groups),
+                                p.end - p.start, template.wrap(self.original[p.start:p.end]),
+                                len(template.before) + first_hidden)
 
 
 def run_passages(job_factory: Callable[[Sequence[Any]], Any], documents: Sequence[Any], *, backend: Any,
-                 history: HistoryTemplate, placeholder: Any, seed: Any, decode: dict[str, Any],
+                 history: HistoryTemplate, seed: Any, decode: dict[str, Any],
                  on_token: Callable[[int, int], None] | None = None) -> tuple[Any, list[Generated]]:
     """Decode prepared documents, long ones passage by passage (module docstring).
 
@@ -89,8 +86,8 @@ def run_passages(job_factory: Callable[[Sequence[Any]], Any], documents: Sequenc
     state = None
     for k in range(rounds):
         active = [i for i, d in enumerate(documents) if k < (len(d.long.passages) if d.long else 1)]
-        docs = [_round_document(documents[i], k, backend, history, placeholder, previous[i],
-                                pieces[i][-1].token_ids if k else ()) for i in active]
+        docs = [_round_document(documents[i], k, history, previous[i], pieces[i][-1].token_ids if k else ())
+                for i in active]
         job = job_factory(docs)
         if state is None:
             state = job
@@ -103,19 +100,20 @@ def run_passages(job_factory: Callable[[Sequence[Any]], Any], documents: Sequenc
             _carry_back(state, job, active)
         for j, i in enumerate(active):
             pieces[i].append(outs[j])
-            d = documents[i]
-            if d.long:
-                previous[i] = passage_ids(docs[j].context, len(history.after))
+            long = documents[i].long
+            if long:
+                p = long.passages[k]
+                previous[i] = long.rows[0][p.start:p.end]
     return state, [_joined(d, p) for d, p in zip(documents, pieces)]
 
 
-def _round_document(doc: Any, k: int, backend: Any, history: HistoryTemplate, placeholder: Any,
-                    previous: Sequence[int], released: Sequence[int]) -> Any:
+def _round_document(doc: Any, k: int, history: HistoryTemplate, previous: Sequence[int],
+                    released: Sequence[int]) -> Any:
     """Document ``doc`` as round k decodes it: itself (a short document, round 0), or its
     passage k with the document's groups, betas and budgets and the passage's T_k."""
     if doc.long is None:
         return doc
-    ctx = doc.long.contexts(k, doc.context.groups, backend.tokenizer, history, placeholder, previous, released)
+    ctx = doc.long.contexts(k, doc.context.groups, history, previous, released)
     return dataclasses.replace(doc, context=ctx, max_new_tokens=doc.long.tokens[k], long=None)
 
 
@@ -148,34 +146,48 @@ def _joined(doc: Any, pieces: Sequence[Generated]) -> Generated:
     return Generated(text, ids, pieces[-1].stop_reason, diag)
 
 
-def plan_passages(body: str, spans: Sequence[Any], ctx: DocumentContexts, tokenizer: Any, history: HistoryTemplate, *,
-                  passage_tokens: int | None, max_new_tokens: int | None, max_context: int | None,
-                  groups: GroupSpec, on_overlap: str) -> LongDocument | None:
-    """The passages of a document of ``ctx.document_tokens`` tokens, or None when it fits one
-    passage of ``passage_tokens`` (None: never cut). Each passage's T_k is sanitize's default
-    for it (1.2x its tokens + 16), or its share of ``max_new_tokens`` by length; every round's
-    rows (the previous passage and its T, this passage and its T_k, the template) must fit
-    ``max_context``. Everything here is public: the layout's token counts and the text outside
-    the spans (:func:`tokendp.text.passages.split_passages`)."""
+def split_tokens(total: int, sizes: Sequence[int]) -> list[int]:
+    """``total`` tokens split exactly over passages of ``sizes`` tokens: one each, and the rest in
+    proportion to the sizes by largest remainder, ties to the earlier passage. Public: the sizes
+    and ``total`` only. Refuses a ``total`` below the number of passages."""
+    n = len(sizes)
+    if total < n:
+        raise InvalidParameterError(f"max_new_tokens {total} is below the {n} passages this document is cut into "
+                                    f"(each writes at least one token): ask for at least {n}, or raise "
+                                    "passage_tokens")
+    rest, whole = total - n, sum(sizes)
+    shares = [rest * s // whole for s in sizes]
+    by_remainder = sorted(range(n), key=lambda k: (-(rest * sizes[k] % whole), k))
+    for k in by_remainder[:rest - sum(shares)]:
+        shares[k] += 1
+    return [1 + s for s in shares]
+
+
+def plan_passages(body: str, spans: Sequence[Any], ctx: DocumentContexts, template: PromptTemplate, tokenizer: Any,
+                  history: HistoryTemplate, *, passage_tokens: int | None, max_new_tokens: int | None,
+                  max_context: int | None) -> LongDocument | None:
+    """The passages of ``body`` (its rows ``ctx``, built with ``template`` from ``spans``), or None
+    when it fits one passage of ``passage_tokens`` (None: never cut). T is ``max_new_tokens``, or
+    the sum of sanitize's default for each passage (1.2x its tokens + 16), split exactly into the
+    passages' T_k (:func:`split_tokens`); every round's rows (the previous passage and its T, this
+    passage and its T_k, the template) must fit ``max_context``. Everything here reads the public
+    row alone (docs/privacy.md, "Documents of any length")."""
     if passage_tokens is None or ctx.document_tokens <= passage_tokens:
         return None
-    _, starts, _ = token_offsets(tokenizer, body)  # (L,): where each token of the layout starts
-
-    def count(a: int, b: int) -> int:
-        return int(np.searchsorted(starts, b) - np.searchsorted(starts, a))
-
-    passages = split_passages(body, spans, count, passage_tokens)
+    _, starts, ends = token_offsets(tokenizer, body)  # (L,) each
+    hidden = covered(starts, ends, spans)  # (L,): what row 0 hides
+    passages = split_passages(public_pieces(body, starts, ends, hidden), passage_tokens)
     if len(passages) == 1:
         return None
-    sizes = [count(p.start, p.end) for p in passages]
-    if max_new_tokens is None:
-        tokens = [default_new_tokens(s) for s in sizes]
-    else:
-        tokens = [max(1, max_new_tokens * s // sum(sizes)) for s in sizes]
+    sizes = [p.end - p.start for p in passages]
+    total = sum(default_new_tokens(s) for s in sizes) if max_new_tokens is None else max_new_tokens
+    tokens = split_tokens(total, sizes)
     frame = len(history.first) + len(history.middle) + len(history.turn) + len(history.after)
     longest = max(frame + sizes[k] + tokens[k] + (sizes[k - 1] + tokens[k - 1] if k else 0)
                   for k in range(len(passages)))
     if max_context is not None and longest > max_context:
         raise InvalidInputError(f"a passage and the one before it need {longest} tokens, more than the model's "
                                 f"context of {max_context}; lower passage_tokens or max_new_tokens")
-    return LongDocument(body, tuple(passages), tuple(tokens), groups, on_overlap)
+    body_of = slice(len(template.before), len(template.before) + ctx.document_tokens)
+    return LongDocument(tuple(passages), tuple(tokens), tuple(row[body_of] for row in ctx.rows),
+                        ctx.original[body_of], tuple(hidden.tolist()))

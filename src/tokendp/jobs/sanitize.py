@@ -283,9 +283,8 @@ def prepare_sanitize(
         ctx = build_contexts(body, private, tok, template=tpl, placeholder=ph, groups=config.groups,
                              on_overlap=config.on_overlap)
         contexts.append(ctx)
-        longs.append(plan_passages(body, private, ctx, tok, history, passage_tokens=config.passage_tokens,
-                                   max_new_tokens=config.max_new_tokens, max_context=backend.max_context,
-                                   groups=config.groups, on_overlap=config.on_overlap))
+        longs.append(plan_passages(body, private, ctx, tpl, tok, history, passage_tokens=config.passage_tokens,
+                                   max_new_tokens=config.max_new_tokens, max_context=backend.max_context))
     limits = [sum(long.tokens) if long else _default_tokens(backend, c, config.max_new_tokens, max_new_tokens_limit)
               for c, long in zip(contexts, longs)]
     if max_new_tokens_limit is not None and max(limits) > max_new_tokens_limit:

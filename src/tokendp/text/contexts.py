@@ -373,6 +373,14 @@ def token_offsets(tokenizer: Any, text: str) -> tuple[list[int], np.ndarray, np.
     return list(enc["input_ids"]), starts, ends
 
 
+def covered(starts: np.ndarray, ends: np.ndarray, spans: Sequence[Span]) -> np.ndarray:
+    """(L,) whether each token overlaps some span: the tokens row 0 hides."""
+    out = np.zeros(len(starts), dtype=bool)  # (L,)
+    for s in spans:
+        out |= (starts < s.end) & (ends > s.start)
+    return out
+
+
 def hidden_ids(starts: np.ndarray, ends: np.ndarray, spans: Sequence[Span],
                placeholder: int | Placeholders) -> np.ndarray:
     """(L,) the id each token would be hidden with: the marker of the first span (sorted) that
@@ -399,7 +407,7 @@ def build_contexts(text: str, spans: Sequence[Span], tokenizer: Any, *, template
     n_spans = [0] * len(names)
     for s in spans:
         g = names.index(group_of[s.label])
-        member[g] |= (starts < s.end) & (ends > s.start)
+        member[g] |= covered(starts, ends, [s])
         n_spans[g] += 1
     doc = np.asarray(ids, dtype=np.int64)  # (L,)
     hidden_any = member.any(0)  # (L,)

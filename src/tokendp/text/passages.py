@@ -1,89 +1,140 @@
-"""Documents of any length: passages cut at public places.
+"""Documents of any length: passages cut where the public row says.
 
-A document longer than ``max_tokens`` tokens is rewritten passage by passage
-(docs/sanitize.md, "Long documents"). :func:`split_passages` cuts it at line breaks outside
-every span, packing whole paragraphs into passages of at most ``max_tokens`` tokens; a
-paragraph longer than that is cut at sentence ends, then at spaces, outside every span. Token
-counts are the caller's ``count``: the job counts the tokens of the document's one tokenisation
-that start in a range, as the public row shows them (the text outside the spans and one
-placeholder per hidden token), so the cuts depend only on what DP-Fusion's adjacency makes
-public: the text outside the spans and the spans' positions, labels and lengths in tokens.
+A document longer than ``max_tokens`` tokens is rewritten passage by passage (docs/sanitize.md,
+"Long documents"). :func:`split_passages` cuts the document's token sequence, as its public row
+R_0 shows it, into ranges of positions: it packs whole paragraphs into passages of at most
+``max_tokens`` tokens, cutting a paragraph longer than that at sentence ends, then at spaces.
+
+It reads R_0 as :func:`public_pieces`: the text of each visible token, and ``None`` for a
+hidden one. A visible token lies wholly outside every span, so nothing here reads a span's
+content: a span that ends in a full stop looks exactly like one that ends in a letter (both are
+placeholders), and the cuts, the sizes and the separators are functions of R_0 alone
+(docs/privacy.md, "Documents of any length").
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 
-from tokendp.errors import InvalidParameterError
-from tokendp.text.spans import Span
+import numpy as np
 
-_SENTENCE_END = re.compile(r"[.!?;:][\"')\]]*(\s+)")  # the cut is the space after the sentence
-_SPACE = re.compile(r"\s+")
-_BREAK = re.compile(r"\n+")
+from tokendp.errors import InvalidParameterError
+
+LINE, SENTENCE, SPACE = 0, 1, 2  # the kinds of gap, the preferred first
+_CLOSERS = "\"'\u2019\u201d)]"
+_SENTENCE_END = re.compile(f"[.!?;:][{re.escape(_CLOSERS)}]*$")
+_LEADING = re.compile(r"^\s*")
+_TRAILING = re.compile(r"\s*$")
 
 
 @dataclass(frozen=True)
 class Passage:
-    """Characters ``start:end`` of a document, its spans (offsets into the passage) and the
-    public text that separates it from the passage before (empty for the first)."""
+    """Positions ``start:end`` of the document's rows, and the public text released between the
+    previous passage's rewrite and this one's (empty for the first)."""
 
     start: int
     end: int
-    spans: tuple[Span, ...]
     separator: str
 
 
-def _outside(spans: Sequence[Span], position: int) -> bool:
-    return not any(s.start < position < s.end for s in spans)
+@dataclass(frozen=True)
+class Gap:
+    """A place to cut: the whitespace-only tokens ``start:end`` (often none) between two tokens,
+    the whitespace ``text`` there (theirs, and that which ends the token before and starts the
+    token after), and its ``kind`` (:data:`LINE`, :data:`SENTENCE` or :data:`SPACE`)."""
+
+    start: int
+    end: int
+    text: str
+    kind: int
 
 
-def _cuts(text: str, spans: Sequence[Span], pattern: re.Pattern, lo: int, hi: int) -> list[tuple[int, int]]:
-    """(end of the text before, start of the text after) of each match of ``pattern`` in
-    ``text[lo:hi]`` that lies wholly outside the spans."""
-    found = [m.span(1) if pattern.groups else m.span() for m in pattern.finditer(text, lo, hi)]
-    return [(a, b) for a, b in found if all(_outside(spans, p) for p in range(a, b + 1))]
+def public_pieces(text: str, starts: np.ndarray, ends: np.ndarray, hidden: np.ndarray) -> list[str | None]:
+    """R_0 as text: per token (L,), the characters it covers if it is visible, else None.
+
+    A token that shares a character with a neighbour (a multi-byte character split across
+    byte-level tokens) is ``""``: glue, with no whitespace of its own. Which tokens share is fixed
+    by their bytes, so this too is a function of R_0."""
+    pieces: list[str | None] = []
+    for j, (a, b) in enumerate(zip(starts.tolist(), ends.tolist())):
+        shared = (j > 0 and a < ends[j - 1]) or (j + 1 < len(starts) and b > starts[j + 1])
+        pieces.append(None if hidden[j] else "" if shared else text[a:b])
+    return pieces
 
 
-def split_passages(text: str, spans: Sequence[Span], count: Callable[[int, int], int], max_tokens: int
-                   ) -> list[Passage]:
-    """``text`` cut into passages of at most ``max_tokens`` tokens where it can be (module
-    docstring); ``count(start, end)`` is the public token count of ``text[start:end]``. A piece
-    with no cut outside a span (one span longer than ``max_tokens``) stays whole."""
+def _is_space(piece: str | None) -> bool:
+    return bool(piece) and piece.isspace()
+
+
+def gaps(pieces: Sequence[str | None]) -> list[Gap]:
+    """Every place to cut in R_0 (``pieces``, :func:`public_pieces`), in order: a run of
+    whitespace-only visible tokens, or none, between two other tokens, where the whitespace there
+    is not empty. A line break holds a newline; a sentence end follows a visible token that ends
+    in ``. ! ? ; :`` (and closing quotes or brackets); anything else is a space."""
+    out: list[Gap] = []
+    n = len(pieces)
+    j = next((i for i, p in enumerate(pieces) if not _is_space(p)), n) + 1  # no gap before the first word
+    while j < n:
+        if _is_space(pieces[j]):
+            k = j
+            while k < n and _is_space(pieces[k]):
+                k += 1
+            if k == n:
+                break
+        else:
+            k = j
+        left, right = pieces[j - 1], pieces[k]
+        before = _TRAILING.search(left).group() if left else ""
+        after = _LEADING.search(right).group() if right else ""
+        space = before + "".join(pieces[j:k]) + after  # type: ignore[arg-type]
+        if space:
+            kind = LINE if "\n" in space else SENTENCE if _ends_sentence(pieces, j - 1) else SPACE
+            out.append(Gap(j, k, space, kind))
+        j = k + 1
+    return out
+
+
+def _ends_sentence(pieces: Sequence[str | None], j: int) -> bool:
+    """Whether visible token j ends in a sentence's last mark (its closing quotes and brackets may
+    be tokens of their own, after a visible mark)."""
+    tail = (pieces[j] or "").rstrip()
+    while tail and j > 0 and not tail.strip(_CLOSERS) and pieces[j - 1]:
+        j -= 1
+        tail = pieces[j] + tail  # type: ignore[operator]
+    return bool(_SENTENCE_END.search(tail))
+
+
+def split_passages(pieces: Sequence[str | None], max_tokens: int) -> list[Passage]:
+    """R_0 (``pieces``) cut into passages of at most ``max_tokens`` tokens where it can be (module
+    docstring): a range with no place to cut (one span longer than ``max_tokens``) stays whole.
+    The passages and the gaps between them cover every position once."""
     if isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or max_tokens < 16:
         raise InvalidParameterError(f"passage_tokens must be an integer >= 16, got {max_tokens!r}")
-    bounds = _pack(text, spans, count, max_tokens, 0, len(text), (_BREAK, _SENTENCE_END, _SPACE))
-    passages, previous = [], None
-    for start, end in bounds:
-        inner = tuple(Span(s.start - start, s.end - start, s.label, s.score, s.source)
-                      for s in spans if s.start >= start and s.end <= end)
-        passages.append(Passage(start, end, inner, "" if previous is None else text[previous:start]))
-        previous = end
-    return passages
+    found = gaps(pieces)
+    bounds = _pack(found, max_tokens, 0, len(pieces), (LINE, SENTENCE, SPACE))
+    between = {(g.start, g.end): g.text for g in found}
+    return [Passage(a, b, between[(bounds[k - 1][1], a)] if k else "") for k, (a, b) in enumerate(bounds)]
 
 
-def _pack(text: str, spans: Sequence[Span], count: Callable[[int, int], int], limit: int, lo: int, hi: int,
-          patterns: tuple[re.Pattern, ...]) -> list[tuple[int, int]]:
-    """Passages of ``text[lo:hi]``: greedy runs of the pieces between cuts of the first pattern,
-    a piece over ``limit`` cut again by the next patterns."""
-    if count(lo, hi) <= limit or not patterns:
+def _pack(found: Sequence[Gap], limit: int, lo: int, hi: int, kinds: tuple[int, ...]) -> list[tuple[int, int]]:
+    """Passages of positions ``lo:hi``: greedy runs of the pieces between gaps of the first kind
+    (or a preferred one), a piece over ``limit`` cut again at the next kinds."""
+    if hi - lo <= limit or not kinds:
         return [(lo, hi)]
-    cuts = _cuts(text, spans, patterns[0], lo, hi)
+    cuts = [g for g in found if g.kind <= kinds[0] and lo < g.start and g.end < hi]
     pieces, start = [], lo
-    for end, after in cuts:
-        if end > start:
-            pieces.append((start, end))
-        start = after
-    if start < hi:
-        pieces.append((start, hi))
+    for g in cuts:
+        pieces.append((start, g.start))
+        start = g.end
+    pieces.append((start, hi))
     out: list[tuple[int, int]] = []
     for a, b in pieces:
-        if count(a, b) > limit:
-            out += _pack(text, spans, count, limit, a, b, patterns[1:])
-        elif out and count(out[-1][0], b) <= limit:  # the gap between them is whitespace outside spans
+        if b - a > limit:
+            out += _pack(found, limit, a, b, kinds[1:])
+        elif out and b - out[-1][0] <= limit:  # the gap between them rejoins the passage
             out[-1] = (out[-1][0], b)
         else:
             out.append((a, b))
     return out
-
