@@ -22,7 +22,8 @@ from tokendp.cli import main
 ROOT = Path(__file__).resolve().parents[2]
 LETTER = ["sanitize", str(ROOT / "examples" / "letter.txt"), "--spans", str(ROOT / "examples" / "letter.spans.json"),
           "--epsilon", "8", "--model", "tiny", "--max-new-tokens", "6", "--seed", "0"]
-FRAME = re.compile(r"sanitize:\s+\d+%\|[^|]*\|\s+\d/6 \[[0-9:<?]+,\s+[?0-9.]+token/s\]")
+# --progress where stderr is not a terminal: whole lines, counts and a rate
+LINE = re.compile(r"tokendp: sanitize:\s+\d+% \d/6 tokens \[[0-9:<?]+,\s+[?0-9.]+token/s\]")
 # T = 6 cuts the letter short: the command says so last (issue 33, item 3)
 CUT = ("tokendp: warning: the rewrite was cut at T (max_new_tokens): 6 tokens for a document of 136; it may not "
        'cover the whole document (docs/sanitize.md, "Long documents")')
@@ -76,16 +77,58 @@ def test_the_first_line_comes_before_the_model_loads(monkeypatch):
                                        "tokendp: generating up to 6 tokens", CUT]
 
 
-def test_a_forced_bar_counts_tokens_out_of_t_and_never_shows_text():
+def test_forced_progress_off_a_terminal_is_whole_lines_of_counts_and_never_text():
+    """A log, a pipe or a CI job shows a line once it ends: tqdm's redrawn frames would show
+    nothing there until the run is over (issue 45: 9.5 minutes of nothing, --progress included)."""
     res = _run("--progress", *LETTER)
     assert res.exit_code == 0, res.output
-    pieces = [p.strip() for p in res.stderr.replace("\r", "\n").splitlines() if p.strip()]
-    frames = [p for p in pieces if p.startswith("sanitize:")]
-    assert frames and all(FRAME.fullmatch(f) for f in frames), frames  # a count out of T and a rate: no text
-    assert [p for p in pieces if p not in frames] == ["tokendp: loading model tiny", "tokendp: generating up to 6 tokens",
-                                                      CUT]
+    lines = res.stderr.splitlines()
+    progress = [line for line in lines if line.startswith("tokendp: sanitize:")]
+    assert progress and all(LINE.fullmatch(p) for p in progress), progress  # a count out of T and a rate: no text
+    assert "\r" not in res.stderr and progress[-1].startswith("tokendp: sanitize: 100% 6/6 tokens")
+    assert [line for line in lines if line not in progress] == ["tokendp: loading model tiny",
+                                                               "tokendp: generating up to 6 tokens", CUT]
     assert "sanitize:" not in _run("--progress", *LETTER, "--json").stderr  # never with --json
     assert "sanitize:" not in _run(*LETTER).stderr  # stderr not a terminal
+
+
+def test_a_long_document_says_how_many_passages_it_is_rewritten_in():
+    res = _run(*LETTER[:-4], "--max-new-tokens", "24", "--passage-tokens", "40", "--seed", "0")
+    assert res.exit_code == 0, res.output
+    assert re.search(r"^tokendp: generating up to \d+ tokens in \d passages$", res.stderr, re.M), res.stderr
+
+
+def test_a_terminals_bar_shows_the_passage_and_the_rate(capsys, monkeypatch):
+    from tokendp.cli._console import Console
+
+    monkeypatch.setattr(sys.stderr, "isatty", lambda: True)  # capsys's stderr, as a terminal
+    with Console().tokens("generating up to 6 tokens", 6, desc="sanitize") as progress:
+        progress(0, 11)
+        progress.on_passage(0, 1, 3)
+        progress(0, 12)
+    frames = capsys.readouterr().err.replace("\r", "\n")
+    assert "sanitize (passage 2 of 3):  17%|" in frames and "1/6 [" in frames and "token/s]" in frames
+
+
+def test_lines_come_at_most_every_line_seconds_and_at_each_passage(capsys, monkeypatch):
+    from tokendp.cli import _console
+    from tokendp.cli._console import Console
+
+    with Console(progress=True).tokens("generating", 100, desc="sanitize") as progress:
+        for _ in range(3):
+            progress(0, 7)
+        progress.on_passage(0, 1, 2)
+        progress(0, 7)
+    lines = [line.split(" [")[0] for line in capsys.readouterr().err.splitlines()]
+    assert lines == ["tokendp: generating", "tokendp: sanitize:   1% 1/100 tokens",  # the first at once
+                     "tokendp: sanitize (passage 2 of 2):   3% 3/100 tokens",  # a new passage at once
+                     "tokendp: sanitize (passage 2 of 2):   4% 4/100 tokens"]  # the last as it closes
+    monkeypatch.setattr(_console, "LINE_SECONDS", 0.0)
+    with Console(progress=True).tokens("generating", None, desc="ask") as progress:
+        for _ in range(3):
+            progress.count()
+    assert [line.split(" [")[0] for line in capsys.readouterr().err.splitlines()] == [
+        "tokendp: generating", "tokendp: ask: 1 tokens", "tokendp: ask: 2 tokens", "tokendp: ask: 3 tokens"]
 
 
 @pytest.mark.parametrize("where", ["before", "after"])
@@ -133,7 +176,7 @@ def test_the_conversion_says_so_and_draws_its_steps_wherever_a_load_starts_it(fa
     res = _run("--progress", "model", "build", "smollm2", "-v")
     assert res.exit_code == 0, res.output
     assert res.stderr.startswith("tokendp: converting SmolLM2-135M-Instruct.Q4_1.gguf once into ")
-    assert "convert (saving)" in res.stderr and "3/4 [" in res.stderr and "step/s" in res.stderr
+    assert "convert (saving)" in res.stderr and "3/4 steps [" in res.stderr and "step/s" in res.stderr
     assert "tokendp: conversion: done in" in res.stderr
 
 

@@ -74,7 +74,7 @@ def test_a_required_option_given_by_neither_name_is_a_usage_error():
 
 
 def test_exit_codes_are_distinct_documented_and_in_the_top_level_help():
-    assert sorted(EXIT_CODES) == [0, 1, 2, 3, 4, 5, 130]
+    assert sorted(EXIT_CODES) == [0, 1, 2, 3, 4, 5, 6, 130]
     assert len({kind for kind, _ in EXIT_CODES.values()}) == len(EXIT_CODES)
     helptext = " ".join(run("--help").output.split())
     for code, (_, meaning) in EXIT_CODES.items():

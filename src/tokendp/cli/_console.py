@@ -5,12 +5,15 @@ doing, progress bars and timings, set by the global -q/--quiet, -v/--verbose and
 Everything here is a phase, a count, a rate, a parameter or a path: never document text, and
 never the text being generated (the release is the final text and its certificate). Bars show
 counts only, and only where a person watches: stderr a terminal (or --progress), never with
--q or --json.
+-q or --json. On a terminal a bar redraws itself; elsewhere (--progress into a log, a pipe, a
+CI job), where a reader shows a line only once it ends, the same counts come as whole lines
+(:class:`LineBar`), at most every :data:`LINE_SECONDS`.
 """
 
 from __future__ import annotations
 
 import contextlib
+import math
 import os
 import sys
 import time
@@ -23,6 +26,10 @@ from click.core import ParameterSource
 
 # tqdm's default, with the rate always per second ("0.5 token/s", never "2 s/token").
 BAR_FORMAT = "{desc}: {percentage:3.0f}%|{bar}| {n_fmt}/{total_fmt} [{elapsed}<{remaining}, {rate_noinv_fmt}]"
+# ... and without a total (a count and its rate), and as a line where stderr is not a terminal.
+COUNT_FORMAT = "{desc}: {n_fmt} {unit}s [{elapsed}, {rate_noinv_fmt}]"
+LINE_FORMAT = "{desc}: {percentage:3.0f}% {n_fmt}/{total_fmt} {unit}s [{elapsed}<{remaining}, {rate_noinv_fmt}]"
+LINE_SECONDS = 10.0  # where stderr is not a terminal: a progress line at most this often (and at each new phase)
 
 
 @dataclass
@@ -56,32 +63,32 @@ class Console:
             return False
         return sys.stderr.isatty() if self.progress is None else self.progress
 
-    def bar(self, *, desc: str, total: int, unit: str = "token", as_json: bool = False) -> Any:
-        """A tqdm bar on stderr in the CLI's one style (``desc``: the command or step; counts of
-        ``unit`` and their rate), cleared when done; drawn only where :meth:`bars` says."""
+    def bar(self, *, desc: str, total: int | None, unit: str = "token", as_json: bool = False) -> Any:
+        """A bar on stderr in the CLI's one style (``desc``: the command or step; counts of
+        ``unit`` out of ``total``, None if unknown, and their rate), only where :meth:`bars` says:
+        on a terminal a tqdm bar, cleared when done; elsewhere a :class:`LineBar`."""
         from tqdm import tqdm
 
+        shown = self.bars(as_json=as_json)
+        if shown and not sys.stderr.isatty():
+            return LineBar(desc=desc, total=total, unit=unit)
         return tqdm(desc=desc, unit=unit, total=total, file=sys.stderr, leave=False, dynamic_ncols=True,
-                    bar_format=BAR_FORMAT, disable=not self.bars(as_json=as_json))
+                    bar_format=BAR_FORMAT if total is not None else COUNT_FORMAT, disable=not shown)
 
     @contextlib.contextmanager
-    def tokens(self, message: str, total: int, *, desc: str, as_json: bool = False
-               ) -> Iterator[Callable[[int, int], None]]:
+    def tokens(self, message: str, total: int | None, *, desc: str, as_json: bool = False
+               ) -> Iterator[TokenProgress]:
         """:meth:`info` ``message``, then a bar of the ``total`` tokens a generation may
-        release; yields the ``on_token(index, token_id)`` callback that advances it by one
-        (a count: the token itself is dropped). With -v the count and rate after."""
+        release (None: not known here); yields its :class:`TokenProgress`, the
+        ``on_token(index, token_id)`` callback that advances it by one. With -v the count and
+        rate after."""
         self.info(message)
-        released = 0
-
-        def on_token(index: int, token_id: int) -> None:
-            nonlocal released
-            released += 1
-            bar.update(1)
-
         start = time.perf_counter()
         with self.bar(desc=desc, total=total, as_json=as_json) as bar:
-            yield on_token
+            progress = TokenProgress(bar, desc)
+            yield progress
         seconds = time.perf_counter() - start
+        released = progress.released
         self.detail(f"{released} tokens in {seconds:.1f} s ({released / max(seconds, 1e-9):.1f} tokens/s)")
 
     @contextlib.contextmanager
@@ -91,6 +98,69 @@ class Console:
         start = time.perf_counter()
         yield
         self.detail(f"{message}: done in {time.perf_counter() - start:.1f} s")
+
+
+class TokenProgress:
+    """One generation's progress as a person sees it: the tokens released so far and their rate,
+    and for a long document the passage being rewritten. Public counts only: a token is counted
+    and dropped, and the passages are planned from the public row (docs/sanitize.md, "Long
+    documents")."""
+
+    def __init__(self, bar: Any, desc: str) -> None:
+        self.bar, self.desc, self.released = bar, desc, 0
+
+    def __call__(self, index: int, token_id: int) -> None:
+        """``on_token(index, token_id)``: one more token released (of any document)."""
+        self.count()
+
+    def count(self, n: int = 1) -> None:
+        """``n`` more tokens released."""
+        self.released += n
+        self.bar.update(n)
+
+    def on_passage(self, index: int, k: int, n: int) -> None:
+        """``on_passage(index, k, n)``: document ``index`` begins its passage ``k`` (from 0, as
+        :func:`tokendp.long_documents.run_passages` counts its rounds) of ``n``; shown as
+        "passage k+1 of n"."""
+        self.bar.set_description_str(f"{self.desc} (passage {k + 1} of {n})")
+
+
+class LineBar:
+    """A bar for a reader of whole lines (a log, a pipe, a CI job): its state as one line on
+    stderr (``tokendp: DESC: 50% 3/6 tokens [elapsed<left, rate]``) at the first count, at most
+    every :data:`LINE_SECONDS` after, at once when its description changes (a new phase), and
+    its last state when it closes. The methods of tqdm's bar that the console uses."""
+
+    def __init__(self, *, desc: str, total: int | None, unit: str) -> None:
+        self.desc, self.total, self.unit, self.n = desc, total, unit, 0
+        self._start = time.perf_counter()
+        self._shown: tuple[str, int] | None = None  # (desc, n) of the last line
+        self._last = -math.inf
+
+    def update(self, n: int = 1) -> None:
+        self.n += n
+        if self._shown is None or time.perf_counter() - self._last >= LINE_SECONDS:
+            self._line()
+
+    def set_description_str(self, desc: str) -> None:
+        self.desc = desc
+        self._line()
+
+    def _line(self) -> None:
+        from tqdm import tqdm
+
+        self._last = time.perf_counter()
+        self._shown = (self.desc, self.n)
+        click.echo("tokendp: " + tqdm.format_meter(self.n, self.total, self._last - self._start, prefix=self.desc,
+                                                   unit=self.unit,
+                                                   bar_format=LINE_FORMAT if self.total else COUNT_FORMAT), err=True)
+
+    def __enter__(self) -> LineBar:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._shown is not None and self._shown != (self.desc, self.n):
+            self._line()
 
 
 def _setter(field: str) -> Callable[[click.Context, click.Parameter, Any], None]:

@@ -3,7 +3,8 @@
 Every failure of the command ends in one of :data:`EXIT_CODES` (README "Exit codes",
 the top-level ``--help``): 2 when the command line is wrong, 3 when an input is, 4 when an
 optional package is missing, 5 when a privacy budget ran out after part of the output was
-released, 130 (the shell's 128 + SIGINT) when Ctrl-C stopped it. The library's errors
+released, 6 when a served vault could not be reached or could not answer now (``tokendp vault
+list/rewrite/ask``), 130 (the shell's 128 + SIGINT) when Ctrl-C stopped it. The library's errors
 (:mod:`tokendp.errors`) are mapped here by their class; the message is the library's own,
 which never carries private text.
 
@@ -30,6 +31,7 @@ EXIT_USAGE = 2
 EXIT_BAD_INPUT = 3
 EXIT_MISSING_EXTRA = 4
 EXIT_BUDGET = 5
+EXIT_SERVICE = 6
 EXIT_INTERRUPTED = 130
 
 # code -> (kind in the JSON error, what it means): the one table README, docs and --help show.
@@ -40,6 +42,7 @@ EXIT_CODES: dict[int, tuple[str, str]] = {
     EXIT_BAD_INPUT: ("bad_input", "bad input: an unreadable or malformed file, corpus, ensemble or model"),
     EXIT_MISSING_EXTRA: ("missing_extra", "a missing optional extra (the message says what to install)"),
     EXIT_BUDGET: ("budget_exhausted", "budget exhausted: predict printed a partial output (or a ledger refused)"),
+    EXIT_SERVICE: ("service_unavailable", "the service: unreachable, rate-limited or failing (5xx); retry later"),
     EXIT_INTERRUPTED: ("interrupted", "interrupted (Ctrl-C); a corpus run with --out resumes when rerun"),
 }
 

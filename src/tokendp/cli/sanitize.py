@@ -197,7 +197,8 @@ def sanitize(input_path: str, spans_path: str | None, tagger: str, labels: str |
 def _sanitize_one(text: str, spans: list | None, config: SanitizeConfig, params: dict[str, Any], *,
                   threads: int | None, as_json: bool) -> Any:
     """One document: a line on stderr before anything slow (importing torch, loading the model,
-    SmolLM2's one-time conversion with its own bar), then a bar of the tokens released out of T."""
+    SmolLM2's one-time conversion with its own bar), then a bar of the tokens released out of T
+    and how many passages a long document is rewritten in (public: planned from the public row)."""
     out = console()
     tagging = "" if spans is not None else f" and tagger {params['tagger']}"
     with out.step(f"loading model {params['model']}{tagging}"), loading():
@@ -208,8 +209,10 @@ def _sanitize_one(text: str, spans: list | None, config: SanitizeConfig, params:
         prepared = prepare_sanitize([text], spans=None if spans is None else [spans], config=config,
                                     tagger=params["tagger"], model=params["model"], device=params.get("device"),
                                     dtype=params.get("dtype"))
-    limit = prepared.documents[0].max_new_tokens
-    with out.tokens(f"generating up to {limit} tokens", limit, desc="sanitize", as_json=as_json) as on_token:
+    limit, long = prepared.documents[0].max_new_tokens, prepared.documents[0].long
+    passages = "" if long is None else f" in {len(long.passages)} passages"
+    with out.tokens(f"generating up to {limit} tokens{passages}", limit, desc="sanitize",
+                    as_json=as_json) as on_token:
         result = run_sanitize(prepared, seed=params["seed"], on_token=on_token, diagnostics=params["diagnostics"])[0]
     if result.report.incomplete:
         out.warn(incomplete_note(result.report.tokens_generated, prepared.documents[0].context.document_tokens,

@@ -1,4 +1,5 @@
-"""``tokendp vault``: put a corpus into a tenant's vault (docs/vault.md)."""
+"""``tokendp vault``: put a corpus into a tenant's vault (docs/vault.md); a reader's commands
+(list, rewrite, ask) are in :mod:`tokendp.cli.vault_reader`."""
 
 from __future__ import annotations
 
@@ -9,10 +10,14 @@ from tokendp.cli._exit import CLIError
 from tokendp.cli.serve import DB_HELP, _db
 
 
-@click.group("vault", short_help="Store documents in a tenant's vault for readers' releases.")
+@click.group("vault", short_help="Store documents in a tenant's vault; list, rewrite and ask as a reader.")
 def vault() -> None:
     """The vault of `tokendp serve`: documents stored on the server, released to reader keys
-    under one lifetime budget per person (docs/vault.md)."""
+    under one lifetime budget per person (docs/vault.md).
+
+    An owner stores documents (tokendp vault add, on the server's database); a reader, with
+    its key in $TOKENDP_KEY or --key-file, asks a running server with tokendp vault list,
+    rewrite and ask."""
 
 
 @vault.command("add", short_help="Store the documents of a JSONL corpus.")
@@ -82,3 +87,9 @@ def _spans(spans) -> list[dict]:
                                               for s in spans):
         raise InvalidInputError('"spans" must be a list of {"start": int, "end": int, "label": str, "subject"?}')
     return spans
+
+
+from tokendp.cli.vault_reader import READER_COMMANDS  # noqa: E402
+
+for _command in READER_COMMANDS:
+    vault.add_command(_command)
