@@ -339,10 +339,11 @@ def run_fusion_spending(prepared: PreparedFusion, *, seed: int | Sequence[int] |
 
 def run_fusion(prepared: PreparedFusion, *, seed: int | Sequence[int] | None = None,
                on_token: Callable[[int, int], None] | None = None,
-               on_finish: Callable[[FusionJob, int, Generated], None] | None = None
-               ) -> tuple[FusionJob, list[Generated]]:
+               on_finish: Callable[[FusionJob, int, Generated], None] | None = None,
+               on_passage: Callable[[int, int, int], None] | None = None) -> tuple[FusionJob, list[Generated]]:
     """Decode the prepared documents; the job (its ledgers and diagnostics) and the outputs.
-    ``on_finish(job, i, output)``: document i's output as soon as it finishes."""
+    ``on_finish(job, i, output)``: document i's output as soon as it finishes. ``on_passage(i,
+    k, n)``: a long document i begins its passage k of n."""
     backend, d, n = prepared.backend, prepared.decoding, len(prepared.documents)
     decode = dict(temperature=d.temperature, eos_ids=backend.eos_token_ids,
                   stop_strings=[*backend.options.get("stop", []), *d.stop], logits_processor=d.processor(),
@@ -352,7 +353,7 @@ def run_fusion(prepared: PreparedFusion, *, seed: int | Sequence[int] | None = N
         job, outputs = run_passages(lambda docs: FusionJob(prepared.method, prepared.delta, docs,
                                                            accounting=prepared.accounting),
                                     prepared.documents, backend=backend, history=prepared.history,
-                                    seed=seed, decode=decode, on_token=on_token)
+                                    seed=seed, decode=decode, on_token=on_token, on_passage=on_passage)
         for i, out in enumerate(outputs if on_finish is not None else ()):
             on_finish(job, i, out)
         return job, outputs

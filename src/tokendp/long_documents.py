@@ -67,14 +67,16 @@ class LongDocument:
 
 def run_passages(job_factory: Callable[[Sequence[Any]], Any], documents: Sequence[Any], *, backend: Any,
                  history: HistoryTemplate, seed: Any, decode: dict[str, Any],
-                 on_token: Callable[[int, int], None] | None = None) -> tuple[Any, list[Generated]]:
+                 on_token: Callable[[int, int], None] | None = None,
+                 on_passage: Callable[[int, int, int], None] | None = None) -> tuple[Any, list[Generated]]:
     """Decode prepared documents, long ones passage by passage (module docstring).
 
     ``job_factory(documents)`` builds the :class:`~tokendp.fusion.FusionJob` of one round; the
     first round's job holds each document's ledger or filter row, which later rounds' jobs take
     over (the same Ledger objects; the filter's remaining budgets copied in and out). ``decode``:
     the keyword arguments of :func:`tokendp.generation.generate` other than the rows, step,
-    limits, streams and charge. Returns the first round's job (its ledgers and filter as they
+    limits, streams and charge. ``on_passage(i, k, n)``: round k begins document i's passage k of
+    n (public: the plan). Returns the first round's job (its ledgers and filter as they
     end) and one output per document.
     """
     n = len(documents)
@@ -86,6 +88,9 @@ def run_passages(job_factory: Callable[[Sequence[Any]], Any], documents: Sequenc
     state = None
     for k in range(rounds):
         active = [i for i, d in enumerate(documents) if k < (len(d.long.passages) if d.long else 1)]
+        for i in active if on_passage is not None else ():
+            if documents[i].long is not None:
+                on_passage(i, k, len(documents[i].long.passages))
         docs = [_round_document(documents[i], k, history, previous[i], pieces[i][-1].token_ids if k else ())
                 for i in active]
         job = job_factory(docs)

@@ -98,6 +98,19 @@ def test_a_long_document_says_how_many_passages_it_is_rewritten_in():
     assert re.search(r"^tokendp: generating up to \d+ tokens in \d passages$", res.stderr, re.M), res.stderr
 
 
+def test_a_long_documents_progress_names_each_passage_and_verbose_agrees_with_the_report():
+    res = _run("--progress", "-v", *LETTER[:-4], "--max-new-tokens", "24", "--passage-tokens", "40", "--seed", "0",
+               "--json")
+    assert res.exit_code == 0, res.output
+    report = json.loads(res.stdout)["report"]
+    res = _run("--progress", "-v", *LETTER[:-4], "--max-new-tokens", "24", "--passage-tokens", "40", "--seed", "0")
+    n = report["passages"]
+    assert n > 1 and report["max_new_tokens"] == 24  # the T asked for, split over the passages
+    for k in range(1, n + 1):
+        assert f"sanitize (passage {k} of {n}):" in res.stderr
+    assert f"tokendp: {report['tokens_generated']} tokens in " in res.stderr
+
+
 def test_a_terminals_bar_shows_the_passage_and_the_rate(capsys, monkeypatch):
     from tokendp.cli._console import Console
 

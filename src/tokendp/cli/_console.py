@@ -118,6 +118,11 @@ class TokenProgress:
         self.released += n
         self.bar.update(n)
 
+    def settle(self, released: int) -> None:
+        """The release's own count, which the report gives: a passage's end-of-text token is
+        sampled (and counted as it streams) but not released."""
+        self.released = released
+
     def on_passage(self, index: int, k: int, n: int) -> None:
         """``on_passage(index, k, n)``: document ``index`` begins its passage ``k`` (from 0, as
         :func:`tokendp.long_documents.run_passages` counts its rounds) of ``n``; shown as

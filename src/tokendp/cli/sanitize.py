@@ -213,7 +213,9 @@ def _sanitize_one(text: str, spans: list | None, config: SanitizeConfig, params:
     passages = "" if long is None else f" in {len(long.passages)} passages"
     with out.tokens(f"generating up to {limit} tokens{passages}", limit, desc="sanitize",
                     as_json=as_json) as on_token:
-        result = run_sanitize(prepared, seed=params["seed"], on_token=on_token, diagnostics=params["diagnostics"])[0]
+        result = run_sanitize(prepared, seed=params["seed"], on_token=on_token, diagnostics=params["diagnostics"],
+                              on_passage=on_token.on_passage)[0]
+        on_token.settle(result.report.tokens_generated)
     if result.report.incomplete:
         out.warn(incomplete_note(result.report.tokens_generated, prepared.documents[0].context.document_tokens,
                                  result.report.stop_reason))

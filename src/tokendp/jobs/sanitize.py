@@ -322,18 +322,20 @@ def _checked_text(text: Any, i: int) -> str:
 
 def run_sanitize(prepared: PreparedFusion, *, seed: int | Sequence[int] | None = None,
                  on_token: Callable[[int, int], None] | None = None, diagnostics: bool = False,
-                 on_result: Callable[[int, SanitizeResult], None] | None = None) -> list[SanitizeResult]:
+                 on_result: Callable[[int, SanitizeResult], None] | None = None,
+                 on_passage: Callable[[int, int, int], None] | None = None) -> list[SanitizeResult]:
     """Rewrite the documents of a :func:`prepare_sanitize` job; each report certifies exactly
     the prepared document's groups (``diagnostics``: as for :func:`sanitize_batch`).
     ``on_result(i, result)``: document i's result as soon as it finishes (the same result the
-    list holds), while the others still decode."""
+    list holds), while the others still decode. ``on_passage(i, k, n)``: a long document i
+    begins its passage k of n."""
 
     def result(job: FusionJob, i: int, out: Generated) -> SanitizeResult:
         found = job.diagnostics(i, out.diagnostics) if diagnostics else None
         return _result(prepared, prepared.documents[i], out, found)
 
     finished = None if on_result is None else (lambda job, i, out: on_result(i, result(job, i, out)))
-    job, outputs = run_fusion(prepared, seed=seed, on_token=on_token, on_finish=finished)
+    job, outputs = run_fusion(prepared, seed=seed, on_token=on_token, on_finish=finished, on_passage=on_passage)
     return [result(job, i, out) for i, out in enumerate(outputs)]
 
 
