@@ -98,6 +98,23 @@ def default_new_tokens(document_tokens: int) -> int:
     return math.ceil(1.2 * document_tokens) + 16
 
 
+def check_new_tokens_fit(max_new_tokens: int | None, *, context: int | None, text: str,
+                         passage_tokens: int | None) -> None:
+    """Refuse, before anything loads, a T that no plan of ``text`` can fit in a model of
+    ``context`` tokens (None: unknown, nothing checked). One passage writes at most context - 1
+    tokens; cut into passages of at most ``passage_tokens`` (None: one passage), a document of L
+    tokens has at most 2 L / passage_tokens + 1 of them (any two neighbours hold more than
+    passage_tokens together), and no tokenizer writes more than two tokens a byte. Reads the
+    text's length only."""
+    if max_new_tokens is None or context is None:
+        return
+    passages = 1 if passage_tokens is None else 2 * (2 * len(text.encode("utf-8", "replace")) + 2) // passage_tokens + 1
+    if max_new_tokens > passages * (context - 1):
+        where = "in one passage" if passages == 1 else "in any passages of this document"
+        raise InvalidParameterError(f"max_new_tokens {max_new_tokens} cannot fit the model's context of {context} "
+                                    f"tokens {where}; ask for fewer tokens")
+
+
 def check_tokens(name: str, value: int | None) -> None:
     """A token count: None (the default) or an integer >= 1."""
     if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):

@@ -248,4 +248,32 @@ def test_an_empty_document_is_bad_input_before_anything_loads(tmp_path):
 
 def test_a_length_beyond_the_model_context_is_a_usage_error(files):
     res = _run(str(files / "doc.txt"), "--model", _model(), "--epsilon", "8", "--max-new-tokens", "9000")
-    assert res.exit_code == 2 and "does not fit the model's context" in res.output
+    assert res.exit_code == 2 and "cannot fit the model's context of 512 tokens" in res.output
+    assert "loading model" not in res.output  # read from config.json: no weights loaded
+
+
+@pytest.mark.parametrize("model", ["rewriter", "smollm2", "tiny"])
+def test_a_t_no_plan_can_fit_is_refused_from_the_config_before_the_model_loads(files, model, monkeypatch):
+    """Issue 44, item 3: --max-new-tokens 999999 exits 2 without loading weights, passages or not."""
+    import tokendp.backends.hf as hf
+
+    monkeypatch.setattr(hf, "load_backend", lambda *a, **k: pytest.fail("the model was loaded"))
+    for extra in ([], ["--no-passages"]):
+        res = _run(str(files / "doc.txt"), "--model", model, "--epsilon", "8", "--max-new-tokens", "999999", *extra)
+        assert res.exit_code == 2 and "cannot fit the model's context" in res.output, res.output
+        assert "loading model" not in res.output
+
+
+def test_a_t_below_the_passages_is_refused_with_the_minimum(files, tmp_path):
+    long = tmp_path / "long.txt"
+    long.write_text("\n\n".join(f"Paragraph {i}: {TEXT}" for i in range(12)))
+    (tmp_path / "none.json").write_text("[]")
+    res = _run(str(long), "--model", _model(), "--epsilon", "8", "--spans", str(tmp_path / "none.json"),
+               "--passage-tokens", "40", "--max-new-tokens", "3")
+    assert res.exit_code == 2 and "ask for at least" in res.output, res.output
+    n = int(res.output.split("ask for at least ")[1].split(",")[0])
+    ok = _run(str(long), "--model", _model(), "--epsilon", "8", "--spans", str(tmp_path / "none.json"),
+              "--passage-tokens", "40", "--max-new-tokens", str(n), "--json")
+    assert ok.exit_code == 0, ok.output
+    report = json.loads(ok.stdout)["report"]
+    assert report["max_new_tokens"] == n == report["passages"]

@@ -13,6 +13,8 @@ from tokendp.cli._common import (INPUT_FILE, CLIError, accounting_options, decod
                                  emit_diagnostics, engine_options, library_errors, placement_options, ray_options,
                                  renamed, run_corpus, tagger_option, use_threads)
 from tokendp.cli._console import console, quiet_libraries
+from tokendp.models.registry import context_length
+from tokendp.params import check_new_tokens_fit
 from tokendp.startup import loading
 from tokendp.text.documents import read_text_input
 from tokendp.text.taggers import get_tagger, spans_from_json
@@ -177,6 +179,7 @@ def sanitize(input_path: str, spans_path: str | None, tagger: str, labels: str |
     if engine != "local" or any(v is not None for v in (address, workers, gpus_per_worker)):
         raise CLIError("--engine and the ray options apply to a corpus (.jsonl or .parquet)")
     text = read_text_input(input_path)
+    check_new_tokens_fit(max_new_tokens, context=context_length(model), text=text, passage_tokens=params["passage_tokens"])
     spans = None
     if spans_path:
         spans = spans_from_json(spans_path, text)

@@ -33,7 +33,9 @@ from tokendp.fusion import (Chunk, Decoding, FusionJob, FusionReport, PreparedDo
 from tokendp.fusion import choose_alpha  # noqa: F401 (re-exported: tokendp.jobs.sanitize.choose_alpha)
 from tokendp.generation import Generated
 from tokendp.jobs.config import SanitizeConfig
-from tokendp.params import DEFAULT_PACE, DEFAULT_PASSAGE_TOKENS, Accounting, Budget, Method, default_new_tokens
+from tokendp.models.registry import context_length
+from tokendp.params import (DEFAULT_PACE, DEFAULT_PASSAGE_TOKENS, Accounting, Budget, Method, check_new_tokens_fit,
+                            default_new_tokens)
 from tokendp.long_documents import plan_passages
 from tokendp.text.contexts import (DocumentContexts, GroupSpec, build_contexts, history_template, placeholders,
                                    prompt_template)
@@ -249,6 +251,9 @@ def prepare_sanitize(
     if spans is not None and len(spans) != len(texts):
         raise InvalidInputError(f"got {len(spans)} span lists for {len(texts)} documents; give one per document")
     texts = [_checked_text(t, i) for i, t in enumerate(texts)]
+    context = model.max_context if isinstance(model, HFBackend) else context_length(model)
+    for text in texts:  # read from the model's config: no weights load for a T that cannot fit
+        check_new_tokens_fit(config.max_new_tokens, context=context, text=text, passage_tokens=config.passage_tokens)
     given = [None] * len(texts) if spans is None else list(spans)
     read = [None if g is None else spans_of(t, g, None) for t, g in zip(texts, given)]
     tagging = any(r is None for r in read)

@@ -139,6 +139,27 @@ def model_list() -> list[dict[str, Any]]:
     return rows
 
 
+SMOLLM2_CONTEXT = 8192
+
+
+def context_length(model: Any) -> int | None:
+    """The context of a model given by name or directory, read from its config without loading
+    any weights (None: a hub id, a model object, or a config that does not say)."""
+    from tokendp.models import DEFAULT_MODEL_DIR
+
+    if model in ("rewriter", "smollm2"):
+        return SMOLLM2_CONTEXT
+    path = Path(DEFAULT_MODEL_DIR) if model in (None, "tiny") else Path(model) if isinstance(model, (str, Path)) else None
+    try:
+        config = _read(path / "config.json") if path is not None else {}
+    except (OSError, ValueError):
+        return None  # the load says what is wrong with it
+    for key in ("max_position_embeddings", "n_positions", "max_sequence_length", "seq_length"):
+        if isinstance(config.get(key), int) and config[key] > 0:
+            return config[key]
+    return None
+
+
 def named_info(name: str) -> dict[str, Any]:
     """What ``tokendp model info NAME`` prints."""
     from tokendp.models import model_info
@@ -149,7 +170,7 @@ def named_info(name: str) -> dict[str, Any]:
         raise unknown_name_error(name)
     base = {"name": "SmolLM2-135M-Instruct", "architecture": "LlamaForCausalLM", "parameters": 134_515_008,
             "layers": 30, "hidden_size": 576, "heads": "9 (3 key/value)", "ffn_size": 1536,
-            "vocab_size": 49152, "context": 8192, "license": SMOLLM2.license,
+            "vocab_size": 49152, "context": SMOLLM2_CONTEXT, "license": SMOLLM2.license,
             "source": f"{SMOLLM2.filename} from {SMOLLM2.distribution} (sha256 {SMOLLM2.sha256})",
             "description": SMOLLM2.description}
     info: dict[str, Any] = {"name": name, "role": MODELS[name].role, "summary": MODELS[name].summary,
