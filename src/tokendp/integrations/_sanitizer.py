@@ -81,9 +81,14 @@ class Sanitizer:
                     raise InvalidInputError(f"document #{i}, {where}: spans are a list of {{start, end, label}} or "
                                             f"Presidio RecognizerResults, not a {type(given).__name__}")
                 try:
-                    spans_of(text, given, None)
+                    body, found = spans_of(text, given, None)
                 except InvalidInputError as err:
                     raise InvalidInputError(f"document #{i}, {where}: {err}") from None
+                past = [s.end for s in found if s.end > len(body)]
+                if past:
+                    raise InvalidInputError(f"document #{i}, {where}: a span ends at character {max(past)}, past the "
+                                            f"end of the text ({len(body)} characters); are the offsets for this "
+                                            "document?")
         results: list[SanitizeResult] = []
         for start in range(0, len(texts), self.batch_size):
             results += self._batch(list(texts[start:start + self.batch_size]),
