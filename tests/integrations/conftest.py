@@ -3,11 +3,16 @@ reader key of one tenant, two confirmed documents."""
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 from dataclasses import dataclass
 
 import pytest
+
+# Presidio's e-mail recogniser uses tldextract, which would fetch the public suffix list when it is
+# imported; empty: its bundled snapshot, offline (docs/integrations.md, "Presidio").
+os.environ.setdefault("TLDEXTRACT_PUBLIC_SUFFIX_LIST_URLS", "")
 
 from tests.service.conftest import LETTER
 

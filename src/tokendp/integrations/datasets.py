@@ -73,7 +73,7 @@ def sanitize_dataset(dataset: Any, *, out: str | Path | None = None, text_column
         raise InvalidInputError(f"sanitize_dataset takes one split, not a {type(dataset).__name__}: pass "
                                 f"dataset[{next(iter(dataset), 'train')!r}]")
     if not isinstance(dataset, datasets.Dataset):
-        raise InvalidInputError(f"sanitize_dataset takes a datasets.Dataset, not a {type(dataset).__name__} (an "
+        raise InvalidInputError(f"sanitize_dataset takes a datasets.Dataset; got {type(dataset).__name__} (an "
                                 "IterableDataset: materialise it with Dataset.from_generator, or write it to "
                                 "Parquet and run tokendp.engines.sanitize_corpus)")
     check_keywords(params, _LOADING)

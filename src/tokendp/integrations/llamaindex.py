@@ -45,7 +45,7 @@ def _text_of(node: Any, i: int) -> str:
     its text would be rewritten)."""
     media = [getattr(node, f"{kind}_resource", None) for kind in ("image", "audio", "video")]
     if not isinstance(node, (TextNode, Document)) or isinstance(node, ImageNode) or any(media):
-        raise InvalidInputError(f"node #{i} is a {type(node).__name__} holding more than text; TokenDPSanitizer "
+        raise InvalidInputError(f"node #{i} ({type(node).__name__}) holds more than text; TokenDPSanitizer "
                                 "rewrites text nodes (TextNode, Document with text only)")
     return node.text
 
