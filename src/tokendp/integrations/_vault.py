@@ -108,9 +108,6 @@ class VaultClient:
     def __repr__(self) -> str:
         return f"VaultClient(url={self.url!r})"
 
-    def close(self) -> None:
-        self._http.close()
-
     def _get(self, path: str, **params: Any) -> Any:
         try:
             reply = self._http.get(path, params={k: v for k, v in params.items() if v is not None})
