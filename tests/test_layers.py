@@ -24,7 +24,7 @@ RANK = {
     "jobs": 8,
     "eval": 9,
     "service": 10, "engines": 10,
-    "cli": 11, "__main__": 12,
+    "cli": 11, "integrations": 11, "__main__": 12,
 }
 
 

@@ -47,6 +47,7 @@ _LAZY = {
     "tag": "tokendp.text.taggers",
     "Span": "tokendp.text.spans",
     "HFBackend": "tokendp.backends",
+    "sanitize_dataset": "tokendp.integrations.datasets",
     **dict.fromkeys(_ACCOUNTANTS, "tokendp.accounting"),
 }
 

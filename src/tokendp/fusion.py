@@ -49,6 +49,7 @@ from tokendp.mechanisms import DPFusion, DPFusionFilter, FilterStep, MechanismSt
 from tokendp.long_documents import LongDocument, run_passages
 from tokendp.text.contexts import DocumentContexts, HistoryTemplate, Placeholders
 from tokendp.text.layout import clean
+from tokendp.text.presidio_spans import is_recognizer_result, presidio_spans
 from tokendp.text.spans import Span
 
 DIAGNOSTICS_NOTE = ("data-dependent diagnostics, NOT part of the privacy guarantee; they are computed "
@@ -169,10 +170,13 @@ def resolve_alphas(method: str, alpha: float | None, contexts: Sequence[Document
 def spans_of(text: str, spans: Sequence[Span | Mapping] | None, tagger: Any) -> tuple[str, list[Span]]:
     """The text as the model reads it (:func:`tokendp.text.layout.clean`: no BOM, LF line ends)
     and its spans: the spans given (``Span`` or ``{start, end, label}``, offsets into ``text``
-    exactly as given) mapped onto it, or ``tagger``'s on it when None."""
+    exactly as given; or Presidio's ``RecognizerResult``s, :mod:`tokendp.text.presidio_spans`)
+    mapped onto it, or ``tagger``'s on it when None."""
     body, layout = clean(text)
     if spans is None:
         return body, list(tagger.tag(body))
+    if spans and all(is_recognizer_result(s) for s in spans):
+        return body, layout.to_clean(presidio_spans(spans, text))
     try:
         given = [s if isinstance(s, Span) else Span.from_dict(s) for s in spans]
     except (KeyError, TypeError, ValueError) as err:

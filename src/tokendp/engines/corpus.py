@@ -15,7 +15,7 @@ Parquet, a list of structs or a JSON string), or absent to run the tagger.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -73,26 +73,35 @@ def scan_corpus(path: str | Path, *, require_ids: bool = False) -> Corpus:
     fmt = corpus_format(path)
     if not path.is_file():
         raise InvalidInputError(f"{path}: no such file")
+    ids, needs_tagger = scan_records(_raw_records(path, fmt), str(path), require_ids=require_ids)
+    return Corpus(path, fmt, ids, needs_tagger)
+
+
+def scan_records(raws: Iterable[tuple[str, int, Any]], name: str, *, require_ids: bool = False
+                 ) -> tuple[tuple[str | int, ...], bool]:
+    """Check every raw record of ``raws`` ((where, 1-based number, raw record), from the input
+    ``name``) as :func:`scan_corpus` does; return the ids in input order and whether a record
+    has no spans."""
     first_seen: dict[str | int, str] = {}
     id_type: type | None = None
     needs_tagger = False
-    for where, number, raw in _raw_records(path, fmt):
+    for where, number, raw in raws:
         if require_ids and raw.get("id") is None:
-            raise InvalidInputError(f"{path}, {where}: no \"id\"; the ray engine needs an id on every record "
+            raise InvalidInputError(f"{name}, {where}: no \"id\"; the ray engine needs an id on every record "
                                     "(the local engine numbers records by line)")
-        rec = parse_record(raw, where=f"{path}, {where}", default_id=number)
+        rec = parse_record(raw, where=f"{name}, {where}", default_id=number)
         if id_type is not None and type(rec.id) is not id_type:
-            raise InvalidInputError(f"{path}, {where}: id {json.dumps(rec.id)} is not of the type of the ids "
+            raise InvalidInputError(f"{name}, {where}: id {json.dumps(rec.id)} is not of the type of the ids "
                                     f"before it ({id_type.__name__}); give every record an id of one type")
         id_type = type(rec.id)
         if rec.id in first_seen:
-            raise InvalidInputError(f"{path}, {where}: duplicate id {json.dumps(rec.id)} "
+            raise InvalidInputError(f"{name}, {where}: duplicate id {json.dumps(rec.id)} "
                                     f"(first at {first_seen[rec.id]}); ids must be unique")
         first_seen[rec.id] = where
         needs_tagger = needs_tagger or rec.spans is None
     if not first_seen:
-        raise InvalidInputError(f"{path} holds no documents")
-    return Corpus(path, fmt, tuple(first_seen), needs_tagger)
+        raise InvalidInputError(f"{name} holds no documents")
+    return tuple(first_seen), needs_tagger
 
 
 def parse_record(raw: Any, *, where: str, default_id: int | None) -> CorpusRecord:

@@ -83,9 +83,19 @@ def sanitize_corpus(corpus_path: str | Path, params: Mapping[str, Any], *, out: 
     if engine != "local" and batching == "continuous":
         raise InvalidParameterError("continuous batching applies to the local engine only")
     check_engine(engine, ray_options)
-    config = SanitizeConfig.of(params)  # every parameter is checked before the input is read
+    SanitizeConfig.of(params)  # every parameter is checked before the input is read
     corpus = scan_corpus(corpus_path, require_ids=engine == "ray")
-    check_corpus_labels(corpus, config.label_choice)
+    return sanitize_checked(corpus, params, out=out, engine=engine, batch_size=batch_size, threads=threads,
+                            progress=progress, batching=batching, note=note, **ray_options)
+
+
+def sanitize_checked(corpus: Corpus, params: Mapping[str, Any], *, out: str | Path | None, engine: Engine,
+                     batch_size: int, threads: int | None, progress: bool, batching: Batching,
+                     note: Callable[[str], None] | None = None, **ray_options: Any) -> CorpusRun:
+    """:func:`sanitize_corpus` from a checked corpus on: its labels against the job's, the
+    tagger, the run. ``corpus``: a :class:`Corpus`, or (local engine) any object with its
+    ``path`` (named in messages), ``ids``, ``needs_tagger`` and ``records()``."""
+    check_corpus_labels(corpus, SanitizeConfig.of(params).label_choice)
     if corpus.needs_tagger and isinstance(params.get("tagger", "auto"), str):
         get_tagger(params.get("tagger", "auto"))  # a missing tagger package fails here, before any model loads
     job = Job("sanitize", "documents", corpus.path, corpus.ids, SanitizeWorker,
