@@ -310,3 +310,9 @@ def test_the_public_and_original_reports_name_no_order(copier):
     for method in ("public", "original"):
         res = sanitize(LETTER, spans=SPANS, model=copier, method=method, temperature=0)
         assert res.report.alpha is None and res.report.to_dict()["alpha"] is None
+
+
+def test_a_span_past_the_end_is_refused_before_the_model_loads():
+    with pytest.raises(InvalidInputError, match="past the end"):
+        sanitize("Dr Helen Marsh wrote.", spans=[{"start": 3, "end": 500, "label": "PERSON"}],
+                         model="no-such-model", epsilon=8)

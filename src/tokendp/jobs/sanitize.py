@@ -38,7 +38,7 @@ from tokendp.params import (DEFAULT_PACE, DEFAULT_PASSAGE_TOKENS, Accounting, Bu
                             default_new_tokens)
 from tokendp.long_documents import plan_passages
 from tokendp.text.contexts import (DocumentContexts, GroupSpec, build_contexts, history_template, placeholders,
-                                   prompt_template)
+                                   prompt_template, validate_spans)
 from tokendp.text.spans import Span
 from tokendp.text.layout import BOM
 from tokendp.text.taggers.registry import tagger_name
@@ -256,6 +256,9 @@ def prepare_sanitize(
         check_new_tokens_fit(config.max_new_tokens, context=context, text=text, passage_tokens=config.passage_tokens)
     given = [None] * len(texts) if spans is None else list(spans)
     read = [None if g is None else spans_of(t, g, None) for t, g in zip(texts, given)]
+    for r in read:  # spans given: checked against their text before the model loads
+        if r is not None:
+            validate_spans(*r, on_overlap=config.on_overlap)
     tagging = any(r is None for r in read)
     known = [s.label for r in read if r is not None for s in r[1]]
     if tagging:
