@@ -187,8 +187,7 @@ def plan_passages(body: str, spans: Sequence[Any], ctx: DocumentContexts, templa
     sizes = [p.end - p.start for p in passages]
     total = sum(default_new_tokens(s) for s in sizes) if max_new_tokens is None else max_new_tokens
     tokens = split_tokens(total, sizes)
-    frame = len(history.first) + len(history.middle) + len(history.turn) + len(history.after)
-    longest = max(frame + sizes[k] + tokens[k] + (sizes[k - 1] + tokens[k - 1] if k else 0)
+    longest = max(history.frame(sizes[k - 1] + tokens[k - 1] if k else 0) + sizes[k] + tokens[k]
                   for k in range(len(passages)))
     if max_context is not None and longest > max_context:
         raise InvalidInputError(f"a passage and the one before it need {longest} tokens, more than the model's "

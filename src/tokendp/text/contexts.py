@@ -164,21 +164,35 @@ def prompt_template(tokenizer: Any, *, options: Mapping[str, Any] | None = None,
     return PromptTemplate(bos + _ids(tokenizer, before), _ids(tokenizer, after))
 
 
+PASSAGE_HISTORIES = ("exchange", "none")
+
+
 @dataclass(frozen=True)
 class HistoryTemplate:
     """The prompt of a passage after the first (docs/sanitize.md, "Long documents"): the
     exchange before it (the previous passage as the public row shows it, and the rewrite released
-    for it), then this passage in the template. Every part is public."""
+    for it), then this passage in the template; or, when ``alone``, this passage in the template
+    as the first one reads it. Every part is public."""
 
-    first: tuple[int, ...]  # before the previous passage
+    first: tuple[int, ...]  # before the previous passage (alone: before this passage)
     middle: tuple[int, ...]  # between the previous passage and its released rewrite
     turn: tuple[int, ...]  # between that rewrite and this passage
     after: tuple[int, ...]  # after this passage: where the rewrite starts
+    alone: bool = False  # each passage reads itself only
 
     def template(self, previous: Sequence[int], released: Sequence[int]) -> PromptTemplate:
         """This passage's template, after ``previous`` (the public row's ids of the previous
-        passage) and ``released`` (the token ids released for it)."""
+        passage) and ``released`` (the token ids released for it), unless ``alone``."""
+        if self.alone:
+            return PromptTemplate(self.first, self.after)
         return PromptTemplate((*self.first, *previous, *self.middle, *released, *self.turn), self.after)
+
+    def frame(self, previous_tokens: int) -> int:
+        """The tokens of a later passage's prompt beside the passage itself, with a previous
+        passage and its rewrite of ``previous_tokens`` together."""
+        if self.alone:
+            return len(self.first) + len(self.after)
+        return len(self.first) + len(self.middle) + len(self.turn) + len(self.after) + previous_tokens
 
 
 _MARKS = ("\u2063TOKENDP_PREVIOUS\u2063", "\u2063TOKENDP_REWRITE\u2063")
@@ -188,8 +202,16 @@ def history_template(tokenizer: Any, *, options: Mapping[str, Any] | None = None
                      template: str | None = None) -> HistoryTemplate:
     """The :class:`HistoryTemplate` of the template :func:`prompt_template` chooses: a chat
     template renders a user turn (the previous passage), an assistant turn (its rewrite) and the
-    user turn of this passage; a plain template is repeated after the rewrite and a blank line."""
+    user turn of this passage; a plain template is repeated after the rewrite and a blank line.
+    The model's ``tokendp.json`` ``"passage_history": "none"`` has each passage read alone, as
+    the first does (a model trained on single turns copies an earlier turn's rewrite)."""
     single = prompt_template(tokenizer, options=options, instruction=instruction, template=template)
+    history = (options or {}).get("passage_history", "exchange")
+    if history not in PASSAGE_HISTORIES:
+        raise InvalidParameterError(f"tokendp.json has passage_history {history!r}; use one of "
+                                    f"{', '.join(PASSAGE_HISTORIES)}")
+    if history == "none":
+        return HistoryTemplate(single.before, (), (), single.after, alone=True)
     instruction = DEFAULT_INSTRUCTION if instruction is None else instruction
     if template is None and options and "prompt_template" in options:
         template = str(options["prompt_template"])
