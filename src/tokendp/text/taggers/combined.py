@@ -16,6 +16,7 @@ from tokendp.text.taggers.model import ModelTagger
 from tokendp.text.taggers.patterns import PatternTagger
 from tokendp.text.taggers.resolve import resolve_overlaps
 from tokendp.text.taggers.subtypes import refine_labels
+from tokendp.text.taggers.whole import whole_entities
 
 SOURCE_PRIORITY = ("patterns", "model")
 
@@ -25,12 +26,16 @@ class AutoTagger:
 
     name = "auto"
 
-    def __init__(self, model_dir: str | Path | None = None, *, threshold: float | None = None) -> None:
+    def __init__(self, model_dir: str | Path | None = None, *, threshold: float | None = None,
+                 whole: bool = True) -> None:
         self.patterns = PatternTagger()
         self.model = ModelTagger(model_dir, threshold=threshold)
+        self.whole = whole
 
     def tag(self, text: str) -> list[Span]:
         candidates = self.patterns.candidates(text)
         found = self.model.predict(text, resolve_overlaps(candidates, text))
         spans = resolve_overlaps(candidates + found, text, source_priority=SOURCE_PRIORITY)
+        if self.whole:
+            spans = whole_entities(spans, text)
         return refine_labels(spans, text)
