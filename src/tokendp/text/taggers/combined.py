@@ -14,6 +14,7 @@ from pathlib import Path
 from tokendp.text.spans import Span
 from tokendp.text.taggers.model import ModelTagger
 from tokendp.text.taggers.patterns import PatternTagger
+from tokendp.text.taggers.relabel import names_as_person
 from tokendp.text.taggers.resolve import resolve_overlaps
 from tokendp.text.taggers.subtypes import refine_labels
 from tokendp.text.taggers.whole import whole_entities
@@ -37,5 +38,5 @@ class AutoTagger:
         found = self.model.predict(text, resolve_overlaps(candidates, text))
         spans = resolve_overlaps(candidates + found, text, source_priority=SOURCE_PRIORITY)
         if self.whole:
-            spans = whole_entities(spans, text)
+            spans = whole_entities(names_as_person(spans, text), text)
         return refine_labels(spans, text)

@@ -48,6 +48,8 @@ _STREET_SUFFIX = r"stra(?:ss|ß)e|gasse|weg|gatan|vägen|gade|vej|veien|straat|l
 _CAP = r"\p{Lu}(?:[\p{L}\p{M}'’-]|\.(?=\p{L}))*"
 _POSTCODE_TOWN = (r"(?:,?[ \t]+(?:[A-Z]{1,2}-)?(?:\d{2}-\d{3}|\d{3} \d{2}|\d{4,5})[ \t]+\p{Lu}[\p{L}\p{M}-]*"
                   r"(?:[ -]\p{Lu}[\p{L}\p{M}-]*)?(?: [A-Z]\b)?)?")
+# British (M1 3GH, WN1 2NN, SW1A 1AA) and Irish (D02 YX88) postcodes.
+_UK_IE_POSTCODE = r"(?:[A-Z]{1,2}\d[A-Z\d]? \d[A-Z]{2}|[AC-FHKNPRTV-Y]\d{2} ?[AC-FHKNPRTV-Y\d]{4})"
 _FR_LINK = r"(?:(?:de la|de l['’]|du|des|de|d['’]|la|le|les|l['’])\s?)"
 _IT_LINK = r"(?:(?:dei|degli|delle|della|dello|del|di|de['’])\s)"
 _EU_STREETS = (
@@ -188,6 +190,9 @@ RECOGNIZERS: tuple[Recognizer, ...] = (
     Recognizer("street_address", "LOC", _r(
         rf"(?<![Ii]n )(?<!since )(?<!of )\b\d{{1,5}}[A-Za-z]?,?\s(?:[A-Z][\w'’-]*\s){{1,3}}(?:{_STREET})(?!\w)"
         rf"|\b[A-ZÄÖÜÅØÆ][\w-]*(?:{_STREET_SUFFIX})\s\d{{1,5}}[a-z]?\b"), 0.9),
+    Recognizer("postcode_address", "LOC", _r(
+        rf"\b(?:\d{{1,5}}[A-Za-z]?,? )?(?:[A-Z][\w'’-]* ){{1,3}}(?:{_STREET})(?:, [A-Z][\w'’-]+(?: [A-Z][\w'’-]+)?){{0,2}}"
+        rf",? {_UK_IE_POSTCODE}\b|\b[A-Z][a-z]+(?:[ -][A-Z][a-z]+)?,? {_UK_IE_POSTCODE}\b"), 0.97),
     Recognizer("eu_street_address", "LOC", _u(rf"(?:{_EU_STREETS}){_POSTCODE_TOWN}"), 0.98),
     Recognizer("postcode_town", "LOC", _u(
         r"\b(?:[A-Z]{1,2}-\d{4,5}|\d{2}-\d{3})[ \t]+\p{Lu}[\p{L}\p{M}-]*(?:[ -]\p{Lu}[\p{L}\p{M}-]*)?"), 0.85),

@@ -32,6 +32,7 @@ import regex
 from tokendp.text.spans import Span
 from tokendp.text.taggers.resolve import merge_same_label
 
+# "[^\S\n]" throughout: white space other than a line break; a mention does not run on to the next line.
 _CAP = r"\p{Lu}[\p{Ll}\p{Lu}\p{M}]*(?:['’]\p{Lu}[\p{Ll}\p{M}]+)?"
 _TITLES = (r"Mr|Mrs|Ms|Miss|Mx|Messrs|Dr|Prof|Professor|Sir|Dame|Lord|Lady|Judge|Justice|Maître|Me|Mme|Mlle"
            r"|Herr|Frau|Sergeant|Sgt|Constable|Inspector|Detective|Garda|Father|Fr|Rev|Reverend|Dipl\.-Ing"
@@ -41,8 +42,8 @@ _TITLES = (r"Mr|Mrs|Ms|Miss|Mx|Messrs|Dr|Prof|Professor|Sir|Dame|Lord|Lady|Judge
 _PARTICLE = (r"(?:van der|van den|van de|van|von der|von|vom|zu|de la|de las|de los|de l['’]|del|della|dello"
              r"|de|da|das|do|dos|du|di|le|la|ter|ten|Mac Giolla|Nic Giolla|Mac|Mc|Nic|Ní|Ó|Ua|Uí|Mhic|Bean|bin|ibn|bint|ben|al|el"
              r"|Al|El|Abu|Abd|Van|Von|De|Da|Di|Du|Le|La|Dell['’]|D['’])")
-_IRISH_PREFIXED = r"(?:an\s)?(?:[bdgmnt]|bh|h|n-|t-)?\p{Lu}[\p{Ll}\p{M}]+"
-_INITIALS = r"(?:\p{Lu}\.\s?-?\s?){1,4}"
+_IRISH_PREFIXED = r"(?:an[^\S\n])?(?:[bdgmnt]|bh|h|n-|t-)?\p{Lu}[\p{Ll}\p{M}]+"
+_INITIALS = r"(?:\p{Lu}\.[^\S\n]?-?[^\S\n]?){1,4}"
 _FIRM = (r"plc|PLC|p\.l\.c\.|Ltd\.?|Limited|LLP|LLC|L\.L\.C\.|Inc\.?|Incorporated|Corp\.?|Corporation"
          r"|GmbH(?: & Co\.? KG)?|AG|KG|S\.A\.S\.?|SAS|S\.A\.R\.L\.?|SARL|S\.à r\.l\.|S\.A\.?|S\.L\.?|S\.r\.l\.?|Srl"
          r"|S\.p\.A\.?|SpA|N\.V\.?|B\.V\.?|A/S|ApS|AB|ASA|Oyj?|[Ss]p\. z o\.o\.|s\.r\.o\.|a\.s\.|d\.o\.o\.|Kft\.|Zrt\."
@@ -51,58 +52,58 @@ _FIRM = (r"plc|PLC|p\.l\.c\.|Ltd\.?|Limited|LLP|LLC|L\.L\.C\.|Inc\.?|Incorporate
 _NOT_NAME_WORD = (r"(?:The|A|An|In|On|At|By|For|From|With|To|Of|And|Or|But|Our|Your|His|Her|Their|Its|This|That"
                   r"|These|Those|Dear|Re|To|Per|Via|Mr|Mrs|Ms|Dr|Insured|Employer|Employee|Client|Contact)\b")
 _WEEKDAY = (r"(?:Monday|Tuesday|Wednesday|Thursday|Friday|Saturday|Sunday|Mon|Tue|Tues|Wed|Thu|Thur|Thurs"
-            r"|Fri|Sat|Sun)\.?,?\s")
+            r"|Fri|Sat|Sun)\.?,?[^\S\n]")
 _CURRENCY = (r"EUR|GBP|USD|SEK|DKK|NOK|CHF|PLN|TRY|RUB|UAH|CZK|HUF|RON|BGN|HRK|ISK|JPY|CAD|AUD|FRF|DEM|ITL"
              r"|BEF|NLG|ESP|PTE|IEP|ATS|FIM|GRD|£|\$|€|¥|₺|zł")
 _CURRENCY_WORD = (r"euros?|Euros?|pounds?(?: sterling)?|dollars?|kronor|kroner|krona|krone|zlotys?|zł|francs?"
                   r"|roubles?|rubles?|lira|liras|lire|marks?|forints?|korunas?|hryvnias?|lei|levs?|kunas?|cents?"
                   r"|pence|p")
-_POSTCODE = (r"[A-Z]{1,2}\d[A-Z\d]?\s?\d[A-Z]{2}"  # British: M1 3GH, WN1 2NN
-             r"|[AC-FHKNPRTV-Y]\d{2}\s?[AC-FHKNPRTV-Y\d]{4}"  # Irish Eircode: D02 YX88
-             r"|\d{4}\s?[A-Z]{2}"  # Dutch: 1016 BR
+_POSTCODE = (r"[A-Z]{1,2}\d[A-Z\d]?[^\S\n]?\d[A-Z]{2}"  # British: M1 3GH, WN1 2NN
+             r"|[AC-FHKNPRTV-Y]\d{2}[^\S\n]?[AC-FHKNPRTV-Y\d]{4}"  # Irish Eircode: D02 YX88
+             r"|\d{4}[^\S\n]?[A-Z]{2}"  # Dutch: 1016 BR
              r"|\d{4}-\d{3}|\d{2}-\d{3}"  # Portuguese, Polish
              r"|(?:[A-Z]{1,2}-)?\d{4,5}")
 _TOWN_WORD = r"\p{Lu}[\p{Ll}\p{M}]+(?:['’-]\p{Lu}?[\p{Ll}\p{M}]+)*"
-_TOWN = rf"(?:{_TOWN_WORD}(?:[\s-](?:(?:am|an|der|de|la|le|sur|upon|on|en)\s)?{_TOWN_WORD}){{0,2}})"
-_DISTRICT = r"(?:\s\d{1,2}[A-Z]?\b)"  # Dublin 2, Dublin 6W
-_COUNTY = r"(?:,?\s(?:Co\.|County)\s\p{Lu}\p{Ll}+)"
+_TOWN = rf"(?:{_TOWN_WORD}(?:(?:[^\S\n]|-)(?:(?:am|an|der|de|la|le|sur|upon|on|en)[^\S\n])?{_TOWN_WORD}){{0,2}})"
+_DISTRICT = r"(?:[^\S\n]\d{1,2}[A-Z]?\b)"  # Dublin 2, Dublin 6W
+_COUNTY = r"(?:,?[^\S\n](?:Co\.|County)[^\S\n]\p{Lu}\p{Ll}+)"
 
 _NUMBER = (r"(?:\d+|one|two|three|four|five|six|seven|eight|nine|ten|eleven|twelve|fifteen|twenty|thirty|forty"
            r"|fifty|sixty|a few|several)")
-_TIME_MODIFIER = (r"(?:[Ee]arly|[Mm]id|[Ll]ate|(?:[Tt]he\s)?(?:end|beginning|start|middle|course)\sof"
-                  r"|(?:morning|afternoon|evening|night|spring|summer|autumn|winter)\sof"
-                  r"|\d{1,2}(?:st|nd|rd|th)\sday\sof)[\s-]")
+_TIME_MODIFIER = (r"(?:[Ee]arly|[Mm]id|[Ll]ate|(?:[Tt]he[^\S\n])?(?:end|beginning|start|middle|course)[^\S\n]of"
+                  r"|(?:morning|afternoon|evening|night|spring|summer|autumn|winter)[^\S\n]of"
+                  r"|\d{1,2}(?:st|nd|rd|th)[^\S\n]day[^\S\n]of)(?:[^\S\n]|-)")
 # A parenthetical after a name: an alias in quotes ("Geneve A/S (“Geneve”)", "(“the Government”)"),
 # or a gloss in words ("Consumer Ombudsman (Forbrukerombudet)").
-_ALIAS = (r"\s\((?:hereinafter\s)?[“\"‘]\p{Lu}[^”\"’\n()]{0,40}[”\"’]\)"
-          r"|\s\(\p{Lu}[\p{Ll}\p{M}]+(?:\s\p{L}[\p{Ll}\p{M}]+)?\)")
+_ALIAS = (r"[^\S\n]\((?:hereinafter[^\S\n])?[“\"‘]\p{Lu}[^”\"’\n()]{0,40}[”\"’]\)"
+          r"|[^\S\n]\(\p{Lu}[\p{Ll}\p{M}]+(?:[^\S\n]\p{L}[\p{Ll}\p{M}]+)?\)")
 
 # Text to the LEFT of a span, as a pattern matched against the text that ends where the span starts.
 _LEFT: dict[str, tuple[str, ...]] = {
-    "PERSON": (rf"\b(?:{_TITLES})\.?\s(?:and\s(?:{_TITLES})\.?\s)?", rf"(?<![\w.]){_INITIALS}(?!(?:{_TITLES})\b)",
-               rf"\b{_PARTICLE}(?:\s|-|(?<=['’]))", r"\b\p{L}[\p{L}\p{M}]*[-'’]"),
+    "PERSON": (rf"\b(?:{_TITLES})\.?[^\S\n](?:and[^\S\n](?:{_TITLES})\.?[^\S\n])?", rf"(?<![\w.]){_INITIALS}(?!(?:{_TITLES})\b)",
+               rf"\b{_PARTICLE}(?:[^\S\n]|-|(?<=['’]))", r"\b\p{L}[\p{L}\p{M}]*[-'’]"),
     "ORG": (r"\b\p{L}[\p{L}\p{M}]*-",),
-    "LOC": (r"\b(?:(?:Flat|Apartment|Apt\.|Unit|Suite|Room)\s\d{1,4}[A-Za-z]?,\s)?\d{1,5}[A-Za-z]?,?\s",),
-    "QUANTITY": (rf"(?:{_CURRENCY})\s?",),
-    "DATETIME": (rf"\b{_WEEKDAY}", rf"\b{_TIME_MODIFIER}", rf"\b{_NUMBER}\s(?:to|or)\s"),
+    "LOC": (r"\b(?:(?:Flat|Apartment|Apt\.|Unit|Suite|Room)[^\S\n]\d{1,4}[A-Za-z]?,[^\S\n])?\d{1,5}[A-Za-z]?,?[^\S\n]",),
+    "QUANTITY": (rf"(?:{_CURRENCY})[^\S\n]?",),
+    "DATETIME": (rf"\b{_WEEKDAY}", rf"\b{_TIME_MODIFIER}", rf"\b{_NUMBER}[^\S\n](?:to|or)[^\S\n]"),
 }
 # Text to the RIGHT of a span, matched where the span ends.
 _RIGHT: dict[str, tuple[str, ...]] = {
-    "PERSON": (r"[-'’]\p{Lu}[\p{L}\p{M}]*", rf"(?:\s{_PARTICLE})+(?:\s|-|(?<=['’])){_IRISH_PREFIXED}",
-               r"\s(?:LJJ|LJ|QC|KC|CJ|J)\b"),
-    "ORG": (rf",?\s(?:{_FIRM})(?!\w)(?:(?<=\.)|(?!\.\w))", r"-\p{Lu}[\p{L}\p{M}]*",
-            rf"(?:,?\s{_CAP}){{0,3}}\s(?:&|and)\s(?:Partners|Associates|Associés|Sons|Co\.?|Company)(?!\w)",
+    "PERSON": (r"[-'’]\p{Lu}[\p{L}\p{M}]*", rf"(?:[^\S\n]{_PARTICLE})+(?:[^\S\n]|-|(?<=['’])){_IRISH_PREFIXED}",
+               r"[^\S\n](?:LJJ|LJ|QC|KC|CJ|J)\b"),
+    "ORG": (rf",?[^\S\n](?:{_FIRM})(?!\w)(?:(?<=\.)|(?!\.\w))", r"-\p{Lu}[\p{L}\p{M}]*",
+            rf"(?:,?[^\S\n]{_CAP}){{0,3}}[^\S\n](?:&|and)[^\S\n](?:Partners|Associates|Associés|Sons|Co\.?|Company)(?!\w)",
             _ALIAS),
     "MISC": (_ALIAS,),
     "DEM": (_ALIAS,),
     "DATETIME": (r"(?<=s)['’](?!\w)",),
-    "LOC": (rf",?\s{_TOWN}(?:{_DISTRICT}|{_COUNTY})?(?:,?\s(?:{_POSTCODE})\b)?"
-            rf"|,?\s(?:{_POSTCODE})\b(?:\s{_TOWN})?",),
-    "QUANTITY": (rf"\s?(?:{_CURRENCY_WORD}|{_CURRENCY})(?!\w)",),
+    "LOC": (rf",?[^\S\n]{_TOWN}(?:{_DISTRICT}|{_COUNTY})?(?:,?[^\S\n](?:{_POSTCODE})\b)?"
+            rf"|,?[^\S\n](?:{_POSTCODE})\b(?:[^\S\n]{_TOWN})?",),
+    "QUANTITY": (rf"[^\S\n]?(?:{_CURRENCY_WORD}|{_CURRENCY})(?!\w)",),
 }
 # Capitalised words before an organisation that ends in a legal form or firm word.
-_FIRM_END = regex.compile(rf"(?:^|\s)(?:{_FIRM})\Z")
-_FIRM_NAME_LEFT = regex.compile(rf"(?:(?<!\p{{L}})(?!{_NOT_NAME_WORD}){_CAP}(?:,|\s&|\sand)?\s){{1,4}}\Z")
+_FIRM_END = regex.compile(rf"(?:^|[^\S\n])(?:{_FIRM})\Z")
+_FIRM_NAME_LEFT = regex.compile(rf"(?:(?<!\p{{L}})(?!{_NOT_NAME_WORD}){_CAP}(?:,|[^\S\n]&|[^\S\n]and)?[^\S\n]){{1,4}}\Z")
 _STREET_WORD = regex.compile(r"(?i:road|rd|street|st|avenue|ave|lane|drive|way|close|crescent|terrace|gardens"
                              r"|square|place|row|walk|mews|parade|hill|quay|straße|strasse|gate|gatan|vej|gade"
                              r"|straat|gracht|ulica|ul|calle|rua|rue|via|piazza|corso)\b")
@@ -110,7 +111,7 @@ _ABBREVIATION = regex.compile(r"(?:(?<![\p{L}\p{M}])\p{Lu}|Inc|Ltd|Co|Corp|Bros|
                               r"|\p{L}\.\p{L})\Z")
 _GLUE = regex.compile(r"[.'’/-]{1,3}\Z")
 _TITLE_START = regex.compile(rf"(?:{_TITLES})\b")
-_TITLE_AND = regex.compile(rf"(?:{_TITLES})\.?\s(?:and|&)\s")
+_TITLE_AND = regex.compile(rf"(?:{_TITLES})\.?[^\S\n](?:and|&)[^\S\n]")
 # A span that opens a bracket or quote it does not close ("(“Geneve") takes the closing marks after it.
 _OPEN_CLOSE = (("(", ")"), ("“", "”"), ("[", "]"))
 _LEFT_RE = {label: tuple(regex.compile(rf"(?:{p})\Z") for p in ps) for label, ps in _LEFT.items()}
