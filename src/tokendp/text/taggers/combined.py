@@ -12,6 +12,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from tokendp.text.spans import Span
+from tokendp.text.taggers.generic import drop_generic
 from tokendp.text.taggers.model import ModelTagger
 from tokendp.text.taggers.patterns import PatternTagger
 from tokendp.text.taggers.relabel import names_as_person
@@ -36,6 +37,8 @@ class AutoTagger:
     def tag(self, text: str) -> list[Span]:
         candidates = self.patterns.candidates(text)
         found = self.model.predict(text, resolve_overlaps(candidates, text))
+        if self.whole:
+            found = drop_generic(found, text)
         spans = resolve_overlaps(candidates + found, text, source_priority=SOURCE_PRIORITY)
         if self.whole:
             spans = whole_entities(names_as_person(spans, text), text)
