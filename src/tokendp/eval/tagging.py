@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from tokendp.eval.marked import load_marked
 from tokendp.text.tab import baseline_files, load_span_file, load_tab
 from tokendp.text.spans import Span
 
@@ -140,3 +141,11 @@ def compare_on_tab(data_dir, split: str, taggers: Mapping[str, object]) -> dict[
     for name, path in baseline_files(data_dir).items():
         results[name] = char_scores(data.texts, data.gold, load_span_file(path, list(data.texts), name))
     return results
+
+
+def compare_on_marked(path, taggers: Mapping[str, object]) -> dict[str, TaggingScores]:
+    """Scores of each tagger (name -> object with ``tag``) on a hand-written set whose gold spans
+    are marked inline (:mod:`tokendp.eval.marked`)."""
+    texts, gold = load_marked(path)
+    return {name: char_scores(texts, gold, {d: tagger.tag(t) for d, t in texts.items()})
+            for name, tagger in taggers.items()}

@@ -74,7 +74,7 @@ _CARE_SUFFIX = r"universitetssykehus|sykehus|sjukhus|universitetssjukhus(?:et)?|
 # with "number", "no.", "ID", "reference" or "code" after it. An optional "is", "was", ":" or "#"
 # may stand before the code.
 _STRONG_CUES = (r"ending|ends|ending in|ending with|bleep|pager|extension|ext\.?|[Rr]ef\.?|[Aa]ccount|[Pp]olicy"
-                r"|[Rr]egistration|[Pp]assport|[Cc]rew|MRN|NHS|PPS|[Ss]ort code|IBAN|BIC|SWIFT")
+                r"|[Rr]egistration|[Pp]assport|[Cc]rew|MRN|NHS|PPS|[Ss]ort code")
 _WEAK_CUES = (r"[Rr]eference|[Bb]adge|[Ss]taff|[Ee]mployee|[Pp]ayroll|[Mm]embership|[Ll]icen[cs]e|[Bb]ooking"
               r"|[Cc]laim|[Ii]nvoice|[Cc]ustomer|[Cc]lient|[Pp]atient|[Hh]ospital|[Cc]ase|[Ff]ile|[Cc]ertificate"
               r"|[Vv]ehicle|[Ss]erial|[Tt]ax|VAT|[Ii]dentity card|[Ii]dentity|[Cc]ard|[Rr]ecord|[Cc]hassis|[Ll]oan"
