@@ -110,6 +110,16 @@ _STREET_WORD = regex.compile(r"(?i:road|rd|street|st|avenue|ave|lane|drive|way|c
 _ABBREVIATION = regex.compile(r"(?:(?<![\p{L}\p{M}])\p{Lu}|Inc|Ltd|Co|Corp|Bros|Jr|Sr|St|No|Nos|Mr|Mrs|Ms|Dr|Prof|Ing"
                               r"|\p{L}\.\p{L})\Z")
 _GLUE = regex.compile(r"[.'’/-]{1,3}\Z")
+_LOWER_WORD = regex.compile(r"(?<![\p{L}\p{M}])\p{Ll}[\p{Ll}\p{M}]+")
+_WORD_BEFORE = regex.compile(r"(?<![\p{L}\p{M}'’-])(\p{Lu}[\p{Ll}\p{M}]+)[^\S\n]\Z")
+# Capitalised words that open sentences or headings, never a given name in TAB's or the letters' text.
+_OPENERS = frozenset(
+    "the a an this that these those then when while after before since during yesterday today tomorrow later "
+    "earlier meanwhile however moreover also and but or so if as at on in by for from with to of dear re "
+    "according although though thereafter subsequently accordingly finally first second third next last "
+    "both neither either each every all some many most several other such no not only one two three "
+    "his her their its our my your mr mrs ms dr judge lord lady president patient name signed present "
+    "witness applicant applicants respondent government court counsel agent".split())
 _TITLE_START = regex.compile(rf"(?:{_TITLES})\b")
 _TITLE_AND = regex.compile(rf"(?:{_TITLES})\.?[^\S\n](?:and|&)[^\S\n]")
 # A span that opens a bracket or quote it does not close ("(“Geneve") takes the closing marks after it.
@@ -124,8 +134,21 @@ def _is_address(span: Span, text: str) -> bool:
     return any(c.isdigit() for c in body) or bool(_STREET_WORD.search(body))
 
 
-def _grow(span: Span, text: str, free_from: int, free_to: int) -> Span:
-    """``span`` widened by its label's rules, within the untagged text ``[free_from, free_to)``."""
+def _given_name_before(span: Span, text: str, start: int, free_from: int, lower_case: frozenset[str]) -> int:
+    """Where a PERSON span starts once a capitalised word just before it on its line is taken in:
+    a word the document never writes in lower case and that is not a common sentence opener
+    ("Tùng" of "today. Tùng Bùi came"; not "Later", "The", "Yesterday"); else ``start``."""
+    if span.label != "PERSON" or _TITLE_START.match(text, span.start, span.end):
+        return start
+    m = _WORD_BEFORE.search(text[max(free_from, start - _WINDOW):start])
+    if m is None or m.group(1).lower() in lower_case or m.group(1).lower() in _OPENERS:
+        return start
+    return start - len(m.group(0))
+
+
+def _grow(span: Span, text: str, free_from: int, free_to: int, lower_case: frozenset[str]) -> Span:
+    """``span`` widened by its label's rules, within the untagged text ``[free_from, free_to)``;
+    ``lower_case``: the words the text writes in lower case."""
     start, end = span.start, span.end
     left = _LEFT_RE.get(span.label, ())
     right = _RIGHT_RE.get(span.label, ())
@@ -149,6 +172,7 @@ def _grow(span: Span, text: str, free_from: int, free_to: int) -> Span:
                 end = m.end()
                 changed = True
                 break
+    start = _given_name_before(span, text, start, free_from, lower_case)
     if span.label == "ORG" and _FIRM_END.search(text, span.start, end):
         window = text[max(free_from, start - _WINDOW):start]
         m = _FIRM_NAME_LEFT.search(window)
@@ -169,11 +193,12 @@ def whole_entities(spans: Sequence[Span], text: str) -> list[Span]:
     mention (module docstring); the result is disjoint and sorted and covers every character the
     input covered, with the same labels."""
     ordered = sorted(spans, key=lambda s: s.start)
+    lower_case = frozenset(_LOWER_WORD.findall(text))
     grown: list[Span] = []
     for i, span in enumerate(ordered):
         free_from = grown[-1].end if grown else 0
         free_to = ordered[i + 1].start if i + 1 < len(ordered) else len(text)
-        grown.append(_grow(span, text, free_from, free_to))
+        grown.append(_grow(span, text, free_from, free_to, lower_case))
     return _join(merge_same_label(grown), text)
 
 
