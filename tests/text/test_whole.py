@@ -31,6 +31,7 @@ def _grow(text, *found):
     ("Jean-François Dubois-Martel wrote", ("Jean-François Dubois", "PERSON"), "Jean-François Dubois-Martel"),
     ("by Mr J.M. Álvarez de Toledo, a", ("Mr J.M. Álvarez", "PERSON"), "Mr J.M. Álvarez de Toledo"),
     ("Then Auld LJ said", ("Auld", "PERSON"), "Auld LJ"),
+    ("seen today. Tùng Bùi came with his son", ("Bùi", "PERSON"), "Tùng Bùi"),
     # addresses: number, street, town, district, postcode
     ("lives at 27 Ballybough Road, Dublin 3.", ("Ballybough Road", "LOC"), "27 Ballybough Road, Dublin 3"),
     ("at 14 Harcourt Terrace, Dublin 2, D02 YX88\n", ("14 Harcourt Terrace", "LOC"),
@@ -57,6 +58,9 @@ def test_a_found_part_grows_to_the_whole_mention(text, found, whole):
     ("the Insurance division", ("Insurance", "ORG"), "Insurance"),           # no legal form: no widening left
     ("paid 3,000 to them", ("3,000", "QUANTITY"), "3,000"),
     ("the applicant was British", ("British", "DEM"), "British"),
+    ("Later Bùi came with his son", ("Bùi", "PERSON"), "Bùi"),                 # a sentence opener
+    ("Will Bùi come? He will.", ("Bùi", "PERSON"), "Bùi"),                   # "will" is a word here
+    ("Yesterday Mr Bùi came", ("Mr Bùi", "PERSON"), "Mr Bùi"),               # a title starts the name
 ])
 def test_growth_stops_where_the_mention_stops(text, found, kept):
     assert (kept, found[1]) in _grow(text, found)
