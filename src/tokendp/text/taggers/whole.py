@@ -2,21 +2,28 @@
 
 A tagger that finds part of an entity protects that part and releases the rest ("Insurance" of
 "Bexmoor Insurance plc", "F" of "F.A. Lindqvist"), so every found span is widened over the
-untagged text around it that belongs to the same mention, by its label:
+untagged text around it on its line that belongs to the same mention, by its label:
 
-- every label: an abbreviation's full stop ("Inc" + ".", "F" + "."), and spans of one label
-  separated only by ``.``, ``-``, ``'`` or ``/`` are joined ("Dipl" + ".-" + "Ing");
-- PERSON: titles ("Mr", "Dr", "Maître", "Mr and Mrs"), initials ("F.A.", "J.-P."), name particles
-  ("van der", "de la", "Mac", "Ní", "Ó", "bin") and the capitalised words they lead to, hyphen and
-  apostrophe parts ("O'" + "Brien", "Dubois" + "-Martel");
+- every label: an abbreviation's full stop ("Inc" + ".", "F" + "."), the closing marks of a
+  bracket or quote the span opens, and spans of one label separated only by ``.``, ``-``, ``'``
+  or ``/`` are joined ("Dipl" + ".-" + "Ing"), as are a title and a PERSON ("Mr" + " and " +
+  "Mrs Robins");
+- PERSON: titles ("Mr", "Dr", "Maître", "Mr and Mrs"), initials ("F.A.", "J.-P."; not a list's
+  letter before a title), name particles ("van der", "de la", "Mac Giolla", "Ní", "Ó", "bin") and
+  the capitalised words they lead to, hyphen and apostrophe parts ("O'" + "Brien", "Dubois" +
+  "-Martel"), "LJ" / "QC" after it, and a capitalised word just before it that the document
+  never writes in lower case and that opens no sentence ("Tùng" of "Tùng Bùi");
 - ORG: a company's legal form or firm word after it ("plc", "Ltd", "LLP", "GmbH", "S.A.S.", "Inc.",
   "& Partners", "Solicitors", "Associates") and, when it has one, the capitalised words before it
-  ("Bexmoor" of "Bexmoor Insurance plc");
+  ("Bexmoor" of "Bexmoor Insurance plc"); an alias in quotes or a short gloss in brackets after
+  it ("Geneve A/S (“Geneve”)"), as for MISC and DEM;
 - LOC: for an address (a span with a digit or a street word), the house or flat number before it
   and the town, district ("Dublin 2", "Co. Cork") and postcode (British, Irish, Dutch, Portuguese,
-  four or five digits) after it;
+  Polish, four or five digits) after it;
 - QUANTITY: the currency before or after the amount ("EUR", "€", "euros");
-- DATETIME: the weekday before a date ("Saturday 18 March 2017").
+- DATETIME: the weekday ("Saturday 18 March 2017"), a part of a period ("early", "the end of",
+  "autumn of", "27th day of") or a first count ("two to" four years) before it, and the
+  apostrophe after a plural ("six months’").
 
 A span only grows over characters no other span holds, so the result stays disjoint and no
 found character is dropped or relabelled; adjacent spans of the label a span grew into merge.
@@ -40,8 +47,8 @@ _TITLES = (r"Mr|Mrs|Ms|Miss|Mx|Messrs|Dr|Prof|Professor|Sir|Dame|Lord|Lady|Judge
 # Particles of surnames, written before a capitalised part ("van der Berg", "Mac Giolla", "Ní
 # Bhriain", "al-Rashid"); Irish "an" leads to an eclipsed or prefixed word ("Mac an tSaoir").
 _PARTICLE = (r"(?:van der|van den|van de|van|von der|von|vom|zu|de la|de las|de los|de l['’]|del|della|dello"
-             r"|de|da|das|do|dos|du|di|le|la|ter|ten|Mac Giolla|Nic Giolla|Mac|Mc|Nic|Ní|Ó|Ua|Uí|Mhic|Bean|bin|ibn|bint|ben|al|el"
-             r"|Al|El|Abu|Abd|Van|Von|De|Da|Di|Du|Le|La|Dell['’]|D['’])")
+             r"|de|da|das|do|dos|du|di|le|la|ter|ten|Mac Giolla|Nic Giolla|Mac|Mc|Nic|Ní|Ó|Ua|Uí|Mhic|Bean"
+             r"|bin|ibn|bint|ben|al|el|Al|El|Abu|Abd|Van|Von|De|Da|Di|Du|Le|La|Dell['’]|D['’])")
 _IRISH_PREFIXED = r"(?:an[^\S\n])?(?:[bdgmnt]|bh|h|n-|t-)?\p{Lu}[\p{Ll}\p{M}]+"
 _INITIALS = r"(?:\p{Lu}\.[^\S\n]?-?[^\S\n]?){1,4}"
 _FIRM = (r"plc|PLC|p\.l\.c\.|Ltd\.?|Limited|LLP|LLC|L\.L\.C\.|Inc\.?|Incorporated|Corp\.?|Corporation"
@@ -80,7 +87,8 @@ _ALIAS = (r"[^\S\n]\((?:hereinafter[^\S\n])?[“\"‘]\p{Lu}[^”\"’\n()]{0,40
 
 # Text to the LEFT of a span, as a pattern matched against the text that ends where the span starts.
 _LEFT: dict[str, tuple[str, ...]] = {
-    "PERSON": (rf"\b(?:{_TITLES})\.?[^\S\n](?:and[^\S\n](?:{_TITLES})\.?[^\S\n])?", rf"(?<![\w.]){_INITIALS}(?!(?:{_TITLES})\b)",
+    "PERSON": (rf"\b(?:{_TITLES})\.?[^\S\n](?:and[^\S\n](?:{_TITLES})\.?[^\S\n])?",
+               rf"(?<![\w.]){_INITIALS}",
                rf"\b{_PARTICLE}(?:[^\S\n]|-|(?<=['’]))", r"\b\p{L}[\p{L}\p{M}]*[-'’]"),
     "ORG": (r"\b\p{L}[\p{L}\p{M}]*-",),
     "LOC": (r"\b(?:(?:Flat|Apartment|Apt\.|Unit|Suite|Room)[^\S\n]\d{1,4}[A-Za-z]?,[^\S\n])?\d{1,5}[A-Za-z]?,?[^\S\n]",),
