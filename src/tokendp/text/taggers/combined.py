@@ -3,8 +3,12 @@
 Every span either tagger finds is kept (a missed span is a leak; an extra one only costs
 utility); overlaps are resolved by :func:`~tokendp.text.taggers.resolve.resolve_overlaps`
 with source priority patterns > model, so a validated pattern (an IBAN, a date) keeps its
-label when scores tie, and no character either tagger found is dropped. Last, DATETIME and DEM
-are split into DATE / DURATION and OCCUPATION / DEM (:mod:`~tokendp.text.taggers.subtypes`).
+label when scores tie. With ``whole`` (the default), the CRF's spans that are a generic word
+alone are dropped first (:mod:`~tokendp.text.taggers.generic`), and after resolution its ORG
+spans that read as a name become PERSON (:mod:`~tokendp.text.taggers.relabel`) and every span is
+widened to its whole mention (:mod:`~tokendp.text.taggers.whole`); ``whole=False`` gives the
+spans as found, as before. Last, DATETIME and DEM are split into DATE / DURATION and OCCUPATION /
+DEM (:mod:`~tokendp.text.taggers.subtypes`).
 """
 
 from __future__ import annotations
@@ -24,7 +28,8 @@ SOURCE_PRIORITY = ("patterns", "model")
 
 
 class AutoTagger:
-    """Patterns plus the shipped CRF (or the one in ``model_dir``)."""
+    """Patterns plus the shipped CRF (or the one in ``model_dir``); ``whole=False``: spans as found
+    (no generic-word drop, relabelling or widening)."""
 
     name = "auto"
 

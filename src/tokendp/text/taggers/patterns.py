@@ -7,7 +7,10 @@ Luhn (ISO/IEC 7812-1) for card numbers, ISO 13616 mod-97 for IBANs, calendar ran
 numeric dates. European street addresses (Polish "ul.", German "Straße", French "rue",
 Italian "Via", Scandinavian "gate" / "gatan" / "vej"), with a following postcode and town, and
 organisations with a European legal form ("GmbH", "Sp. z o.o.") or hospital word ("Szpital",
-"Klinikum", "Hôpital", "Ospedale", "sykehus") use the ``regex`` module's Unicode classes.
+"Klinikum", "Hôpital", "Ospedale", "sykehus") use the ``regex`` module's Unicode classes. Codes
+are also found by the word before them ("bleep 4417", "account ending 4471", "ext. 315",
+"policy no. PP-7710293", "registration KX19 LMV"), with the weaker cue words ("case", "staff",
+"record") only when "number", "no.", "ID", "reference" or "code" follows them.
 """
 
 from __future__ import annotations
@@ -238,8 +241,9 @@ RECOGNIZERS: tuple[Recognizer, ...] = (
 
 
 class PatternTagger:
-    """Tags e-mails, URLs, phones, IBANs, cards, case/application numbers, ID codes, street
-    addresses (English and European, with postcodes), European organisations, dates, times,
+    """Tags e-mails, URLs, phones, IBANs, BICs, cards, case/application numbers, codes after cue
+    words, ID codes, neutral citations, judges ("Auld LJ"), street addresses (English, British and
+    Irish postcodes, European), European organisations, dates and lists of days, times,
     durations, amounts, measurements and ages with :data:`RECOGNIZERS`."""
 
     name = "patterns"
