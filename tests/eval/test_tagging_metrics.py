@@ -42,3 +42,21 @@ def test_split_convention(tmp_path):
     (tmp_path / "gold_spans.json").write_text(json.dumps({i: [[22, 26, "LOC"]] for i in ids}))
     data = load_tab(tmp_path, "report")
     assert list(data.texts) == ["b", "d"] and data.gold["b"] == [Span(22, 26, "LOC", 1.0, "gold")]
+
+
+def test_gold_mentions_whole_partial_and_missed_per_label():
+    text = "Mr F.A. Lindqvist met Ann in Oslo"  # PERSON 0-17, PERSON 22-25, LOC 29-33
+    gold = {"d": [Span(0, 17, "PERSON"), Span(22, 25, "PERSON"), Span(29, 33, "LOC")]}
+    pred = {"d": [Span(0, 4, "PERSON"), Span(8, 17, "PERSON"), Span(27, 33, "ORG")]}  # "F.A." left out
+    scores = char_scores({"d": text}, gold, pred)
+    person, loc = scores.mentions_by_label["PERSON"], scores.mentions_by_label["LOC"]
+    assert (person.whole, person.partial, person.missed) == (0, 1, 1)
+    assert (loc.whole, loc.partial, loc.missed) == (1, 0, 0)
+    assert scores.mentions.total == 3 and scores.mentions.whole_rate == pytest.approx(1 / 3)
+    assert scores.to_dict()["mentions"] == {"whole": 1, "partial": 1, "missed": 1, "whole_rate": pytest.approx(1 / 3)}
+
+
+def test_a_mention_is_whole_when_only_whitespace_is_left_out():
+    text = "Anna  Berg"
+    scores = char_scores({"d": text}, {"d": [Span(0, 10, "PERSON")]}, {"d": [Span(0, 4, "X"), Span(6, 10, "Y")]})
+    assert scores.mentions_by_label["PERSON"].whole == 1

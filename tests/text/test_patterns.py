@@ -171,3 +171,71 @@ def test_spans_are_disjoint_and_sorted():
     assert spans == sorted(spans)
     assert all(a.end <= b.start for a, b in zip(spans, spans[1:]))
     assert {s.source.split(":")[0] for s in spans} == {"patterns"}
+
+
+@pytest.mark.parametrize("text,expected", [
+    ("Please page her on bleep 4417 today.", "4417"),
+    ("the bank details ending 4471.", "4471"),
+    ("paid into the account ending in 0923.", "0923"),
+    ("call me on ext. 315 please", "315"),
+    ("or on extension 2290.", "2290"),
+    ("Our ref. DK/2231/LM", "DK/2231/LM"),
+    ("quoting policy no. PP-7710293 in", "PP-7710293"),
+    ("a van, registration KX19 LMV, overtook", "KX19 LMV"),
+    ("my lorry, registration 171-D-48862, along", "171-D-48862"),
+    ("her passport no. PAA123456 was", "PAA123456"),
+    ("my crew number 7731.", "7731"),
+    ("badge number 88214. My", "88214"),
+    ("MRN: 0048-2213 Admitted", "0048-2213"),
+    ("hospital no. RA 3390217, seen", "RA 3390217"),
+    ("account 40118832, sort code 20-45-77.", "20-45-77"),
+    ("Employee ID: E-204417", "E-204417"),
+    ("NHS number 943 476 5919 and", "943 476 5919"),
+    ("BIC COBADEFFXXX", "COBADEFFXXX"),
+])
+def test_codes_after_cue_words(text, expected):
+    assert (expected, "CODE") in _tagged(text)
+
+
+@pytest.mark.parametrize("text", [
+    "the account of 1996 and",          # "of" is no link to a code
+    "the staff of 40 people",           # a weak cue needs "number", "no.", "ID", ...
+    "for the case 12 was",              # ditto
+    "claim 2 of the applicant",         # ditto
+    "Call bleep 7 now.",                # one digit is no code
+    "the policy of the Government",     # no digits
+])
+def test_cue_words_without_a_code_tag_nothing(text):
+    assert {label for _, label in _tagged(text)} <= {"DATE"}
+
+
+def test_numbers_listed_after_nos_are_each_a_code():
+    text = "plots nos. 19, 20, 28 and 29, sheet 4, and plots nos. 60/1/2, 63/1 and 63/3 were"
+    codes = {span for span, label in _tagged(text) if label == "CODE"}
+    assert codes == {"19", "20", "28", "29", "60/1/2", "63/1", "63/3"}
+    assert ("4", "CODE") not in _tagged("nos. 19 and 20 were in zone 4")
+
+
+@pytest.mark.parametrize("text,expected,label", [
+    ("in the case ([2008] EWHC 860 (QB)), finding", "[2008] EWHC 860 (QB)", "CODE"),
+    ("held hearings on 15, 17 and 24 January 1990. The", "15, 17 and 24 January 1990", "DATE"),
+    ("a hearing date of 5 or 6 December 1994 for", "5 or 6 December 1994", "DATE"),
+    ("their 18 year‑old daughter", "18 year‑old", "DEM"),
+    ("turned 60 years of age. Prior", "60 years of age", "DEM"),
+    ("Auld LJ then applied the test", "Auld LJ", "PERSON"),
+    ("Infirmary\nWigan Lane, Wigan WN1 2NN\n", "Wigan Lane, Wigan WN1 2NN", "LOC"),
+    ("at 3 Whitworth Street, Manchester M1 3GH.", "3 Whitworth Street, Manchester M1 3GH", "LOC"),
+    ("at 14 Harcourt Terrace, Dublin, D02 YX88.", "14 Harcourt Terrace, Dublin, D02 YX88", "LOC"),
+])
+def test_citations_day_lists_ages_judges_and_postcode_addresses(text, expected, label):
+    assert (expected, label) in _tagged(text)
+
+
+@pytest.mark.parametrize("text", [
+    "took the M1 motorway north",           # a road is no postcode
+    "on 15 and 17 the",                     # days without a month
+    "in [2008] the court",                  # a year in brackets is no citation
+    "Auld then applied the test",           # a surname without LJ
+])
+def test_near_misses_of_the_new_families(text):
+    assert {label for _, label in _tagged(text)} <= {"DATE"}

@@ -11,6 +11,7 @@ import click
 
 from tokendp.cli._common import library_errors
 from tokendp.cli._console import console
+from tokendp.errors import InvalidParameterError
 from tokendp.text.documents import is_jsonl, read_documents
 from tokendp.text.spans import Span
 from tokendp.text.taggers import TAGGER_NAMES, get_tagger
@@ -70,15 +71,28 @@ def _summary(spans: list[Span]) -> str:
               help="Which tagger finds the spans.")
 @click.option("--json", "as_json", is_flag=True,
               help="Print spans as JSON (a list for a text file, one {id, spans} per line for JSONL).")
+@click.option("--no-whole", "as_found", is_flag=True,
+              help="auto only: spans as found, not widened to whole mentions, no generic-word drop or name "
+                   "relabelling (the earlier behaviour; docs/tagging.md).")
 @click.option("--html", "html_path", type=click.Path(dir_okay=False, writable=True, path_type=Path),
               help="Also write an HTML page with the spans highlighted.")
 @library_errors
-def tag(input_path: Path, tagger_name: str, as_json: bool, html_path: Path | None) -> None:
+def tag(input_path: Path, tagger_name: str, as_json: bool, as_found: bool, html_path: Path | None) -> None:
     """Find private spans (PERSON, CODE, LOC, ORG, DEM, OCCUPATION, DATE, DURATION, QUANTITY, MISC) in INPUT.
 
     INPUT is a UTF-8 text file, or a .jsonl file with one {"id", "text"} object per line.
+
+    Languages: the built-in taggers are built for English text. They are measured on English
+    court judgments and letters, where they also find people's names written in Arabic, Hebrew,
+    Devanagari, Chinese, Japanese, Korean, Cyrillic, Greek and extended Latin script. Text
+    written in another language is not measured: only the patterns (dates, numbers, e-mails,
+    IBANs, European addresses) are known to work there. Review the spans (--html) before relying
+    on them (docs/tagging.md, "Languages").
     """
-    tagger = get_tagger(tagger_name)  # first: a missing optional package fails before any reading
+    if as_found and tagger_name != "auto":
+        raise InvalidParameterError("--no-whole applies to the auto tagger only")
+    # first: a missing optional package fails before any reading
+    tagger = get_tagger(tagger_name, **({"whole": False} if as_found else {}))
     documents = read_documents(input_path)
     results = [(doc.id, doc.text, tag_text(doc.text, tagger=tagger)) for doc in documents]
     if as_json and is_jsonl(input_path):

@@ -7,7 +7,10 @@ Luhn (ISO/IEC 7812-1) for card numbers, ISO 13616 mod-97 for IBANs, calendar ran
 numeric dates. European street addresses (Polish "ul.", German "Straße", French "rue",
 Italian "Via", Scandinavian "gate" / "gatan" / "vej"), with a following postcode and town, and
 organisations with a European legal form ("GmbH", "Sp. z o.o.") or hospital word ("Szpital",
-"Klinikum", "Hôpital", "Ospedale", "sykehus") use the ``regex`` module's Unicode classes.
+"Klinikum", "Hôpital", "Ospedale", "sykehus") use the ``regex`` module's Unicode classes. Codes
+are also found by the word before them ("bleep 4417", "account ending 4471", "ext. 315",
+"policy no. PP-7710293", "registration KX19 LMV"), with the weaker cue words ("case", "staff",
+"record") only when "number", "no.", "ID", "reference" or "code" follows them.
 """
 
 from __future__ import annotations
@@ -48,6 +51,8 @@ _STREET_SUFFIX = r"stra(?:ss|ß)e|gasse|weg|gatan|vägen|gade|vej|veien|straat|l
 _CAP = r"\p{Lu}(?:[\p{L}\p{M}'’-]|\.(?=\p{L}))*"
 _POSTCODE_TOWN = (r"(?:,?[ \t]+(?:[A-Z]{1,2}-)?(?:\d{2}-\d{3}|\d{3} \d{2}|\d{4,5})[ \t]+\p{Lu}[\p{L}\p{M}-]*"
                   r"(?:[ -]\p{Lu}[\p{L}\p{M}-]*)?(?: [A-Z]\b)?)?")
+# British (M1 3GH, WN1 2NN, SW1A 1AA) and Irish (D02 YX88) postcodes.
+_UK_IE_POSTCODE = r"(?:[A-Z]{1,2}\d[A-Z\d]? \d[A-Z]{2}|[AC-FHKNPRTV-Y]\d{2} ?[AC-FHKNPRTV-Y\d]{4})"
 _FR_LINK = r"(?:(?:de la|de l['’]|du|des|de|d['’]|la|le|les|l['’])\s?)"
 _IT_LINK = r"(?:(?:dei|degli|delle|della|dello|del|di|de['’])\s)"
 _EU_STREETS = (
@@ -67,6 +72,25 @@ _CARE_WORDS = (r"Szpital|Klinika|Przychodnia|Klinikum|Krankenhaus|Universitätsk
                r"|Centre [Hh]ospitalier|Ospedale|Policlinico|Azienda [Oo]spedaliera")
 _CARE_LINK = r"(?:(?:de la|de|du|des|di|del|della|dei|im|am|an der|der|des|rechts der|św\.|im\.)\s)"
 _CARE_SUFFIX = r"universitetssykehus|sykehus|sjukhus|universitetssjukhus(?:et)?|sjukhuset|sygehus|Klinikum|Klinik"
+# Words after which a number is an identifier ("bleep 4417", "the account ending 4471", "ext. 315",
+# "policy no. PP-7710293", "registration KX19 LMV"); a weak cue ("case", "staff", "record") only
+# with "number", "no.", "ID", "reference" or "code" after it. An optional "is", "was", ":" or "#"
+# may stand before the code.
+_STRONG_CUES = (r"ending|ends|ending in|ending with|bleep|pager|extension|ext\.?|[Rr]ef\.?|[Aa]ccount|[Pp]olicy"
+                r"|[Rr]egistration|[Pp]assport|[Cc]rew|MRN|NHS|PPS|[Ss]ort code")
+_WEAK_CUES = (r"[Rr]eference|[Bb]adge|[Ss]taff|[Ee]mployee|[Pp]ayroll|[Mm]embership|[Ll]icen[cs]e|[Bb]ooking"
+              r"|[Cc]laim|[Ii]nvoice|[Cc]ustomer|[Cc]lient|[Pp]atient|[Hh]ospital|[Cc]ase|[Ff]ile|[Cc]ertificate"
+              r"|[Vv]ehicle|[Ss]erial|[Tt]ax|VAT|[Ii]dentity card|[Ii]dentity|[Cc]ard|[Rr]ecord|[Cc]hassis|[Ll]oan"
+              r"|[Mm]ortgage|[Cc]ontract|[Oo]rder|[Tt]icket|[Pp]hone|[Tt]elephone|[Mm]ember|[Uu]nit|[Pp]rison"
+              r"|[Pp]ersonal|[Ii]nsurance|[Ss]ocial security|[Bb]ank")
+_CODE_LINK_WORD = r"(?:[Nn]umbers?|[Nn]os?\.|[Nn]o|ID|[Rr]ef\.?|[Rr]eference|[Cc]ode|[Mm]ark|[Pp]late)"
+_CODE_CUE = (rf"(?:(?:{_STRONG_CUES})(?:\s{_CODE_LINK_WORD})?|(?:{_WEAK_CUES})\s{_CODE_LINK_WORD})"
+             r"(?:\s?(?::|#)|\s(?:is|was))?")
+# A code: digits, optionally with capitals and "-", "/", "." inside ("SB-0044182", "DK/2231/LM",
+# "171-D-48862"), or space-separated groups of capitals and digits, one with a digit ("KX19 LMV",
+# "RA 3390217", "943 476 5919").
+_CODE_VALUE = (r"(?=[A-Z0-9 ./-]*\d[A-Z0-9 ./-]*\d)[A-Z]{0,4}[0-9A-Z]*(?:[-/.][0-9A-Z]+)*"
+               r"(?: (?=[A-Z0-9]*\d|[A-Z]{2,4}\b)[0-9A-Z]+(?:[-/.][0-9A-Z]+)*){0,3}")
 _MEASURE = (r"sq\.? ?m\.?|square met(?:re|er)s?|m²|m2|hectares?|ha|km|kilomet(?:re|er)s?|met(?:re|er)s?"
             r"|cm|mm|kg|kilograms?|grams?|g|tonnes?|tons?|litres?|liters?|per cent|percent|%")
 
@@ -155,11 +179,23 @@ RECOGNIZERS: tuple[Recognizer, ...] = (
         r"(?P<v>[A-Z]{0,4}[0-9][\w./-]*[\w])"), 0.8),
     Recognizer("stated_number", "CODE", _r(
         r"\b(?:[Nn]umber|[Nn]o\.|ID|[Rr]eference) (?:is|was|:) (?P<v>[A-Z]{0,4}[-/]?\d[\w./-]*\w)"), 0.95),
+    Recognizer("cue_code", "CODE", _r(
+        rf"\b{_CODE_CUE}\s?(?P<v>{_CODE_VALUE})(?![\w/-]|\.\w|[ ,.]\d{{3}}\b)"), 0.9),
+    Recognizer("bic", "CODE", _r(r"\b(?:BIC|SWIFT)(?: code)?:? (?P<v>[A-Z]{6}[A-Z0-9]{2}(?:[A-Z0-9]{3})?)\b"), 0.9),
+    Recognizer("code_list", "CODE", _u(
+        r"(?<=\b[Nn]os\.\s(?:\d[\w/.-]*(?:,\s|,?\sand\s))+)\d[\w/-]*(?:\.\d+)?(?![\w/])"), 0.85),
+    Recognizer("neutral_citation", "CODE", _r(
+        r"\[\d{4}\]\s(?:\d{1,3}\s)?[A-Z][A-Za-z]{1,6}(?:\s(?:Civ|Crim|Admin|Fam|Ch|QB|KB))?\s\d{1,5}"
+        r"(?:\s\((?:QB|KB|Ch|Fam|Admin|Comm|TCC|Pat)\))?"), 0.9),
     Recognizer("id_code", "CODE", _r(
         r"\b(?=[A-Z0-9./-]*\d)(?=[0-9./-]*[A-Z])[A-Z0-9](?:[A-Z0-9]|[./-](?=[A-Z0-9])){4,}\b"), 0.7),
+    Recognizer("judge", "PERSON", _r(r"\b[A-Z][a-z]+(?:(?:-| and )[A-Z][a-z]+)?\s(?:LJJ|LJ|QC|KC|CJ)\b"), 0.85),
     Recognizer("street_address", "LOC", _r(
         rf"(?<![Ii]n )(?<!since )(?<!of )\b\d{{1,5}}[A-Za-z]?,?\s(?:[A-Z][\w'’-]*\s){{1,3}}(?:{_STREET})(?!\w)"
         rf"|\b[A-ZÄÖÜÅØÆ][\w-]*(?:{_STREET_SUFFIX})\s\d{{1,5}}[a-z]?\b"), 0.9),
+    Recognizer("postcode_address", "LOC", _r(
+        rf"\b(?:\d{{1,5}}[A-Za-z]?,? )?(?:[A-Z][\w'’-]* ){{1,3}}(?:{_STREET})(?:, [A-Z][\w'’-]+(?: [A-Z][\w'’-]+)?){{0,2}}"
+        rf",? {_UK_IE_POSTCODE}\b|\b[A-Z][a-z]+(?:[ -][A-Z][a-z]+)?,? {_UK_IE_POSTCODE}\b"), 0.97),
     Recognizer("eu_street_address", "LOC", _u(rf"(?:{_EU_STREETS}){_POSTCODE_TOWN}"), 0.98),
     Recognizer("postcode_town", "LOC", _u(
         r"\b(?:[A-Z]{1,2}-\d{4,5}|\d{2}-\d{3})[ \t]+\p{Lu}[\p{L}\p{M}-]*(?:[ -]\p{Lu}[\p{L}\p{M}-]*)?"), 0.85),
@@ -172,6 +208,9 @@ RECOGNIZERS: tuple[Recognizer, ...] = (
     Recognizer("date_my", "DATETIME", _r(rf"\b(?:(?:early|mid|late)[- ])?{_MONTH},? {_YEAR}\b"), 0.9),
     Recognizer("date_dm", "DATETIME", _r(rf"\b{_DAY} (?:of )?{_MONTH}(?! \d)\b|\b{_MONTH} {_DAY}\b(?![,.]?\d)"),
                0.8),
+    Recognizer("date_list", "DATETIME", _r(
+        rf"\b{_DAY}(?:(?:,\s|\s(?:and|or|to)\s|\s?[-–]\s?){_DAY})*(?:,\s|,?\s(?:and|or|to)\s|\s?[-–]\s?){_DAY}"
+        rf"\s(?:of\s)?{_MONTH}(?:,?\s{_YEAR})?\b"), 0.95),
     Recognizer("date_numeric", "DATETIME", _r(
         r"\b(?:(?:0?[1-9]|[12]\d|3[01])([./-])(?:0?[1-9]|1[0-2])\1(?:1[6-9]|20)?\d\d"
         r"|(?:1[6-9]|20)\d\d-(?:0?[1-9]|1[0-2])-(?:0?[1-9]|[12]\d|3[01]))\b(?![./-]\d)"),
@@ -196,14 +235,15 @@ RECOGNIZERS: tuple[Recognizer, ...] = (
         rf"(?:\s[(\[](?:{_CURRENCY_CODES})[)\]])?|\b(?:{_NUM})\s?(?:{_CURRENCY_CODES})\b"), 0.9),
     Recognizer("measure", "QUANTITY", _r(rf"\b(?:{_NUM})\s?(?:{_MEASURE})(?![\w²])"), 0.8),
     Recognizer("age", "DEM", _r(
-        rf"\b(?:aged|age of|at the age of)\s{_COUNT}(?:\s(?:years|months)(?: old)?)?\b"
-        rf"|\b{_COUNT}[- ](?:year|month)s?[- ]old\b", re.IGNORECASE), 0.9),
+        rf"\b(?:aged|age of|at the age of|at age|age)\s{_COUNT}(?:\s(?:years|months)(?: old| of age)?)?\b"
+        rf"|\b{_COUNT}[-‐‑ ](?:year|month)s?[-‐‑ ]old\b|\b{_COUNT}\syears\sof\sage\b", re.IGNORECASE), 0.9),
 )
 
 
 class PatternTagger:
-    """Tags e-mails, URLs, phones, IBANs, cards, case/application numbers, ID codes, street
-    addresses (English and European, with postcodes), European organisations, dates, times,
+    """Tags e-mails, URLs, phones, IBANs, BICs, cards, case/application numbers, codes after cue
+    words, ID codes, neutral citations, judges ("Auld LJ"), street addresses (English, British and
+    Irish postcodes, European), European organisations, dates and lists of days, times,
     durations, amounts, measurements and ages with :data:`RECOGNIZERS`."""
 
     name = "patterns"
