@@ -20,7 +20,7 @@ pytestmark = pytest.mark.slow
 PARAGRAPHS = [
     "On 3 March 2019 Ms Clara Jensen bought a blue bicycle from a shop in Aarhus for her daughter.",
     "The court of appeal heard the tenant's complaint about the broken heating on 9 May 2021.",
-    "Dr Pieter de Vries examined the patient and prescribed a course of physiotherapy for her knee.",
+    "Dr Pieter de Vries examined the patient and prescribed physiotherapy for her knee.",
 ]
 NAMES = ("3 March 2019", "Clara Jensen", "Aarhus", "9 May 2021", "Pieter de Vries")
 
@@ -34,7 +34,7 @@ def test_each_passage_of_a_long_document_rewrites_its_own_text():
     spans = sorted(Span(text.index(n), text.index(n) + len(n), "DATETIME" if n[0].isdigit() else
                         "LOC" if n == "Aarhus" else "PERSON") for n in NAMES)
     prepared = prepare_sanitize([text], spans=[spans], model="rewriter",
-                                config=SanitizeConfig(epsilon=8.0, passage_tokens=24, max_new_tokens=120))
+                                config=SanitizeConfig(epsilon=8.0, passage_tokens=32, max_new_tokens=120))
     assert len(prepared.documents[0].long.passages) == 3
     pieces: list[list[int]] = []
     (result,) = run_sanitize(prepared, seed=[3], on_passage=lambda i, k, n: pieces.append([]),
