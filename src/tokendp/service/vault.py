@@ -5,9 +5,11 @@ A release of document D at a public epsilon e is DP-Fusion under the per-group R
 with ONE GROUP PER UNIT that has spans in D (:func:`tokendp.service.units.unit_key`), at the
 vault's order alpha: each group's row shows all of its unit's spans, whatever their labels. The
 groups are named ``unit-001``, ``unit-002``... by the position of their first span (public), so
-no subject id reaches the release. Each span is relabelled ``unit-00k/LABEL`` and grouped by a
-label -> group mapping, so that the library's own preparation
-(:func:`tokendp.jobs.sanitize.prepare_sanitize`) builds the rows, passages, T and certificate.
+no subject id reaches the release. Each span is relabelled ``unit-00k/LABEL``
+(:func:`tokendp.text.contexts.qualified_label`: hidden with LABEL's own placeholder, so a model
+with typed markers sees the kind of each slot, as on the command line) and grouped by a label ->
+group mapping, so that the library's own preparation (:func:`tokendp.jobs.sanitize.prepare_sanitize`)
+builds the rows, passages, T and certificate.
 
 The certificate is the release's own: each unit (e, delta)-DP for this release, from B_rel =
 dp_fusion_filter_budget(e, alpha, delta), public; the lifetime guarantee (the tenant's epsilon)
@@ -34,6 +36,7 @@ from tokendp.service.keys import Caller
 from tokendp.service.plans import AccountingMismatch, expected_certificates, report_certificate
 from tokendp.service.units import unit_key
 from tokendp.service.vault_store import Settings, StoredDocument
+from tokendp.text.contexts import qualified_label
 
 REWRITE = "rewrite"
 GROUP_PREFIX = "unit-"
@@ -104,7 +107,7 @@ def unit_groups(documents: Sequence[StoredDocument]
         spans.append([])
         for span in document.spans:
             group = names[unit(document, span)]
-            label = f"{group}/{span['label']}"
+            label = qualified_label(group, span["label"])
             spans[-1].append({"start": span["start"], "end": span["end"], "label": label})
             groups[label] = group
     return spans, groups, {g: u for u, g in names.items()}
