@@ -1,5 +1,5 @@
 """``tokendp vault add`` and ``tokendp keys create --role`` from the command line (the vault's
-server side is tested over HTTP in tests/service/test_vault*.py)."""
+server side is tested over HTTP in tests/service/vault/)."""
 
 from __future__ import annotations
 

@@ -32,7 +32,7 @@ schemathesis = pytest.importorskip("schemathesis", reason="the contract test nee
 from schemathesis.engine import Status, events, from_schema  # noqa: E402
 
 from tests.service.conftest import Server  # noqa: E402
-from tests.service.vault_helpers import call, document, make_keys  # noqa: E402
+from tests.service.vault.helpers import call, document, make_keys  # noqa: E402
 
 pytestmark = pytest.mark.slow
 

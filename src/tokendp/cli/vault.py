@@ -32,9 +32,9 @@ def add(corpus: str, tenant: str, replace: bool, tagger: str, db: str | None) ->
     The title is PUBLIC (readers see it); the text, spans and subjects are not."""
     from tokendp.errors import InvalidInputError
     from tokendp.service.db import open_db
-    from tokendp.service.documents import check_document
+    from tokendp.service.vault.documents import check_document
     from tokendp.service.keys import Tenant
-    from tokendp.service.vault_store import VaultStore
+    from tokendp.service.vault.store import VaultStore
     from tokendp.text.documents import jsonl_records
 
     conn = open_db(_db(db))

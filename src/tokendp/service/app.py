@@ -4,7 +4,7 @@ Every /v1 call authenticates its key (401 unauthorized), counts against the key'
 minute (429 rate_limited), checks the key's role (403 forbidden: every route declares the roles
 it admits, :func:`create_app`'s ``owner`` and ``anyone``; docs/vault.md) and sees only its own
 tenant's data. A reader key may list the stored documents' ids and titles, ask for releases of
-them (:mod:`tokendp.service.vault_routes`), use the accountant (/v1/account, pure arithmetic) and
+them (:mod:`tokendp.service.vault.routes`), use the accountant (/v1/account, pure arithmetic) and
 ask its own tenant and role (/v1/whoami); every other route is the owner's. Jobs go through the one
 :class:`~tokendp.service.batching.Worker`; the endpoints only wait for them. /v1/sanitize
 answers JSON, or server-sent events when the body has ``"stream": true`` or the Accept header
@@ -48,8 +48,8 @@ from tokendp.service.schemas import (AccountRequest, GenerateRequest, SanitizeRe
 from tokendp.service.store import BudgetStore
 from tokendp.service.streams import events, wait
 from tokendp.service.tagging import Tagging
-from tokendp.service.vault_routes import vault_routes
-from tokendp.service.vault_store import DEFAULT_LEASE_S, VaultStore
+from tokendp.service.vault.routes import vault_routes
+from tokendp.service.vault.store import DEFAULT_LEASE_S, VaultStore
 
 STATIC = Path(__file__).parent / "static"
 BEARER = HTTPBearer(auto_error=False, description="a key from `tokendp keys create` (owner or reader)")

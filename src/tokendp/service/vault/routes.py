@@ -5,7 +5,7 @@ Every route declares who may call it through its dependency: ``owner`` (403 forb
 reader key) or ``anyone`` (owner or reader of the tenant). Everything is scoped to the caller's
 tenant: another tenant's document is "not found", exactly like one that does not exist. What
 a reader receives is public: ids and titles of confirmed documents, releases and their
-certificates, and which documents an answer read (public: :mod:`tokendp.service.retrieval`). A
+certificates, and which documents an answer read (public: :mod:`tokendp.service.vault.retrieval`). A
 draft, a missing document and another tenant's are the same 404, named in ``/v1/ask`` too;
 nothing about a unit's spend or remaining budget, or a release's lambdas, reaches a reader
 (docs/privacy.md, "The vault: one lifetime filter per unit").
@@ -25,17 +25,17 @@ from tokendp.jobs.generate import DEFAULT_MAX_NEW_TOKENS
 from tokendp.service import errors
 from tokendp.service.batching import Job, Worker
 from tokendp.service.contract import BODY, KEYED, OWNER, PARAMS, RELEASE, TAGGER, answers
-from tokendp.service.documents import check_document
+from tokendp.service.vault.documents import check_document
 from tokendp.service.errors import APIError
 from tokendp.service.keys import Caller
 from tokendp.service.limits import Limits
-from tokendp.service.retrieval import Retriever
+from tokendp.service.vault.retrieval import Retriever
 from tokendp.service.schemas import DEFAULT_TOP_K, DOCUMENT_ID, AskIn, DocumentBody, DocumentIn, QuotaIn, limit
 from tokendp.service.streams import event, events, wait
 from tokendp.service.tagging import Tagging
-from tokendp.service.vault import REWRITE, RewriteParams, RewriteRequest
-from tokendp.service.vault_ask import ASK, AskParams, AskRequest
-from tokendp.service.vault_store import StoredDocument, VaultStore
+from tokendp.service.vault.release import REWRITE, RewriteParams, RewriteRequest
+from tokendp.service.vault.ask import ASK, AskParams, AskRequest
+from tokendp.service.vault.store import StoredDocument, VaultStore
 
 NOT_FOUND = "no such document in this tenant's vault"
 NO_MATCH = ("no confirmed document's public text (spans hidden) shares a word with the question; name the documents "

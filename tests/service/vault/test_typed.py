@@ -10,8 +10,8 @@ import pytest
 from tokendp.service.batching import Job, Worker
 from tokendp.service.keys import authenticate, create_key
 from tokendp.service.store import BudgetStore
-from tokendp.service.vault import REWRITE, RewriteParams, RewriteRequest
-from tokendp.service.vault_store import VaultStore
+from tokendp.service.vault.release import REWRITE, RewriteParams, RewriteRequest
+from tokendp.service.vault.store import VaultStore
 from tokendp.text.contexts import placeholders
 
 pytestmark = pytest.mark.slow

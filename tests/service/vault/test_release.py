@@ -1,4 +1,4 @@
-"""A vault release on the tiny model, in process (tokendp.service.vault): one group per unit,
+"""A vault release on the tiny model, in process (tokendp.service.vault.release): one group per unit,
 the reservations as the filter's budgets, and a unit whose budget is spent read as the public
 text: the release is then the same, token for token, whatever that unit's spans say."""
 
@@ -12,9 +12,9 @@ from tests.service.conftest import LETTER
 from tokendp.jobs.sanitize import run_sanitize_spending
 from tokendp.service.keys import Caller, Tenant
 from tokendp.service.plans import AccountingMismatch
-from tokendp.service.units import unit_key
-from tokendp.service.vault import RewriteParams, RewriteRequest, plan_rewrite
-from tokendp.service.vault_store import Settings, StoredDocument
+from tokendp.service.vault.units import unit_key
+from tokendp.service.vault.release import RewriteParams, RewriteRequest, plan_rewrite
+from tokendp.service.vault.store import Settings, StoredDocument
 
 SUBJECT = "patient-7"
 CALLER = Caller(Tenant("clinic", 4.0, 1e-5), "reader", "hash", "tdp_prefix")

@@ -3,9 +3,9 @@ their tickets and reservations, cached rewrites and reader quotas (tables in
 :mod:`tokendp.service.db`).
 
 Portable SQL only (``?`` parameters, ``INSERT ... ON CONFLICT``, no backend's functions),
-each write in one :func:`~tokendp.service.db.immediate` transaction that locks what its
-decision reads (:mod:`tokendp.service.vault_tickets`, "Locks"), so that SQLite and PostgreSQL
-run the same statements behind :class:`~tokendp.service.db.Connection`.
+each write in one :func:`~tokendp.service.db.connection.immediate` transaction that locks what its
+decision reads (:mod:`tokendp.service.vault.tickets`, "Locks"), so that SQLite and PostgreSQL
+run the same statements behind :class:`~tokendp.service.db.connection.Connection`.
 
 The release rule (docs/privacy.md, "The vault: one lifetime filter per unit"): a release takes
 a ticket when it arrives (:meth:`VaultStore.ticket`, in the transaction that checks the reader's
@@ -31,10 +31,10 @@ from typing import Any
 from tokendp.accounting import lifetime_alpha, lifetime_budget, lifetime_reservation, lifetime_spent
 from tokendp.accounting._rounding import ceil_float
 from tokendp.errors import InvalidParameterError
-from tokendp.service import vault_tickets as tickets
-from tokendp.service.db import immediate, retried
+from tokendp.service.vault import tickets
+from tokendp.service.db.connection import immediate, retried
 from tokendp.service.keys import Caller, Tenant, now
-from tokendp.service.units import describe
+from tokendp.service.vault.units import describe
 
 
 class QuotaExceeded(Exception):
@@ -196,7 +196,7 @@ class VaultStore:
 
     # --- tickets and leases ---------------------------------------------------------------
     def beat(self) -> None:
-        """Renew this process's lease (:mod:`tokendp.service.vault_tickets`)."""
+        """Renew this process's lease (:mod:`tokendp.service.vault.tickets`)."""
         tickets.beat(self.conn, self.holder, self.lease)
 
     def leave(self) -> None:

@@ -2,7 +2,7 @@
 "The vault: one lifetime filter per unit"; docs/vault.md).
 
 A release of document D at a public epsilon e is DP-Fusion under the per-group Rényi filter
-with ONE GROUP PER UNIT that has spans in D (:func:`tokendp.service.units.unit_key`), at the
+with ONE GROUP PER UNIT that has spans in D (:func:`tokendp.service.vault.units.unit_key`), at the
 vault's order alpha: each group's row shows all of its unit's spans, whatever their labels. The
 groups are named ``unit-001``, ``unit-002``... by the position of their first span (public), so
 no subject id reaches the release. Each span is relabelled ``unit-00k/LABEL``
@@ -34,8 +34,8 @@ from tokendp.jobs.config import SanitizeConfig
 from tokendp.jobs.sanitize import prepare_sanitize
 from tokendp.service.keys import Caller
 from tokendp.service.plans import AccountingMismatch, expected_certificates, report_certificate
-from tokendp.service.units import unit_key
-from tokendp.service.vault_store import Settings, StoredDocument
+from tokendp.service.vault.units import unit_key
+from tokendp.service.vault.store import Settings, StoredDocument
 from tokendp.text.contexts import qualified_label
 
 REWRITE = "rewrite"
@@ -122,7 +122,7 @@ def grouped_spans(document: StoredDocument) -> tuple[list[dict[str, Any]], dict[
 @dataclass
 class Release:
     """A rewrite ready to run: the prepared job (certificate fixed), the unit of each group in
-    the job's group order, and B_rel. (An answer, :class:`tokendp.service.vault_ask.Answer`, is
+    the job's group order, and B_rel. (An answer, :class:`tokendp.service.vault.ask.Answer`, is
     one too, with its own request and response.)"""
 
     kind: str

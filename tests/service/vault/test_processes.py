@@ -25,7 +25,7 @@ import pytest
 
 from tests.service.conftest import Server, auth
 from tests.service.postgres import fresh_database, postgres_server  # noqa: F401 (a fixture)
-from tests.service.vault_helpers import RELEASE, SUBJECT, call, document, ledger, make_keys, rewrite, unit
+from tests.service.vault.helpers import RELEASE, SUBJECT, call, document, ledger, make_keys, rewrite, unit
 from tokendp.accounting import lifetime_reservation
 
 pytestmark = pytest.mark.slow
