@@ -20,6 +20,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from tokendp.params import DEFAULT_PACE, MAX_ALPHA, MIN_TEMPERATURE
+from tokendp.service.vault.units import CONTROLS, FORMAT_RANGES, WHITE_SPACE
 from tokendp.text.taggers.labels import CHOOSABLE
 
 # Python's whitespace (str.isspace, what str.strip() removes), as a regular expression class's body.
@@ -30,6 +31,27 @@ NOT_BLANK = f"[^{WHITESPACE}]"
 DOCUMENT_TEXT = rf"^\ufeff*(?:[^{WHITESPACE}\ufeff]|[{WHITESPACE}]+[^{WHITESPACE}])"
 #: A vault document id (part of a URL): no '/', no control character.
 DOCUMENT_ID = r"^[^/\x00-\x1f]+$"
+
+
+def _class(points: set[int]) -> str:
+    """A regular expression class's body for the code points ``points``, in ranges: ``\\xNN`` and
+    ``\\uXXXX`` escapes, astral code points as themselves."""
+    def one(c: int) -> str:
+        return f"\\x{c:02x}" if c < 0x100 else f"\\u{c:04x}" if c < 0x10000 else chr(c)
+    out, ordered = [], sorted(points)
+    for c in ordered:
+        if out and c == out[-1][1] + 1:
+            out[-1][1] = c
+        else:
+            out.append([c, c])
+    return "".join(one(a) if a == b else f"{one(a)}-{one(b)}" for a, b in out)
+
+
+_CONTROLS = _class({ord(c) for c in CONTROLS})
+_IGNORED = _class({ord(c) for c in CONTROLS + "".join(WHITE_SPACE)} | {c for a, b in FORMAT_RANGES for c in range(a, b + 1)})
+#: A subject id: no control character but white space, and something left once white space and
+#: format characters are removed (:func:`tokendp.service.vault.units.canonical_subject`).
+SUBJECT = f"^[^{_CONTROLS}]*[^{_IGNORED}][^{_CONTROLS}]*$"
 
 
 Id = Field(min_length=1, max_length=200, description="the protected document's id, chosen by the client")
@@ -185,8 +207,11 @@ class AccountRequest(Strict):
 
 
 # ---------------------------------------------------------------------------- the vault (docs/vault.md)
-Subject = Field(None, min_length=1, max_length=200, description="the person this is about: the owner's id, never "
-                "shown to readers; spans of one subject share one lifetime budget across documents")
+Subject = Field(None, min_length=1, max_length=200, pattern=SUBJECT,
+                description="the person this is about: the owner's id, never shown to readers; spans of one subject "
+                "share one lifetime budget across documents. Stored canonical (Unicode NFKC, case folded, white "
+                "space trimmed and collapsed, invisible characters removed): ids that differ only there are one "
+                "subject")
 
 
 class VaultSpanIn(Strict):

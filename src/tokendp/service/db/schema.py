@@ -1,6 +1,7 @@
 """The tables of the service's database, the same on both backends (:mod:`tokendp.service.db`):
 :data:`SCHEMA` with the backend's types for floats and ids left open (:func:`schema`), and the
-columns a database made by an earlier version gains (:data:`MIGRATIONS`)."""
+columns (:data:`MIGRATIONS`) and rewritten data (:data:`DATA_MIGRATIONS`) a database made by an
+earlier version gains."""
 
 from __future__ import annotations
 
@@ -97,6 +98,13 @@ CREATE TABLE IF NOT EXISTS holders (
     beat {real} NOT NULL,          -- its last heartbeat, on the database's clock (seconds)
     lease {real} NOT NULL          -- its tickets expire this long after its last heartbeat
 );
+CREATE TABLE IF NOT EXISTS unit_merges (
+    tenant TEXT NOT NULL REFERENCES tenants(name),
+    unit TEXT NOT NULL,            -- the unit a subject's old unit was merged into (its canonical id)
+    merged TEXT NOT NULL,          -- the old unit's key, its subject id as stored before
+    spent {real} NOT NULL,         -- the old unit's committed spend, added to the unit's
+    created TEXT NOT NULL
+);
 CREATE TABLE IF NOT EXISTS rewrites (
     tenant TEXT NOT NULL,
     document TEXT NOT NULL,
@@ -116,6 +124,21 @@ MIGRATIONS = (
     ("api_keys", "tokens_per_day", "INTEGER"),
     ("releases", "holder", "TEXT"),
 )
+
+
+def _merge_subjects(conn) -> None:
+    """Subject ids to their canonical form, units merged with their spends added
+    (:mod:`tokendp.service.vault.merge`, imported only when a database needs it)."""
+    from tokendp.service.vault.merge import merge_subjects
+
+    merge_subjects(conn)
+
+
+# Data a database made by an earlier version needs rewritten: (table, function of a connection).
+# Each function runs once, in the transaction that creates its table (its mark), under the lock
+# that transaction holds (SQLite's write lock; PostgreSQL's advisory lock on the schema); a new
+# database, which has nothing to rewrite, skips it.
+DATA_MIGRATIONS = (("unit_merges", _merge_subjects),)
 
 
 def schema(real: str, id: str) -> list[str]:

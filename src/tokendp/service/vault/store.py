@@ -381,16 +381,24 @@ class VaultStore:
 
     def ledger(self, tenant: Tenant) -> dict[str, Any]:
         """Every unit: committed spend, open reservations (in flight: they count as spent) and
-        the lifetime budget, in RDP at the vault's order; releases per state (``waiting``,
-        ``open``, ``done``, ``failed``, ``expired``, ``void``)."""
+        the lifetime budget, in RDP at the vault's order, and the units merged into it when
+        subject ids became canonical (:mod:`tokendp.service.vault.merge`: each one's old subject
+        id and the spend it brought); releases per state (``waiting``, ``open``, ``done``,
+        ``failed``, ``expired``, ``void``)."""
         settings = self.settings(tenant)
+        merges: dict[str, list[dict[str, Any]]] = {}
+        for row in self.conn.execute("SELECT unit, merged, spent, created FROM unit_merges WHERE tenant = ? "
+                                     "ORDER BY created, merged", (tenant.name,)).fetchall():
+            merges.setdefault(row["unit"], []).append({**describe(row["merged"]), "spent": row["spent"],
+                                                       "at": row["created"]})
         units = []
         for row in self.conn.execute("SELECT unit, spent FROM units WHERE tenant = ? ORDER BY unit",
                                      (tenant.name,)).fetchall():
             held = self._outstanding(self.conn, tenant.name, row["unit"])
             units.append({**describe(row["unit"]), "spent": row["spent"], "reserved": held,
                           "remaining": lifetime_reservation(budget=settings.budget, spent=row["spent"],
-                                                            outstanding=held, release=settings.budget)})
+                                                            outstanding=held, release=settings.budget),
+                          "merged": merges.get(row["unit"], [])})
         states = self.conn.execute("SELECT state, COUNT(*) AS n FROM releases WHERE tenant = ? GROUP BY state",
                                    (tenant.name,)).fetchall()
         return {"alpha": settings.alpha, "budget": settings.budget, "epsilon": tenant.budget, "delta": tenant.delta,
