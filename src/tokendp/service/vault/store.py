@@ -51,7 +51,10 @@ class TicketLapsed(Exception):
 
 
 class DocumentExists(Exception):
-    """POST of a document id the tenant already has (replace it with PUT)."""
+    """POST of a document id the tenant already has (replace it with PUT); ``index``: its place
+    among the documents of :meth:`VaultStore.put_all`."""
+
+    index: int = 0
 
 
 @dataclass(frozen=True)
@@ -126,22 +129,38 @@ class VaultStore:
     def put(self, tenant: Tenant, doc: Mapping[str, Any], *, state: str, create: bool) -> str:
         """Store a validated document (``create``: refuse an existing id); its new version.
         Replacing a document drops its cached rewrites (they were of the old version)."""
+        with immediate(self.conn) as conn:
+            return self._put(conn, tenant, doc, state, create)
+
+    @retried
+    def put_all(self, tenant: Tenant, docs: Sequence[tuple[Mapping[str, Any], str]], *, create: bool) -> None:
+        """Store validated (document, state) pairs all or none, in one write transaction:
+        DocumentExists (its ``index`` the first one the vault holds, with ``create``) stores none."""
+        with immediate(self.conn) as conn:
+            for i, (doc, state) in enumerate(docs):
+                try:
+                    self._put(conn, tenant, doc, state, create)
+                except DocumentExists as err:
+                    err.index = i
+                    raise
+
+    @staticmethod
+    def _put(conn, tenant: Tenant, doc: Mapping[str, Any], state: str, create: bool) -> str:
         version = secrets.token_hex(8)
         row = (doc["title"], doc["text"], json.dumps(doc["spans"], ensure_ascii=False), doc.get("subject"), state)
-        with immediate(self.conn) as conn:
-            exists = conn.execute("SELECT 1 FROM documents WHERE tenant = ? AND id = ?",
-                                  (tenant.name, doc["id"])).fetchone() is not None
-            if exists and create:
-                raise DocumentExists(doc["id"])
-            if exists:
-                conn.execute("UPDATE documents SET version = ?, title = ?, text = ?, spans = ?, subject = ?, "
-                             "state = ?, updated = ? WHERE tenant = ? AND id = ?",
-                             (version, *row, now(), tenant.name, doc["id"]))
-                conn.execute("DELETE FROM rewrites WHERE tenant = ? AND document = ?", (tenant.name, doc["id"]))
-            else:
-                conn.execute("INSERT INTO documents (tenant, id, version, title, text, spans, subject, state, created, "
-                             "updated) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                             (tenant.name, doc["id"], version, *row, now(), now()))
+        exists = conn.execute("SELECT 1 FROM documents WHERE tenant = ? AND id = ?",
+                              (tenant.name, doc["id"])).fetchone() is not None
+        if exists and create:
+            raise DocumentExists(doc["id"])
+        if exists:
+            conn.execute("UPDATE documents SET version = ?, title = ?, text = ?, spans = ?, subject = ?, "
+                         "state = ?, updated = ? WHERE tenant = ? AND id = ?",
+                         (version, *row, now(), tenant.name, doc["id"]))
+            conn.execute("DELETE FROM rewrites WHERE tenant = ? AND document = ?", (tenant.name, doc["id"]))
+        else:
+            conn.execute("INSERT INTO documents (tenant, id, version, title, text, spans, subject, state, created, "
+                         "updated) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                         (tenant.name, doc["id"], version, *row, now(), now()))
         return version
 
     def get(self, tenant: Tenant, document: str) -> StoredDocument | None:
