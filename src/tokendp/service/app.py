@@ -43,8 +43,8 @@ from tokendp.service.errors import APIError
 from tokendp.service.headers import SecurityHeaders
 from tokendp.service.keys import Caller, authenticate
 from tokendp.service.limits import BodyLimit, Limits, RateLimiter
-from tokendp.service.schemas import (AccountRequest, GenerateRequest, SanitizeRequest, SynthesizeRequest,
-                                     TagRequest)
+from tokendp.service.schemas import (PLAIN_ID, AccountRequest, GenerateRequest, SanitizeRequest,
+                                     SynthesizeRequest, TagRequest)
 from tokendp.service.store import BudgetStore
 from tokendp.service.streams import events, wait
 from tokendp.service.tagging import Tagging
@@ -196,7 +196,8 @@ def create_app(db: str | Path, *, model: str = "rewriter", tagger: str = "auto",
         return {"tenant": who.tenant.name, "role": who.role}
 
     @app.get("/v1/budget", tags=["v1"], responses=answers(*OWNER, *PARAMS))
-    async def budget(id: str | None = Query(None, description="one document's units only"),
+    async def budget(id: str | None = Query(None, min_length=1, max_length=200, pattern=PLAIN_ID,
+                                            description="one document's units only"),
                      who: Caller = Depends(owner)) -> dict[str, Any]:
         """The tenant's units: epsilon spent (composed), remaining, and requests per state."""
         units = await asyncio.to_thread(store.units, who.tenant, id)
