@@ -142,10 +142,13 @@ class Release:
         return (self.kind, self.job.settings())
 
     def use(self, reserved: Mapping[str, float]) -> None:
-        """Give each group its unit's reservation as its filter budget (the report keeps B_rel)."""
+        """Give each group its unit's reservation as its filter budget (the report keeps B_rel,
+        and so do the weight ceilings: a unit's row costs the same whatever it has left)."""
         (doc,) = self.job.documents
         budgets = tuple(float(reserved[u]) for u in self.units)
-        self.job = dataclasses.replace(self.job, documents=(dataclasses.replace(doc, budgets=budgets),))
+        ceilings = doc.ceiling_budgets or doc.budgets
+        self.job = dataclasses.replace(self.job, documents=(dataclasses.replace(doc, budgets=budgets,
+                                                                                ceiling_budgets=ceilings),))
 
     def check(self, reserved: Mapping[str, float]) -> None:
         """Before the first token: the job about to run spends exactly the reservations the
