@@ -60,7 +60,7 @@ CREATE TABLE IF NOT EXISTS documents (
 );
 CREATE TABLE IF NOT EXISTS units (
     tenant TEXT NOT NULL REFERENCES tenants(name),
-    unit TEXT NOT NULL,            -- service.units.unit_key: a subject, or (document, label)
+    unit TEXT NOT NULL,            -- service.vault.units.unit_key: a subject, or (document, label)
     spent {real} NOT NULL,         -- committed spend, an upper bound of the exact charges
     PRIMARY KEY (tenant, unit)
 );
