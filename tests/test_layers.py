@@ -66,3 +66,56 @@ def test_modules_import_only_from_lower_layers():
             if layer == "" or RANK[layer] >= RANK[own]:
                 bad.append(f"{rel.as_posix()} imports {module}")
     assert bad == []
+
+
+def _module_name(path: Path) -> str:
+    parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def _import_graph() -> dict[str, set[str]]:
+    """Module -> the tokendp modules it imports (at any depth of its code, lazy imports too):
+    ``from a import b`` names the module ``a.b`` where there is one, else ``a``."""
+    modules = {_module_name(p): p for p in PACKAGE.rglob("*.py")}
+    graph = {}
+    for name, path in modules.items():
+        out = set()
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module in modules:
+                out |= {f"{node.module}.{a.name}" if f"{node.module}.{a.name}" in modules else node.module
+                        for a in node.names}
+            elif isinstance(node, ast.Import):
+                out |= {a.name for a in node.names if a.name in modules}
+        graph[name] = out - {name}
+    return graph
+
+
+def test_no_import_cycle():
+    """No module imports one that imports it back, directly or through others (Tarjan's SCCs)."""
+    graph, index, low, stack, on_stack, cycles = _import_graph(), {}, {}, [], set(), []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on_stack.add(v)
+        for w in graph[v]:
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = []
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                component.append(w)
+                if w == v:
+                    break
+            if len(component) > 1:
+                cycles.append(sorted(component))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    assert cycles == []

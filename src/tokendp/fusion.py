@@ -198,6 +198,10 @@ class PreparedDocument:
     betas: tuple[float, ...] | None  # None: original or public, which run no mechanism
     groups: tuple[GroupReport, ...]  # the certificate, one entry per group of ``context``
     budgets: tuple[float, ...] | None = None  # the filter's B_i per group (None: the fixed accounting)
+    # The public B_i the filter's weight ceilings come from (None: ``budgets``). A vault release runs
+    # on its units' reservations (data-dependent) with the ceilings of its planned B_rel, so an
+    # exhausted unit's row costs what a live one's does (docs/privacy.md, the vault's timing).
+    ceiling_budgets: tuple[float, ...] | None = None
     long: LongDocument | None = None  # its passages, when it is rewritten passage by passage
     private_labels: tuple[str, ...] | None = None  # sanitize's chosen labels (None: every label not kept)
     kept_labels: Mapping[str, int] = dataclasses.field(default_factory=dict)  # label -> spans kept as plain text
@@ -565,7 +569,7 @@ class FusionJob:
             self.mask_t[i, :m] = True
         if self.filter is not None:
             self.filter.admit(i, doc.budgets or ())
-            for j, budget in enumerate(doc.budgets or ()):  # public: docs/privacy.md, the filter's step 2
+            for j, budget in enumerate(doc.ceiling_budgets or doc.budgets or ()):  # public: the filter's step 2
                 self.lam_t[i, j] = dp_fusion_filter_max_lam(budget=budget, alpha=doc.alpha)
         self.padded = not bool(self.mask_t.all())  # else the mechanism needs no group mask
         self._tables: dict[torch.device, tuple[torch.Tensor, ...]] = {}  # beta_t, mask_t, lam_t per device

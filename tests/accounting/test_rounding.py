@@ -343,3 +343,17 @@ def test_calibration_ends_quickly_next_to_the_conversion_offset():
         assert acc.pmixed_epsilon(alpha=2.0, beta=pbeta, ensemble_size=4, sample_rate=0.5, max_tokens=1000,
                                   delta=1e-5) <= target
     assert met >= 1 and time.perf_counter() - start < 5.0
+
+
+@pytest.mark.parametrize("alpha, delta", [(3.0, 1e-5), (5.0, 1e-5), (2.0, 1e-3), (64.0, 1e-9), (1.01, 0.5)])
+def test_a_too_small_epsilon_is_told_the_smallest_accepted_which_is_accepted(alpha, delta):
+    """Issue 46: the refusal names the smallest epsilon that is accepted (4 digits), and it is."""
+    import re
+
+    from tokendp.accounting.filter import dp_fusion_filter_budget
+
+    with pytest.raises(InvalidParameterError, match="smallest epsilon accepted") as err:
+        dp_fusion_filter_budget(epsilon=0.001, alpha=alpha, delta=delta)
+    smallest = float(re.search(r"accepted at this alpha and delta is ([0-9.e+-]+)", str(err.value)).group(1))
+    assert dp_fusion_filter_budget(epsilon=smallest, alpha=alpha, delta=delta) > 0
+    assert smallest <= acc.conversion_offset(alpha, delta) * (1 + 1e-3)

@@ -1,11 +1,12 @@
 """``tokendp vault add`` and ``tokendp keys create --role`` from the command line (the vault's
-server side is tested over HTTP in tests/service/test_vault*.py)."""
+server side is tested over HTTP in tests/service/vault/)."""
 
 from __future__ import annotations
 
 import json
 import sqlite3
 
+import pytest
 from click.testing import CliRunner
 
 from tokendp.cli import main
@@ -55,7 +56,60 @@ def test_one_bad_record_stores_nothing_and_never_echoes_the_text(tmp_path):
     corpus = _corpus(tmp_path / "c.jsonl", {"id": "a", "text": LETTER, "spans": SPANS},
                      {"id": "b", "text": LETTER, "spans": [{"start": 8, "end": 19, "label": "NAME"}]})
     result = CliRunner().invoke(main, ["vault", "add", corpus, "--tenant", "clinic", "--db", db])
-    assert result.exit_code == EXIT_BAD_INPUT and "line 2" in result.output and "NAME" in result.output
+    assert result.exit_code == EXIT_BAD_INPUT and "line 2" in result.output and "spans.0.label" in result.output
     assert "Marsh" not in result.output and _stored(db) == []
     unknown = CliRunner().invoke(main, ["vault", "add", corpus, "--tenant", "nobody", "--db", db])
     assert unknown.exit_code != 0 and "keys create" in unknown.output
+
+
+@pytest.mark.parametrize("record", [
+    {"id": "b", "text": LETTER, "subject": 7},
+    {"id": "b", "text": LETTER, "subject": ["p-7"]},
+    {"id": "b", "text": LETTER, "spans": [{"start": True, "end": 19, "label": "PERSON"}]},
+    {"id": "b", "text": LETTER, "spans": [{"start": 8, "end": 19, "label": "PERSON", "subject": "p\u0000"}]},
+    {"id": "b/c", "text": LETTER, "spans": []},
+    {"id": "b", "text": LETTER, "spans": [], "owner": "me"},
+    {"id": 3, "text": LETTER},
+])
+def test_a_record_the_route_refuses_is_refused_by_the_same_schema_naming_its_line(tmp_path, record):
+    """Issue 46: `vault add` validates each record with the route's own model: an integer or
+    list subject, a boolean offset, a NUL, a '/' in the id or an unknown field stops with a
+    message naming the line and the field, never a traceback, and stores nothing."""
+    db = _setup(tmp_path)
+    corpus = _corpus(tmp_path / "c.jsonl", {"id": "a", "text": LETTER, "spans": SPANS}, record)
+    result = CliRunner().invoke(main, ["vault", "add", corpus, "--tenant", "clinic", "--db", db])
+    assert result.exit_code == EXIT_BAD_INPUT, result.output
+    assert "line 2 does not match the document schema" in result.output and "Traceback" not in result.output
+    assert "Marsh" not in result.output and _stored(db) == []
+
+
+def test_a_file_is_stored_in_one_transaction_and_subjects_canonical(tmp_path, monkeypatch):
+    """A failure while writing the third record leaves the vault as it was; an id the vault
+    holds, on line 3, stores nothing and names line 3; a clean file stores every record with
+    its subjects in their canonical form."""
+    from tokendp.service.vault.store import VaultStore
+
+    db = _setup(tmp_path)
+    records = [{"id": i, "text": LETTER, "spans": SPANS, "subject": " Anna  SCHMIDT"} for i in "abc"]
+    corpus = _corpus(tmp_path / "c.jsonl", *records)
+    real, calls = VaultStore._put, []
+
+    def third_fails(conn, *args):
+        calls.append(1)
+        if len(calls) == 3:
+            raise RuntimeError("the disk is full")
+        return real(conn, *args)
+
+    monkeypatch.setattr(VaultStore, "_put", staticmethod(third_fails))
+    failed = CliRunner().invoke(main, ["vault", "add", corpus, "--tenant", "clinic", "--db", db])
+    assert failed.exit_code != 0 and len(calls) == 3 and _stored(db) == []
+    monkeypatch.undo()
+    _corpus(tmp_path / "c-only.jsonl", records[2])
+    assert CliRunner().invoke(main, ["vault", "add", str(tmp_path / "c-only.jsonl"), "--tenant", "clinic",
+                                     "--db", db]).exit_code == 0
+    held = CliRunner().invoke(main, ["vault", "add", corpus, "--tenant", "clinic", "--db", db])
+    assert held.exit_code == EXIT_BAD_INPUT and "line 3: the vault holds this id" in held.output
+    assert [r[0] for r in _stored(db)] == ["c"]
+    assert CliRunner().invoke(main, ["vault", "add", corpus, "--tenant", "clinic", "--replace", "--db", db]).exit_code == 0
+    subjects = sqlite3.connect(db).execute("SELECT DISTINCT subject FROM documents").fetchall()
+    assert subjects == [("anna schmidt",)]

@@ -74,6 +74,33 @@ def test_a_spent_budget_releases_exactly_what_the_blanked_document_releases() ->
             assert torch.allclose(out.logprobs, public, rtol=1e-6, atol=1e-6)  # the float32 log_softmax of the rows
 
 
+def test_a_spent_group_is_searched_as_if_it_were_live(monkeypatch) -> None:
+    """Issue 46: the step's work must not tell whether a group's budget is spent (a reader times
+    releases). A spent group is searched at its public pace, exactly as a group with ample
+    budget, then given lam = 0: the search sees the same caps whether the budget is spent or
+    not, and the release is still the blanked document's."""
+    import tokendp.mechanisms.dp_fusion_filter as module
+
+    seen = []
+    real = module.search_rows
+
+    def spy(*args, **kwargs):
+        seen.append(kwargs["caps"].clone())
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(module, "search_rows", spy)
+    gen = torch.Generator().manual_seed(11)
+    logits = logits_batch(8, 3, 300, gen)
+    pace = torch.full((8, 2), 0.25, dtype=torch.float64)
+    ample = DPFusionFilter().step(logits, remaining=torch.full((8, 2), 50.0, dtype=torch.float64), pace=pace)
+    spent = DPFusionFilter().step(logits, remaining=torch.zeros(8, 2, dtype=torch.float64), pace=pace)
+    assert torch.equal(seen[0], seen[1]) and torch.equal(seen[1], pace)
+    assert float(spent.charges.abs().max()) == 0.0 and float(ample.charges.max()) > 0
+    blank = DPFusionFilter().step(logits[:, :1].expand(-1, 3, -1).clone(), remaining=torch.ones(8, 2, dtype=torch.float64),
+                                  pace=pace)
+    assert torch.equal(spent.logprobs, blank.logprobs)
+
+
 @pytest.mark.parametrize("alpha", [2.0, 3.5])
 def test_each_group_depends_on_its_own_row_and_ledger_only(alpha) -> None:
     """Group j's lam, divergence and charge are bit for bit the same whatever group i's row and

@@ -12,7 +12,7 @@ release's duration depends on the text) must exceed it.
 
 The step, the ledgers and the sampler's law are production code (DPFusionFilter, RenyiFilter,
 the helpers of tests/mechanisms/test_filter_audit.py); so are the unit keys
-(:func:`tokendp.service.units.unit_key`) and the reservation arithmetic
+(:func:`tokendp.service.vault.units.unit_key`) and the reservation arithmetic
 (:func:`tokendp.accounting.lifetime_reservation`, :func:`tokendp.accounting.lifetime_spent`).
 """
 
@@ -29,7 +29,7 @@ import torch
 from tests.mechanisms.test_filter_audit import EOS, PEAKED, TINY_ONE, UNIFORM, _divergence, _law, random_model
 from tokendp.accounting import lifetime_reservation, lifetime_spent
 from tokendp.mechanisms import DPFusionFilter, RenyiFilter
-from tokendp.service.units import unit_key
+from tokendp.service.vault.units import unit_key
 
 T = 3  # tokens per release
 Model = Callable[[tuple[int, ...]], torch.Tensor]  # prefix -> logits (1+m, V) float32

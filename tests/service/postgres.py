@@ -5,7 +5,8 @@ when the tests run as root (PostgreSQL refuses root). Skipped, with the reason, 
 binaries or psycopg are missing.
 
 :func:`postgres_server` is the session's server; :func:`fresh_database` makes one empty database
-on it per test and returns its DSN (with the password, which the tests check never leaks).
+on it per test and returns its DSN (with the password, which the tests check never leaks);
+:func:`vault_db` is a test's database on each backend in turn.
 """
 
 from __future__ import annotations
@@ -105,3 +106,11 @@ def postgres_server():
     server = start()
     yield server
     stop(server)
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def vault_db(request, tmp_path):
+    """A database of each backend: a SQLite file, or a fresh PostgreSQL database (its DSN)."""
+    if request.param == "sqlite":
+        return tmp_path / "vault.db"
+    return fresh_database(request.getfixturevalue("postgres_server"))

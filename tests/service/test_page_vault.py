@@ -14,7 +14,7 @@ httpx = pytest.importorskip("httpx", reason="the service tests need httpx (the d
 
 from tests.service.conftest import LETTER  # noqa: E402
 from tests.service.page_helpers import browser, csp_violations, open_page, select  # noqa: E402,F401 (a fixture)
-from tests.service.vault_helpers import call, make_keys  # noqa: E402
+from tests.service.vault.helpers import call, make_keys  # noqa: E402
 
 pytestmark = pytest.mark.slow
 

@@ -14,7 +14,7 @@ import tinylm
 from tokendp.errors import InvalidParameterError
 from tokendp.fusion import drafter
 from tokendp.text.contexts import (Placeholders, PromptTemplate, build_contexts, placeholder_id, placeholders,
-                                   typed_markers)
+                                   qualified_label, typed_markers)
 from tokendp.text.spans import Span
 
 EMPTY = PromptTemplate((), ())
@@ -85,6 +85,21 @@ def test_a_label_without_a_marker_gets_the_default_and_overlaps_take_the_first_s
     shared = [i for i, (a, b) in enumerate(offsets) if a < 13 and b > 11]
     assert shared and all(both.rows[0][i] == ph.of("PERSON") for i in shared)
     assert ph.of("ROLE") == ph.default != ph.of("PERSON")
+
+
+def test_a_label_qualified_by_its_group_is_hidden_with_its_base_labels_marker():
+    """The vault names one unit's PERSON spans ``unit-001/PERSON`` (issue 45): they are hidden
+    as Name, exactly as the command line hides PERSON, whatever group they belong to."""
+    tok = tinylm.tokenizer()
+    text, spans = _letter("Helen Marsh", "1961", "Leeds")
+    ph = placeholders(tok, options=TYPED)
+    assert ph.of(qualified_label("unit-001", "PERSON")) == ph.of("PERSON") != ph.default
+    assert ph.of(qualified_label("unit-002", "ROLE")) == ph.default
+    units = [Span(s.start, s.end, qualified_label(f"unit-00{i}", s.label)) for i, s in enumerate(spans, start=1)]
+    groups = {s.label: s.label.partition("/")[0] for s in units}
+    ctx = build_contexts(text, units, tok, template=EMPTY, placeholder=ph, groups=groups)
+    assert ctx.rows[0] == _public(text, spans).rows[0]
+    assert [g.name for g in ctx.groups] == ["unit-001", "unit-002", "unit-003"]
 
 
 def test_documents_differing_only_in_span_text_give_identical_typed_public_rows():

@@ -26,7 +26,7 @@ from fractions import Fraction
 from tokendp.accounting._checks import check_count, check_delta, check_nonnegative, check_order
 from tokendp.accounting._rounding import ceil_float
 from tokendp.accounting.mechanisms import DP_FUSION_ORDERS, _mixture_cap, _mixture_rdp, _step_down_until
-from tokendp.accounting.rdp import conversion_offset, epsilon_sum, offset_terms
+from tokendp.accounting.rdp import check_above_offset, conversion_offset, epsilon_sum, offset_terms
 from tokendp.errors import InvalidParameterError
 
 __all__ = ["FILTER_BUDGET_SHARE", "dp_fusion_filter_alpha", "dp_fusion_filter_budget", "dp_fusion_filter_cap",
@@ -93,11 +93,8 @@ def dp_fusion_filter_budget(*, epsilon: float, alpha: float, delta: float) -> fl
     delta = check_delta(delta)
     if epsilon == 0:
         return 0.0
+    check_above_offset(epsilon, alpha, delta)
     offset = conversion_offset(alpha, delta)
-    if epsilon <= epsilon_sum([], offset_terms(alpha, delta)):
-        raise InvalidParameterError(
-            f"epsilon {epsilon:g} is not above {offset:.4g}, the cost of converting RDP at alpha={alpha:g} to "
-            f"delta={delta:g}; raise epsilon or delta, or try another alpha")
     return _step_down_until(
         lambda b: dp_fusion_filter_epsilon(budget=b, alpha=alpha, delta=delta) <= epsilon, epsilon - offset)
 

@@ -21,8 +21,8 @@ from scipy.optimize import brentq
 
 from tokendp.accounting._checks import check_count, check_delta, check_nonnegative, check_order, check_positive, check_rate
 from tokendp.accounting._rounding import LIBM_UNITS, U, ceil_float, down, exact_sum_up, up, upper_sum
-from tokendp.accounting.rdp import (DEFAULT_ORDERS, conversion_offset, epsilon_sum, grid_epsilon, offset_columns,
-                                   offset_terms, pure_dp_to_rdp)
+from tokendp.accounting.rdp import (DEFAULT_ORDERS, check_above_offset, conversion_offset, epsilon_sum, grid_epsilon,
+                                   offset_columns, offset_terms, pure_dp_to_rdp)
 from tokendp.accounting.zcdp import compose_zcdp, epsilon_to_zcdp, pure_dp_to_zcdp, zcdp_to_epsilon
 from tokendp.errors import InvalidParameterError
 
@@ -131,12 +131,8 @@ def dp_fusion_beta(*, epsilon: float, alpha: float, groups: int, max_tokens: int
     m = check_count("groups", groups)
     tokens = check_count("max_tokens", max_tokens)
     delta = check_delta(delta)
+    check_above_offset(epsilon, alpha, delta)  # the offset rounded up: what any beta > 0 costs at least
     offset = conversion_offset(alpha, delta)
-    if epsilon <= epsilon_sum([], offset_terms(alpha, delta)):  # the offset rounded up: what any beta > 0 costs at least
-        raise InvalidParameterError(
-            f"epsilon {epsilon:g} is not above {offset:.4g}, the cost of converting RDP at alpha={alpha:g} to "
-            f"delta={delta:g}; raise epsilon or delta, or try another alpha"
-        )
     cap = _mixture_cap(alpha, (epsilon - offset) / tokens, 1.0 / m)
     return _step_down_until(
         lambda b: dp_fusion_epsilon(alpha=alpha, beta=b, groups=m, max_tokens=tokens, delta=delta) <= epsilon,
@@ -234,12 +230,11 @@ def pmixed_beta(*, epsilon: float, alpha: float, ensemble_size: int, sample_rate
     tokens = check_count("max_tokens", max_tokens)
     delta = check_delta(delta)
     weight = pmixed_sampled_weight(ensemble_size=ensemble_size, sample_rate=sample_rate)
+    if weight == 0:
+        raise InvalidParameterError("the sample rate is 0: no member is ever read, so no epsilon calibrates beta; "
+                                    "raise the sample rate")
+    check_above_offset(epsilon, alpha, delta)
     offset = conversion_offset(alpha, delta)
-    if epsilon <= epsilon_sum([], offset_terms(alpha, delta)) or weight == 0:
-        raise InvalidParameterError(
-            f"epsilon {epsilon:g} is not above {offset:.4g}, the cost of converting RDP at alpha={alpha:g} to "
-            f"delta={delta:g} (or the sample rate is 0); raise epsilon or delta, or try another alpha"
-        )
     return _step_down_until(
         lambda b: pmixed_epsilon(alpha=alpha, beta=b, ensemble_size=ensemble_size, sample_rate=sample_rate,
                                  max_tokens=tokens, delta=delta) <= epsilon,

@@ -88,6 +88,22 @@ def offset_columns(alphas: np.ndarray, delta: float) -> list[np.ndarray]:
     return [np.array(column, dtype=np.float64) for column in zip(*(offset_terms(float(a), delta) for a in alphas))]
 
 
+def check_above_offset(epsilon: float, alpha: float, delta: float) -> None:
+    """InvalidParameterError unless ``epsilon`` is above the conversion offset at ``alpha`` and
+    ``delta`` (rounded up, :func:`epsilon_sum`), where any use of the private data costs more
+    than the target. The message names the smallest epsilon that is accepted, to 4 digits."""
+    floor = epsilon_sum([], offset_terms(alpha, delta))
+    if epsilon > floor:
+        return
+    smallest = float(f"{floor:.4g}")
+    while smallest <= floor:
+        smallest = float(f"{math.nextafter(smallest, math.inf) + 10 ** (math.floor(math.log10(floor)) - 3):.4g}")
+    raise InvalidParameterError(
+        f"epsilon {epsilon:g} is not above {conversion_offset(alpha, delta):.6g}, the cost of converting RDP at "
+        f"alpha={alpha:g} to delta={delta:g}; the smallest epsilon accepted at this alpha and delta is "
+        f"{smallest:.4g}: raise epsilon or delta, or choose another alpha")
+
+
 def epsilon_sum(rdp_terms: Sequence[float | np.ndarray], offsets: Sequence[float | np.ndarray]) -> float | np.ndarray:
     """An upper bound of sum(rdp_terms) + the conversion offset, under any summation order
     (:func:`tokendp.accounting._rounding.upper_sum`): the improved conversion of an RDP value made

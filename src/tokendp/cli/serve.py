@@ -34,7 +34,7 @@ def _db(path: str | None) -> str:
               help="Larger request bodies are refused (413 body_too_large): the bytes received are counted, "
                    "whatever the framing (Content-Length or chunked). A request with both Content-Length and "
                    "Transfer-Encoding is refused (400 ambiguous_length).")
-@click.option("--max-new-tokens", type=click.IntRange(min=1), default=512, show_default=True,
+@click.option("--max-new-tokens", type=click.IntRange(min=1, max=1_000_000), default=512, show_default=True,
               help="Most tokens (T) one request may ask for; T is charged in full to the budget.")
 @click.option("--rate-limit", type=click.IntRange(min=1), default=60, show_default=True,
               help="Requests per minute per tenant, all its owner keys together, and per reader key "

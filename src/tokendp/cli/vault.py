@@ -33,13 +33,21 @@ def vault() -> None:
 def add(corpus: str, tenant: str, replace: bool, tagger: str, db: str | None) -> None:
     """Store every record of CORPUS (JSONL: one {"id", "text", "title"?, "spans"?, "subject"?}
     per line; a span is {"start", "end", "label", "subject"?} with offsets into the text as
-    given). Every record is checked before anything is stored: one bad record stores nothing.
-    The title is PUBLIC (readers see it); the text, spans and subjects are not."""
+    given). Each record is checked as `POST /v1/documents` checks a document (the same schema,
+    then the same rules), and the file is stored all or nothing, in one transaction: one bad
+    record, or an id the vault holds without --replace, stores nothing and the error names its
+    line. The title is PUBLIC (readers see it); the text, spans and subjects are not."""
+    from tokendp._optional import require
+
+    require("pydantic", "serve", "tokendp vault add")
+    from pydantic import ValidationError
+
     from tokendp.errors import InvalidInputError
     from tokendp.service.db import open_db
-    from tokendp.service.documents import check_document
     from tokendp.service.keys import Tenant
-    from tokendp.service.vault_store import VaultStore
+    from tokendp.service.schemas import DocumentIn
+    from tokendp.service.vault.documents import check_document
+    from tokendp.service.vault.store import DocumentExists, VaultStore
     from tokendp.text.documents import jsonl_records
 
     conn = open_db(_db(db))
@@ -47,16 +55,18 @@ def add(corpus: str, tenant: str, replace: bool, tagger: str, db: str | None) ->
     if row is None:
         raise CLIError(f"no tenant {tenant!r} in the database; create it with `tokendp keys create --tenant {tenant}`")
     owner, store = Tenant(row["name"], row["budget"], row["delta"]), VaultStore(lambda: conn)
-    documents, seen = [], set()
+    documents, lines, seen = [], [], set()
     tag = None
     for where, record in jsonl_records(corpus):
-        doc_id, text = record.get("id"), record.get("text")
-        if not isinstance(doc_id, str) or not doc_id or not isinstance(text, str):
-            raise InvalidInputError(f'{where} needs a string "id" and a string "text"')
-        if doc_id in seen:
+        try:
+            body = DocumentIn.model_validate(record)
+        except ValidationError as err:
+            rules = "; ".join(f"{'.'.join(str(p) for p in e['loc']) or 'the record'}: {e['msg']}" for e in err.errors())
+            raise InvalidInputError(f"{where} does not match the document schema (see /openapi.json): {rules}") from None
+        if body.id in seen:
             raise InvalidInputError(f"{where} repeats an id of an earlier line")
-        seen.add(doc_id)
-        spans, state = record.get("spans"), "confirmed"
+        seen.add(body.id)
+        spans, state = None if body.spans is None else [s.model_dump() for s in body.spans], "confirmed"
         if spans is None:
             if tag is None:
                 from tokendp.text.taggers import get_tagger
@@ -65,28 +75,18 @@ def add(corpus: str, tenant: str, replace: bool, tagger: str, db: str | None) ->
                 found = get_tagger(tagger)
                 tag = lambda t: [{"start": s.start, "end": s.end, "label": s.label}  # noqa: E731
                                  for s in run_tagger(t, tagger=found)]
-            spans, state = tag(text), "draft"
+            spans, state = tag(body.text), "draft"
         try:
-            documents.append((check_document(doc_id, str(record.get("title", "")), text, _spans(spans),
-                                             record.get("subject")), state))
+            documents.append((check_document(body.id, body.title, body.text, spans, body.subject), state))
         except InvalidInputError as err:
             raise InvalidInputError(f"{where}: {err}") from None
-        if not replace and store.get(owner, doc_id) is not None:
-            raise InvalidInputError(f"{where}: the vault holds this id; pass --replace to replace it")
-    for doc, state in documents:
-        store.put(owner, doc, state=state, create=False)
+        lines.append(where)
+    try:
+        store.put_all(owner, documents, create=not replace)
+    except DocumentExists as err:
+        raise InvalidInputError(f"{lines[err.index]}: the vault holds this id; pass --replace to replace it") from None
     drafts = sum(state == "draft" for _, state in documents)
     click.echo(f"stored {len(documents)} documents in tenant {tenant}'s vault ({drafts} drafts to confirm)", err=True)
-
-
-def _spans(spans) -> list[dict]:
-    from tokendp.errors import InvalidInputError
-
-    if not isinstance(spans, list) or not all(isinstance(s, dict) and isinstance(s.get("start"), int)
-                                              and isinstance(s.get("end"), int) and isinstance(s.get("label"), str)
-                                              for s in spans):
-        raise InvalidInputError('"spans" must be a list of {"start": int, "end": int, "label": str, "subject"?}')
-    return spans
 
 
 from tokendp.cli.vault_reader import READER_COMMANDS  # noqa: E402

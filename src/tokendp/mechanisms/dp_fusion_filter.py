@@ -177,10 +177,14 @@ class DPFusionFilter:
         public = torch.where(mask & pace_ok, pace, 0.0)  # (..., m): decides a float32 search, never the ledgers
         if max_lam is not None:
             max_lam = torch.where(valid & mask, max_lam, 1.0)  # (..., m): invalid groups get cap 0 anyway
-        search = search_rows(logits, alpha=self.alpha, caps=cap, mask=mask, temperature=temperature,
-                             public_caps=public, max_lam=max_lam)
+        # A spent group (cap 0) is searched as if it were live, at its public pace, and then given
+        # lam = 0: the step's work, hence its time, does not tell whether a group's budget is spent.
+        spent = valid & mask & (cap <= 0)  # (..., m)
+        search = search_rows(logits, alpha=self.alpha, caps=torch.where(spent, public, cap), mask=mask,
+                             temperature=temperature, public_caps=public, max_lam=max_lam)
         # A row equal to the public row (the neighbour's row i) mixes nothing: lam = 0, as when spent.
-        lam = torch.where(search.mask & ~search.same, search.found.lam, 0.0).to(torch.float64)  # (..., w)
+        lam = torch.where(search.mask & ~search.same & ~search.gather(spent), search.found.lam, 0.0)
+        lam = lam.to(torch.float64)  # (..., w)
         charge = charge_upper(search.found.divergence, groups, self.alpha) + allowance
         charge = torch.nextafter(charge, torch.full_like(charge, math.inf))  # (..., w): >= rho(d) + A
         lam = torch.where(charge <= search.gather(remaining), lam, 0.0)  # step 3: never past R

@@ -4,7 +4,7 @@ Every /v1 call authenticates its key (401 unauthorized), counts against the key'
 minute (429 rate_limited), checks the key's role (403 forbidden: every route declares the roles
 it admits, :func:`create_app`'s ``owner`` and ``anyone``; docs/vault.md) and sees only its own
 tenant's data. A reader key may list the stored documents' ids and titles, ask for releases of
-them (:mod:`tokendp.service.vault_routes`), use the accountant (/v1/account, pure arithmetic) and
+them (:mod:`tokendp.service.vault.routes`), use the accountant (/v1/account, pure arithmetic) and
 ask its own tenant and role (/v1/whoami); every other route is the owner's. Jobs go through the one
 :class:`~tokendp.service.batching.Worker`; the endpoints only wait for them. /v1/sanitize
 answers JSON, or server-sent events when the body has ``"stream": true`` or the Accept header
@@ -43,13 +43,13 @@ from tokendp.service.errors import APIError
 from tokendp.service.headers import SecurityHeaders
 from tokendp.service.keys import Caller, authenticate
 from tokendp.service.limits import BodyLimit, Limits, RateLimiter
-from tokendp.service.schemas import (AccountRequest, GenerateRequest, SanitizeRequest, SynthesizeRequest,
-                                     TagRequest)
+from tokendp.service.schemas import (PLAIN_ID, AccountRequest, GenerateRequest, SanitizeRequest,
+                                     SynthesizeRequest, TagRequest)
 from tokendp.service.store import BudgetStore
 from tokendp.service.streams import events, wait
 from tokendp.service.tagging import Tagging
-from tokendp.service.vault_routes import vault_routes
-from tokendp.service.vault_store import DEFAULT_LEASE_S, VaultStore
+from tokendp.service.vault.routes import vault_routes
+from tokendp.service.vault.store import DEFAULT_LEASE_S, VaultStore
 
 STATIC = Path(__file__).parent / "static"
 BEARER = HTTPBearer(auto_error=False, description="a key from `tokendp keys create` (owner or reader)")
@@ -196,7 +196,8 @@ def create_app(db: str | Path, *, model: str = "rewriter", tagger: str = "auto",
         return {"tenant": who.tenant.name, "role": who.role}
 
     @app.get("/v1/budget", tags=["v1"], responses=answers(*OWNER, *PARAMS))
-    async def budget(id: str | None = Query(None, description="one document's units only"),
+    async def budget(id: str | None = Query(None, min_length=1, max_length=200, pattern=PLAIN_ID,
+                                            description="one document's units only"),
                      who: Caller = Depends(owner)) -> dict[str, Any]:
         """The tenant's units: epsilon spent (composed), remaining, and requests per state."""
         units = await asyncio.to_thread(store.units, who.tenant, id)

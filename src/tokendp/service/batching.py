@@ -17,9 +17,9 @@ Streaming: the run's ``on_token(doc_index, token_id)`` decodes the document's to
 (here, on the worker thread: the tokenizer is not shared across threads) and puts the new text on
 its job's queue; :data:`END` follows the last piece (after the result or error is set).
 
-Vault releases (kinds ``rewrite``, :mod:`tokendp.service.vault`, and ``ask``,
-:mod:`tokendp.service.vault_ask`) take the same path with the vault's ledger
-(:class:`~tokendp.service.vault_store.VaultStore`) in place of the budget store, in arrival order (docs/privacy.md, "The vault: one lifetime filter per unit"). :meth:`submit`
+Vault releases (kinds ``rewrite``, :mod:`tokendp.service.vault.release`, and ``ask``,
+:mod:`tokendp.service.vault.ask`) take the same path with the vault's ledger
+(:class:`~tokendp.service.vault.store.VaultStore`) in place of the budget store, in arrival order (docs/privacy.md, "The vault: one lifetime filter per unit"). :meth:`submit`
 hands them to a ticket thread, which takes each one's ticket in the order they came (or refuses
 the reader's quota), whatever the model is doing; the worker then plans it and sets it aside
 until its ticket may reserve (every earlier ticket of its units has closed), rechecking the
@@ -33,7 +33,7 @@ against them before the first token, and after the last the actual spend committ
 filter left returns to the unit) and a rewrite cached. A release that fails after a token
 keeps its reservations spent in full; one cancelled after a token commits what its filter spent
 up to there; one cancelled or refused while it waits is voided. The heartbeat
-(:mod:`tokendp.service.heartbeat`) keeps this process's tickets alive while the worker runs; a
+(:mod:`tokendp.service.vault.heartbeat`) keeps this process's tickets alive while the worker runs; a
 ticket the database would not close is closed again at the next round (a commit as a failure).
 
 Cancelling (:meth:`Job.cancel`: its client went away, or the server is shutting down,
@@ -54,13 +54,13 @@ from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import Any
 
-from tokendp.service.heartbeat import Heartbeat
+from tokendp.service.vault.heartbeat import Heartbeat
 from tokendp.service.keys import Tenant
 from tokendp.service.plans import Plan, plan_generate, plan_sanitize, plan_synthesize
 from tokendp.service.store import BudgetStore
-from tokendp.service.vault import REWRITE, plan_rewrite
-from tokendp.service.vault_ask import ASK, plan_ask
-from tokendp.service.vault_store import VaultStore
+from tokendp.service.vault.release import REWRITE, plan_rewrite
+from tokendp.service.vault.ask import ASK, plan_ask
+from tokendp.service.vault.store import VaultStore
 
 log = logging.getLogger("tokendp.service")
 END = object()

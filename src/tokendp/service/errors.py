@@ -25,7 +25,7 @@ from tokendp.service.batching import Cancelled, ModelUnavailable
 from tokendp.service.codes import status
 from tokendp.service.plans import AccountingMismatch
 from tokendp.service.store import BudgetRefused
-from tokendp.service.vault_store import DocumentExists, QuotaExceeded, TicketLapsed
+from tokendp.service.vault.store import DocumentExists, QuotaExceeded, TicketLapsed
 
 log = logging.getLogger("tokendp.service")
 METHODS = ("GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS", "TRACE", "CONNECT")  # RFC 9110, 9.3; Allow's order

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 
 from tokendp.errors import InvalidParameterError
-from tokendp.service.db import Connection, immediate
+from tokendp.service.db.connection import Connection, immediate
 
 KEY_PREFIX = "tdp_"
 DEFAULT_BUDGET = 10.0

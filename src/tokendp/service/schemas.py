@@ -20,6 +20,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from tokendp.params import DEFAULT_PACE, MAX_ALPHA, MIN_TEMPERATURE
+from tokendp.service.vault.units import CONTROLS, FORMAT_RANGES, WHITE_SPACE
 from tokendp.text.taggers.labels import CHOOSABLE
 
 # Python's whitespace (str.isspace, what str.strip() removes), as a regular expression class's body.
@@ -28,11 +29,46 @@ WHITESPACE = r"\t\n\x0b\x0c\r\x1c-\x1f \x85\xa0\u1680\u2000-\u200a\u2028\u2029\u
 NOT_BLANK = f"[^{WHITESPACE}]"
 #: A document's text: not blank once its leading byte order marks are removed (``text.lstrip(BOM).strip()``).
 DOCUMENT_TEXT = rf"^\ufeff*(?:[^{WHITESPACE}\ufeff]|[{WHITESPACE}]+[^{WHITESPACE}])"
+#: A vault document's text, which the database stores: DOCUMENT_TEXT, and no NUL (PostgreSQL cannot store it).
+STORED_TEXT = rf"^\ufeff*(?:[^{WHITESPACE}\ufeff\x00]|[{WHITESPACE}]+[^{WHITESPACE}\x00])[^\x00]*$"
 #: A vault document id (part of a URL): no '/', no control character.
 DOCUMENT_ID = r"^[^/\x00-\x1f]+$"
+#: Any other id (a request's document, a unit's in /v1/budget): no control character.
+PLAIN_ID = r"^[^\x00-\x1f]+$"
+#: A key's prefix, as `tokendp keys list` shows it.
+KEY_PREFIX = r"^[A-Za-z0-9_-]+$"
+#: A text the database stores (a vault document's title): no NUL, which PostgreSQL cannot store.
+NO_NUL = r"^[^\x00]*$"
+#: The most tokens (T) any request may name: the server's --max-new-tokens is at most this, so
+#: every T the database records fits its INTEGER column (32 bits on PostgreSQL).
+MAX_NEW_TOKENS = 1_000_000
+#: The largest count a quota may hold (PostgreSQL's INTEGER).
+MAX_COUNT = 2**31 - 1
 
 
-Id = Field(min_length=1, max_length=200, description="the protected document's id, chosen by the client")
+def _class(points: set[int]) -> str:
+    """A regular expression class's body for the code points ``points``, in ranges: ``\\xNN`` and
+    ``\\uXXXX`` escapes, astral code points as themselves."""
+    def one(c: int) -> str:
+        return f"\\x{c:02x}" if c < 0x100 else f"\\u{c:04x}" if c < 0x10000 else chr(c)
+    out, ordered = [], sorted(points)
+    for c in ordered:
+        if out and c == out[-1][1] + 1:
+            out[-1][1] = c
+        else:
+            out.append([c, c])
+    return "".join(one(a) if a == b else f"{one(a)}-{one(b)}" for a, b in out)
+
+
+_CONTROLS = _class({ord(c) for c in CONTROLS})
+_IGNORED = _class({ord(c) for c in CONTROLS + "".join(WHITE_SPACE)} | {c for a, b in FORMAT_RANGES for c in range(a, b + 1)})
+#: A subject id: no control character but white space, and something left once white space and
+#: format characters are removed (:func:`tokendp.service.vault.units.canonical_subject`).
+SUBJECT = f"^[^{_CONTROLS}]*[^{_IGNORED}][^{_CONTROLS}]*$"
+
+
+Id = Field(min_length=1, max_length=200, pattern=PLAIN_ID, description="the protected document's id, chosen by the "
+           "client: no control character")
 Epsilon = Annotated[float, Field(ge=0)]
 Budget = Epsilon | dict[str, Epsilon] | None
 Alpha = Field(None, gt=1, le=MAX_ALPHA, description="the Renyi order (omitted: chosen from the request's targets)")
@@ -82,7 +118,7 @@ class Strict(BaseModel):
 class SpanIn(Strict):
     start: int = Field(ge=0)
     end: int = Field(gt=0)
-    label: str = Field(min_length=1, max_length=64)
+    label: str = Field(min_length=1, max_length=64, pattern=PLAIN_ID)
 
 
 class TagRequest(Strict):
@@ -120,7 +156,7 @@ class SanitizeRequest(Accounting):
     beta: Budget = None
     alpha: float | None = Alpha
     delta: float = Field(1e-5, gt=0, lt=1)
-    max_new_tokens: int | None = Field(None, ge=1, json_schema_extra=limit("max_new_tokens"))
+    max_new_tokens: int | None = Field(None, ge=1, le=MAX_NEW_TOKENS, json_schema_extra=limit("max_new_tokens"))
     temperature: float = Field(0.7, ge=MIN_TEMPERATURE)  # tokendp.sanitize's default (docs/sanitize.md)
     seed: int | None = None
     stream: bool = False
@@ -144,20 +180,21 @@ class GenerateRequest(Accounting):
     beta: Budget = None
     alpha: float | None = Alpha
     delta: float = Field(1e-5, gt=0, lt=1)
-    max_new_tokens: int | None = Field(None, ge=1, json_schema_extra=limit("max_new_tokens"),
+    max_new_tokens: int | None = Field(None, ge=1, le=MAX_NEW_TOKENS, json_schema_extra=limit("max_new_tokens"),
                                        description="T (default: 128, or the server's limit if lower)")
     temperature: float = Field(0.7, ge=MIN_TEMPERATURE)
     seed: int | None = None
 
 
 class SynthesizeRequest(Strict):
-    id: str = Field(min_length=1, max_length=200, description="the reference set's id (the protected unit)")
+    id: str = Field(min_length=1, max_length=200, pattern=PLAIN_ID, description="the reference set's id (the "
+                    "protected unit): no control character")
     references: list[Annotated[str, Field(min_length=1, pattern=NOT_BLANK)]] = Field(min_length=1)
     method: Literal["invisibleink", "amin"] = "invisibleink"
     epsilon: float = Field(ge=0)
     delta: float = Field(1e-5, gt=0, lt=1)
     batch_size: int = Field(ge=1)
-    max_tokens: int = Field(ge=1, json_schema_extra=limit("max_new_tokens"))
+    max_tokens: int = Field(ge=1, le=MAX_NEW_TOKENS, json_schema_extra=limit("max_new_tokens"))
     temperature: float = Field(1.0, ge=MIN_TEMPERATURE)
     top_k: int | None = Field(100, ge=1)
     num: int | None = Field(None, ge=1)
@@ -185,8 +222,11 @@ class AccountRequest(Strict):
 
 
 # ---------------------------------------------------------------------------- the vault (docs/vault.md)
-Subject = Field(None, min_length=1, max_length=200, description="the person this is about: the owner's id, never "
-                "shown to readers; spans of one subject share one lifetime budget across documents")
+Subject = Field(None, min_length=1, max_length=200, pattern=SUBJECT,
+                description="the person this is about: the owner's id, never shown to readers; spans of one subject "
+                "share one lifetime budget across documents. Stored canonical (Unicode NFKC, case folded, white "
+                "space trimmed and collapsed, invisible characters removed): ids that differ only there are one "
+                "subject")
 
 
 class VaultSpanIn(Strict):
@@ -202,8 +242,8 @@ class DocumentBody(Strict):
         {"properties": {"spans": {"type": "array"}}, "required": ["spans"]},
         {"properties": {"text": {"type": "string", **limit("max_tag_chars")}}}]})
 
-    title: str = Field("", max_length=200, description="PUBLIC: every reader of the tenant sees it")
-    text: str = Field(min_length=1, pattern=DOCUMENT_TEXT, description="private: only owner keys read it back")
+    title: str = Field("", max_length=200, pattern=NO_NUL, description="PUBLIC: every reader of the tenant sees it")
+    text: str = Field(min_length=1, pattern=STORED_TEXT, description="private: only owner keys read it back")
     spans: list[VaultSpanIn] | None = Field(None, description="character offsets into text as given; omitted: the "
                                             "server's tagger finds them and the document is a draft until confirmed")
     subject: str | None = Subject
@@ -215,8 +255,10 @@ class DocumentIn(DocumentBody):
 
 
 class QuotaIn(Strict):
-    releases_per_day: int | None = Field(None, ge=0, description="fresh releases per 24 hours (null: no limit)")
-    tokens_per_day: int | None = Field(None, ge=0, description="T summed over fresh releases per 24 hours")
+    releases_per_day: int | None = Field(None, ge=0, le=MAX_COUNT, description="fresh releases per 24 hours (null: "
+                                         "no limit)")
+    tokens_per_day: int | None = Field(None, ge=0, le=MAX_COUNT, description="T summed over fresh releases per 24 "
+                                       "hours")
 
 
 MAX_ASK_DOCUMENTS = 8  # the most documents one answer reads (named, or top_k)
@@ -230,7 +272,7 @@ class AskIn(Strict):
         "required": ["documents", "top_k"]}})
 
     question: str = Field(min_length=1, max_length=2000, description="PUBLIC: the reader's question (never stored)")
-    documents: list[Annotated[str, Field(min_length=1, max_length=200)]] | None = Field(
+    documents: list[Annotated[str, Field(min_length=1, max_length=200, pattern=DOCUMENT_ID)]] | None = Field(
         None, min_length=1, max_length=MAX_ASK_DOCUMENTS, json_schema_extra={"uniqueItems": True},
         description="the confirmed documents to read, in this order; omitted: the top_k documents whose PUBLIC "
                     "versions (every span hidden) best match the question (BM25)")
@@ -238,7 +280,7 @@ class AskIn(Strict):
                               f"(default {DEFAULT_TOP_K}); only without documents")
     epsilon: float = Field(ge=0, description="each unit's epsilon for this answer (at the tenant's delta); the "
                            "lifetime budget bounds all releases together")
-    max_new_tokens: int | None = Field(None, ge=1, json_schema_extra=limit("max_new_tokens"),
+    max_new_tokens: int | None = Field(None, ge=1, le=MAX_NEW_TOKENS, json_schema_extra=limit("max_new_tokens"),
                                        description="T (default: 128, or the server's limit if lower)")
     temperature: float = Field(0.7, ge=MIN_TEMPERATURE)
     seed: int | None = Field(None, description="owner keys only: the guarantee holds against whoever does not know "

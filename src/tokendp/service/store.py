@@ -26,7 +26,8 @@ from typing import Any
 
 from tokendp.service import composition
 from tokendp.service.composition import Charge
-from tokendp.service.db import immediate, open_db, retried
+from tokendp.service.db import open_db
+from tokendp.service.db.connection import immediate, retried
 from tokendp.service.keys import Tenant, now
 
 Unit = tuple[str, str]  # (document id, privacy group)

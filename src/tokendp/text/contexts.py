@@ -67,6 +67,9 @@ TYPED_MARKERS: dict[str, tuple[str, ...]] = {
     "MISC": ("Other", "OTHER", "<|MISC|>"),
 }
 SINGLE_GROUP = "ALL"
+# A label may name its group too: ``GROUP/LABEL`` (:func:`qualified_label`; the vault's
+# ``unit-001/PERSON``) is a span of LABEL that belongs to GROUP alone. Its marker is LABEL's.
+QUALIFIER = "/"
 RESERVED_PREFIX = "untrusted-"  # names the untrusted chunks of generate; never a span label or group
 _SENTINEL = "\u2063TOKENDP_DOCUMENT\u2063"
 
@@ -271,8 +274,11 @@ class Placeholders:
         return "typed" if self.by_label else "single"
 
     def of(self, label: str) -> int:
-        """The id that hides a token of a span labelled ``label``."""
-        return dict(self.by_label).get(label, self.default)
+        """The id that hides a token of a span labelled ``label``: the label's own marker, else
+        (a qualified label ``GROUP/LABEL``, :func:`qualified_label`) its base label's, else the
+        default."""
+        markers = dict(self.by_label)
+        return markers.get(label, markers.get(label.rpartition(QUALIFIER)[2], self.default))
 
     @property
     def ids(self) -> frozenset[int]:
@@ -323,6 +329,13 @@ def placeholders(tokenizer: Any, *, options: Mapping[str, Any] | None = None,
 
 
 # ---------------------------------------------------------------------------- groups
+def qualified_label(group: str, label: str) -> str:
+    """``GROUP/LABEL``: a span label that is unique to ``group`` (a label -> group mapping then
+    puts spans of one label in several groups) and is hidden with ``label``'s marker
+    (:meth:`Placeholders.of`). Both parts are public."""
+    return f"{group}{QUALIFIER}{label}"
+
+
 def group_of_labels(labels: Sequence[str], groups: GroupSpec) -> dict[str, str]:
     """Map each span label to its privacy group.
 

@@ -99,7 +99,8 @@ $("review-confirm").onclick = () => attempt(async () => {
 $("review-close").onclick = closeReview;
 
 // --- units and their lifetime budgets --------------------------------------------------------
-const unitName = (u) => (u.subject !== undefined ? `subject ${u.subject}` : `${u.document} / ${u.label}`);
+const unitName = (u) => (u.subject !== undefined ? `subject ${u.subject}` : `${u.document} / ${u.label}`) +
+  (u.merged && u.merged.length ? ` (merged from ${u.merged.map((m) => JSON.stringify(m.subject)).join(", ")})` : "");
 
 async function refreshLedger() {
   const book = await call("GET", "/v1/ledger");

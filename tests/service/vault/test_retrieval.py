@@ -10,11 +10,11 @@ import pytest
 pytest.importorskip("bm25s", reason="retrieval needs bm25s (the serve extra)")
 
 from tests.service.conftest import LETTER  # noqa: E402
-from tokendp.service import retrieval  # noqa: E402
+from tokendp.service.vault import retrieval  # noqa: E402
 from tokendp.service.db import open_db  # noqa: E402
 from tokendp.service.keys import create_key  # noqa: E402
-from tokendp.service.retrieval import Index, Retriever, public_version  # noqa: E402
-from tokendp.service.vault_store import StoredDocument, VaultStore  # noqa: E402
+from tokendp.service.vault.retrieval import Index, Retriever, public_version  # noqa: E402
+from tokendp.service.vault.store import StoredDocument, VaultStore  # noqa: E402
 
 # LETTER's spans: "Helen Marsh" [8, 19) and "Tomas Lindqvist" [54, 69); the neighbour's names have
 # the same lengths (span positions and lengths are public, their text is not).

@@ -1,6 +1,6 @@
 """The PostgreSQL backend of the service's database (docs/service.md, "Several hosts"): the CLI
 on a ``postgresql://`` DSN, a password that never appears in a message, and the same ledger
-arithmetic as SQLite (the vault's process tests run on both: tests/service/test_vault_processes.py)."""
+arithmetic as SQLite (the vault's process tests run on both: tests/service/vault/test_processes.py)."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from click.testing import CliRunner
 
 from tests.service.postgres import fresh_database, postgres_server  # noqa: F401 (a fixture)
 from tokendp.cli import main
-from tokendp.service.db import describe
+from tokendp.service.db.connection import describe
 
 
 def test_a_dsns_password_is_masked_wherever_the_database_is_named():
@@ -81,12 +81,12 @@ def test_a_connection_lost_to_a_database_restart_is_opened_again(postgres_server
 
 
 def test_a_transaction_rolled_back_as_a_deadlock_victim_or_a_serialization_failure_runs_again(monkeypatch):
-    """The retry itself (tokendp.service.db.retried): bounded, for those two failures only, with
+    """The retry itself (tokendp.service.db.connection.retried): bounded, for those two failures only, with
     a growing wait; SQLite never retries."""
     errors = pytest.importorskip("psycopg.errors", reason="PostgreSQL tests need psycopg 3")
-    from tokendp.service import db_postgres
-    from tokendp.service.db import retried
-    from tokendp.service.db_sqlite import SQLiteConnection
+    from tokendp.service.db import postgres as db_postgres
+    from tokendp.service.db.connection import retried
+    from tokendp.service.db.sqlite import SQLiteConnection
 
     waits = []
     monkeypatch.setattr(db_postgres.time, "sleep", waits.append)
@@ -129,11 +129,11 @@ def test_a_reservation_rolled_back_by_a_real_deadlock_runs_again_and_reserves(po
 
     import psycopg
 
-    from tokendp.service.db_postgres import PostgresConnection
+    from tokendp.service.db.postgres import PostgresConnection
     from tokendp.service.keys import authenticate, create_key
     from tokendp.service.store import BudgetStore
-    from tokendp.service.units import unit_key
-    from tokendp.service.vault_store import VaultStore
+    from tokendp.service.vault.units import unit_key
+    from tokendp.service.vault.store import VaultStore
 
     dsn = fresh_database(postgres_server)
     name, unit = dsn.rsplit("/", 1)[1], unit_key("d1", "PERSON", "patient-7")

@@ -24,21 +24,13 @@ import httpx
 import pytest
 
 from tests.service.conftest import Server, auth
-from tests.service.postgres import fresh_database, postgres_server  # noqa: F401 (a fixture)
-from tests.service.vault_helpers import RELEASE, SUBJECT, call, document, ledger, make_keys, rewrite, unit
+from tests.service.postgres import postgres_server, vault_db  # noqa: F401 (fixtures)
+from tests.service.vault.helpers import RELEASE, SUBJECT, call, document, ledger, make_keys, rewrite, unit
 from tokendp.accounting import lifetime_reservation
 
 pytestmark = pytest.mark.slow
 SUBJECT_UNIT = json.dumps(["subject", SUBJECT])
 FAST = ("--rate-limit", "1000", "--max-new-tokens", "400")
-
-
-@pytest.fixture(params=["sqlite", "postgresql"])
-def vault_db(request, tmp_path):
-    """The database both servers share: a SQLite file, or a fresh PostgreSQL database (DSN)."""
-    if request.param == "sqlite":
-        return tmp_path / "vault.db"
-    return fresh_database(request.getfixturevalue("postgres_server"))
 
 
 def no_password_in_logs(db, folder) -> None:

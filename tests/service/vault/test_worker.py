@@ -11,9 +11,9 @@ import pytest
 from tokendp.service import batching
 from tokendp.service.batching import END, Job
 from tokendp.service.plans import AccountingMismatch
-from tokendp.service.vault import REWRITE, RewriteParams, RewriteRequest
+from tokendp.service.vault.release import REWRITE, RewriteParams, RewriteRequest
 
-from tests.service.vault_helpers import SUBJECT, tiny_vault_worker
+from tests.service.vault.helpers import SUBJECT, tiny_vault_worker
 
 
 @pytest.fixture()

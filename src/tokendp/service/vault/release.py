@@ -2,12 +2,14 @@
 "The vault: one lifetime filter per unit"; docs/vault.md).
 
 A release of document D at a public epsilon e is DP-Fusion under the per-group Rényi filter
-with ONE GROUP PER UNIT that has spans in D (:func:`tokendp.service.units.unit_key`), at the
+with ONE GROUP PER UNIT that has spans in D (:func:`tokendp.service.vault.units.unit_key`), at the
 vault's order alpha: each group's row shows all of its unit's spans, whatever their labels. The
 groups are named ``unit-001``, ``unit-002``... by the position of their first span (public), so
-no subject id reaches the release. Each span is relabelled ``unit-00k/LABEL`` and grouped by a
-label -> group mapping, so that the library's own preparation
-(:func:`tokendp.jobs.sanitize.prepare_sanitize`) builds the rows, passages, T and certificate.
+no subject id reaches the release. Each span is relabelled ``unit-00k/LABEL``
+(:func:`tokendp.text.contexts.qualified_label`: hidden with LABEL's own placeholder, so a model
+with typed markers sees the kind of each slot, as on the command line) and grouped by a label ->
+group mapping, so that the library's own preparation (:func:`tokendp.jobs.sanitize.prepare_sanitize`)
+builds the rows, passages, T and certificate.
 
 The certificate is the release's own: each unit (e, delta)-DP for this release, from B_rel =
 dp_fusion_filter_budget(e, alpha, delta), public; the lifetime guarantee (the tenant's epsilon)
@@ -32,8 +34,9 @@ from tokendp.jobs.config import SanitizeConfig
 from tokendp.jobs.sanitize import prepare_sanitize
 from tokendp.service.keys import Caller
 from tokendp.service.plans import AccountingMismatch, expected_certificates, report_certificate
-from tokendp.service.units import unit_key
-from tokendp.service.vault_store import Settings, StoredDocument
+from tokendp.service.vault.units import unit_key
+from tokendp.service.vault.store import Settings, StoredDocument
+from tokendp.text.contexts import qualified_label
 
 REWRITE = "rewrite"
 GROUP_PREFIX = "unit-"
@@ -104,7 +107,7 @@ def unit_groups(documents: Sequence[StoredDocument]
         spans.append([])
         for span in document.spans:
             group = names[unit(document, span)]
-            label = f"{group}/{span['label']}"
+            label = qualified_label(group, span["label"])
             spans[-1].append({"start": span["start"], "end": span["end"], "label": label})
             groups[label] = group
     return spans, groups, {g: u for u, g in names.items()}
@@ -119,7 +122,7 @@ def grouped_spans(document: StoredDocument) -> tuple[list[dict[str, Any]], dict[
 @dataclass
 class Release:
     """A rewrite ready to run: the prepared job (certificate fixed), the unit of each group in
-    the job's group order, and B_rel. (An answer, :class:`tokendp.service.vault_ask.Answer`, is
+    the job's group order, and B_rel. (An answer, :class:`tokendp.service.vault.ask.Answer`, is
     one too, with its own request and response.)"""
 
     kind: str
@@ -139,10 +142,13 @@ class Release:
         return (self.kind, self.job.settings())
 
     def use(self, reserved: Mapping[str, float]) -> None:
-        """Give each group its unit's reservation as its filter budget (the report keeps B_rel)."""
+        """Give each group its unit's reservation as its filter budget (the report keeps B_rel,
+        and so do the weight ceilings: a unit's row costs the same whatever it has left)."""
         (doc,) = self.job.documents
         budgets = tuple(float(reserved[u]) for u in self.units)
-        self.job = dataclasses.replace(self.job, documents=(dataclasses.replace(doc, budgets=budgets),))
+        ceilings = doc.ceiling_budgets or doc.budgets
+        self.job = dataclasses.replace(self.job, documents=(dataclasses.replace(doc, budgets=budgets,
+                                                                                ceiling_budgets=ceilings),))
 
     def check(self, reserved: Mapping[str, float]) -> None:
         """Before the first token: the job about to run spends exactly the reservations the

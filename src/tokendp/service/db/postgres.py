@@ -12,17 +12,18 @@ without serialising unrelated units. ``FOR NO KEY UPDATE`` leaves foreign-key ch
 take ``FOR KEY SHARE``) free, so inserting a release never waits for a tenant's lock.
 
 A store method whose transaction PostgreSQL rolls back as a deadlock victim or a serialization
-failure runs again (:func:`tokendp.service.db.retried`), at most :data:`ATTEMPTS` times in all,
+failure runs again (:func:`tokendp.service.db.connection.retried`), at most :data:`ATTEMPTS` times in all,
 after a jittered wait that doubles from :data:`BACKOFF_S`, which lets the transaction it collided
 with finish. Any other error, and the last attempt's, reaches the caller as before.
 
 The schema is created and migrated under a transaction-scoped advisory lock, so that several
-processes starting at once create each table and column once, and only when a read finds
-something missing: DDL locks whole tables even when it has nothing to do, and a connection
+processes starting at once create each table and column, and rewrite the data of each
+:data:`~tokendp.service.db.schema.DATA_MIGRATIONS`, once, and only when a read finds something
+missing: DDL locks whole tables even when it has nothing to do, and a connection
 opened beside running releases (a new thread, a new process) must not wait on them or make
 them wait. Floats are ``DOUBLE PRECISION``
 (the ledger's values are float64 rounded in the safe direction; ``REAL`` would be float32).
-The DSN's password never reaches an error message or a log (:func:`tokendp.service.db.describe`).
+The DSN's password never reaches an error message or a log (:func:`tokendp.service.db.connection.describe`).
 """
 
 from __future__ import annotations
@@ -35,7 +36,8 @@ from contextlib import contextmanager
 from typing import Any
 
 from tokendp.errors import InvalidInputError
-from tokendp.service.db import MIGRATIONS, Connection, describe, schema
+from tokendp.service.db.connection import Connection, describe
+from tokendp.service.db.schema import DATA_MIGRATIONS, MIGRATIONS, schema
 
 CLOCK = "CAST(EXTRACT(EPOCH FROM clock_timestamp()) AS DOUBLE PRECISION)"
 ATTEMPTS = 5  # runs of a transaction rolled back as a deadlock victim or a serialization failure
@@ -123,12 +125,16 @@ def open_postgres(dsn: str) -> PostgresConnection:
     if _missing(conn, statements):  # DDL locks whole tables even when it has nothing to do: only if needed
         with conn.write():
             conn.execute(f"SELECT pg_advisory_xact_lock({SCHEMA_LOCK})")
+            tables = {t for t, _ in _columns(conn)}
             for statement in statements:
                 raw.execute(statement)
             have = _columns(conn)
             for table, column, definition in MIGRATIONS:
                 if (table, column) not in have:
                     raw.execute(f"ALTER TABLE {table} ADD COLUMN {column} {definition}")
+            for table, run in DATA_MIGRATIONS:
+                if tables and table not in tables:  # once: the transaction that creates its table
+                    run(conn)
     return conn
 
 

@@ -12,9 +12,9 @@ import pytest
 from tokendp.accounting import lifetime_reservation
 from tokendp.service import batching
 from tokendp.service.batching import END, Job
-from tokendp.service.vault_ask import ASK, AskParams, AskRequest
+from tokendp.service.vault.ask import ASK, AskParams, AskRequest
 
-from tests.service.vault_helpers import SUBJECT, tiny_vault_worker
+from tests.service.vault.helpers import SUBJECT, tiny_vault_worker
 
 UNITS = {json.dumps(["subject", SUBJECT]), json.dumps(["document", "d1", "PERSON"]),
          json.dumps(["document", "d2", "PERSON"])}

@@ -30,7 +30,7 @@ from typing import Any
 
 from tokendp.errors import MissingDependencyError
 from tokendp.service.keys import Tenant
-from tokendp.service.vault_store import StoredDocument, VaultStore
+from tokendp.service.vault.store import StoredDocument, VaultStore
 
 STOPWORDS = "en"
 

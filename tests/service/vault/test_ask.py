@@ -14,7 +14,7 @@ httpx = pytest.importorskip("httpx", reason="the service tests need httpx (the d
 pytest.importorskip("bm25s", reason="/v1/ask's retrieval needs bm25s (the serve extra)")
 
 from tests.service.conftest import LETTER, Server, auth  # noqa: E402
-from tests.service.vault_helpers import (RELEASE, SECRETS, SUBJECT, call, document, ledger, make_keys,  # noqa: E402
+from tests.service.vault.helpers import (RELEASE, SECRETS, SUBJECT, call, document, ledger, make_keys,  # noqa: E402
                                          unit)
 
 pytestmark = pytest.mark.slow

@@ -2,7 +2,7 @@
 
 WAL lets readers run beside the one writer; writers serialise on SQLite's write lock
 (``BEGIN IMMEDIATE`` takes it at the start of a transaction, so a check and the write that
-depends on it see the same state, and :meth:`~tokendp.service.db.Connection.lock` has nothing
+depends on it see the same state, and :meth:`~tokendp.service.db.connection.Connection.lock` has nothing
 to do). ``synchronous=FULL`` makes a committed reservation survive a power loss, not only a
 process crash. Several server processes on one host may share the file.
 
@@ -24,7 +24,8 @@ from pathlib import Path
 from typing import Any
 
 from tokendp.errors import InvalidInputError
-from tokendp.service.db import MIGRATIONS, Connection, schema
+from tokendp.service.db.connection import Connection
+from tokendp.service.db.schema import DATA_MIGRATIONS, MIGRATIONS, schema
 
 BUSY_TIMEOUT_MS = 30_000
 PRIVATE = 0o600
@@ -77,19 +78,25 @@ def open_sqlite(path: Path) -> SQLiteConnection:
     raw.execute("PRAGMA foreign_keys=ON")
     conn = SQLiteConnection(raw)
     with conn.write():
+        tables = {row["name"] for row in raw.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
         for statement in schema(real="REAL", id="INTEGER PRIMARY KEY AUTOINCREMENT"):
             raw.execute(statement)
-        _migrate(conn)
+        _migrate(conn, tables)
     return conn
 
 
-def _migrate(conn: SQLiteConnection) -> None:
-    """Add the columns of :data:`~tokendp.service.db.MIGRATIONS` that the file lacks
-    (idempotent; under the write lock, so two processes opening one old file add each column once)."""
+def _migrate(conn: SQLiteConnection, tables: set[str]) -> None:
+    """Add the columns of :data:`~tokendp.service.db.schema.MIGRATIONS` that the file lacks, then
+    run each :data:`~tokendp.service.db.schema.DATA_MIGRATIONS` whose table was missing
+    (``tables``: those the file had). Idempotent, and under the write lock, so two processes
+    opening one old file add each column, and rewrite its data, once."""
     for table, column, definition in MIGRATIONS:
         have = {row["name"] for row in conn.execute(f"PRAGMA table_info({table})")}
         if column not in have:
             conn.execute(f"ALTER TABLE {table} ADD COLUMN {column} {definition}")
+    for table, run in DATA_MIGRATIONS:
+        if tables and table not in tables:
+            run(conn)
 
 
 def _make_private(path: Path) -> None:

@@ -1,4 +1,4 @@
-"""A vault release on the tiny model, in process (tokendp.service.vault): one group per unit,
+"""A vault release on the tiny model, in process (tokendp.service.vault.release): one group per unit,
 the reservations as the filter's budgets, and a unit whose budget is spent read as the public
 text: the release is then the same, token for token, whatever that unit's spans say."""
 
@@ -7,14 +7,15 @@ from __future__ import annotations
 import json
 
 import pytest
+import torch
 
 from tests.service.conftest import LETTER
 from tokendp.jobs.sanitize import run_sanitize_spending
 from tokendp.service.keys import Caller, Tenant
 from tokendp.service.plans import AccountingMismatch
-from tokendp.service.units import unit_key
-from tokendp.service.vault import RewriteParams, RewriteRequest, plan_rewrite
-from tokendp.service.vault_store import Settings, StoredDocument
+from tokendp.service.vault.units import unit_key
+from tokendp.service.vault.release import RewriteParams, RewriteRequest, plan_rewrite
+from tokendp.service.vault.store import Settings, StoredDocument
 
 SUBJECT = "patient-7"
 CALLER = Caller(Tenant("clinic", 4.0, 1e-5), "reader", "hash", "tdp_prefix")
@@ -77,3 +78,20 @@ def test_a_spent_unit_is_read_as_the_public_text_token_for_token(tiny):
             (theirs,), _ = run_sanitize_spending(other.job, seed=[seed])
             assert theirs.text == mine.text
         assert left[first.units.index(unit_key("d1", "PERSON", SUBJECT))] == 0.0
+
+
+def test_a_spent_unit_keeps_the_weight_ceiling_of_a_live_one(tiny):
+    """Issue 46: the filter's weight ceilings come from the release's planned B_rel, not from the
+    reservations, so an exhausted unit's row is mixed and searched as a live one's (its time says
+    nothing about its budget); the budgets the filter spends are the reservations."""
+    from tokendp.fusion import FusionJob
+
+    tables = []
+    for spent in (False, True):
+        release, reserved = plan(tiny, letter(NAMES[0]), spent_subject=spent)
+        (doc,) = release.job.documents
+        assert doc.budgets == tuple(reserved[u] for u in release.units)
+        assert doc.ceiling_budgets == (release.release_budget,) * len(release.units)
+        tables.append(FusionJob(release.job.method, release.job.delta, release.job.documents,
+                                accounting=release.job.accounting).lam_t)
+    assert torch.equal(tables[0], tables[1]) and bool((tables[0] < 1).all())

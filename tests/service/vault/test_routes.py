@@ -12,7 +12,7 @@ import pytest
 httpx = pytest.importorskip("httpx", reason="the service tests need httpx (the dev extra)")
 
 from tests.service.conftest import LETTER, Server, auth  # noqa: E402
-from tests.service.vault_helpers import (LIFETIME, RELEASE, SECRETS, SUBJECT, call, document, ledger,  # noqa: E402
+from tests.service.vault.helpers import (LIFETIME, RELEASE, SECRETS, SUBJECT, call, document, ledger,  # noqa: E402
                                          make_keys, rewrite, stream_events, unit)
 
 pytestmark = pytest.mark.slow

@@ -1,5 +1,5 @@
 """A server process's lease on its vault tickets: a thread that renews it every ``lease / 6``
-seconds (:meth:`tokendp.service.vault_store.VaultStore.beat`), so that a process keeps its
+seconds (:meth:`tokendp.service.vault.store.VaultStore.beat`), so that a process keeps its
 tickets through five missed beats, and a process that died loses them one lease after its last
 beat (docs/privacy.md, "The vault: one lifetime filter per unit", step 4)."""
 

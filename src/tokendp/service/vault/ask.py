@@ -3,7 +3,7 @@ vault's lifetime per-unit filter (docs/privacy.md, "Asking the vault: retrieval 
 versions"; docs/vault.md, "Asking").
 
 An answer reads a PUBLIC list of confirmed documents (named by the reader, or retrieved from
-their public versions: :mod:`tokendp.service.retrieval`) and answers the reader's question with
+their public versions: :mod:`tokendp.service.vault.retrieval`) and answers the reader's question with
 DP-Fusion under the per-group Rényi filter, with ONE GROUP PER UNIT that has spans in any of
 them (:func:`tokendp.service.vault.unit_groups`): a subject in several documents is one group,
 whose row shows its spans in all of them, reserved once and charged once per answer. Each
@@ -28,8 +28,8 @@ from tokendp.backends import HFBackend
 from tokendp.errors import InvalidParameterError
 from tokendp.jobs.generate import prepare_generate
 from tokendp.service.keys import Caller
-from tokendp.service.vault import Release, unit_groups
-from tokendp.service.vault_store import Settings, StoredDocument
+from tokendp.service.vault.release import Release, unit_groups
+from tokendp.service.vault.store import Settings, StoredDocument
 
 ASK = "ask"
 

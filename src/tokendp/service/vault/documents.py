@@ -5,8 +5,9 @@ A document is its text, exactly as given (spans index it: a BOM and CRLF line en
 subject. Everything is checked here, and a document that fails any check stores nothing: the
 text must be valid UTF-8 and not blank; every span must lie within the text, with start < end,
 and carry one of tokendp's labels; spans are mapped onto the text the model reads and checked
-there as every sanitize request's are. Messages name offsets, labels and fields, never the text,
-the title or a subject.
+there as every sanitize request's are. Subject ids are stored in their canonical form
+(:func:`~tokendp.service.vault.units.canonical_subject`: one person, one id). Messages name
+offsets, labels and fields, never the text, the title or a subject.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from tokendp.errors import InvalidInputError
+from tokendp.service.vault.units import canonical_subject
 from tokendp.text.contexts import validate_spans
 from tokendp.text.layout import BOM, clean
 from tokendp.text.spans import Span
@@ -31,6 +33,8 @@ def check_document(id: str, title: str, text: str, spans: Sequence[Mapping[str, 
         raise InvalidInputError("a document id may not hold '/' or control characters (it is part of the URL)")
     if not text.lstrip(BOM).strip():
         raise InvalidInputError("the document's text is empty")
+    if subject is not None:
+        subject = _canonical(subject, "the document's subject")
     stored, parsed = [], []
     for i, span in enumerate(spans):
         start, end, label = span["start"], span["end"], span["label"]
@@ -40,14 +44,23 @@ def check_document(id: str, title: str, text: str, spans: Sequence[Mapping[str, 
         if not 0 <= start < end <= len(text):
             raise InvalidInputError(f"span {i} ({label}) is [{start}, {end}): spans need 0 <= start < end <= "
                                     f"{len(text)}, the text's length in characters as given")
-        if span.get("subject") is not None and not _is_utf8(span["subject"]):
-            raise InvalidInputError(f"span {i}'s subject is not valid UTF-8")
+        own = span.get("subject")
+        if own is not None:
+            if not _is_utf8(own):
+                raise InvalidInputError(f"span {i}'s subject is not valid UTF-8")
+            own = _canonical(own, f"span {i}'s subject")
         parsed.append(Span(start, end, label))
-        stored.append({"start": start, "end": end, "label": label,
-                       **({"subject": span["subject"]} if span.get("subject") is not None else {})})
+        stored.append({"start": start, "end": end, "label": label, **({"subject": own} if own is not None else {})})
     body, layout = clean(text)
     validate_spans(body, layout.to_clean(parsed))
     return {"id": id, "title": title, "text": text, "spans": stored, "subject": subject}
+
+
+def _canonical(subject: str, what: str) -> str:
+    try:
+        return canonical_subject(subject)
+    except InvalidInputError as err:
+        raise InvalidInputError(f"{what}: {err}") from None
 
 
 def _is_utf8(value: str) -> bool:

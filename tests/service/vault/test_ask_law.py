@@ -10,10 +10,10 @@ import json
 import pytest
 
 from tests.service.conftest import LETTER
-from tests.service.vault_helpers import SPANS, SUBJECT
+from tests.service.vault.helpers import SPANS, SUBJECT
 from tokendp.service.keys import Caller, Tenant
-from tokendp.service.vault_ask import AskParams, AskRequest, plan_ask
-from tokendp.service.vault_store import Settings, StoredDocument
+from tokendp.service.vault.ask import AskParams, AskRequest, plan_ask
+from tokendp.service.vault.store import Settings, StoredDocument
 
 NEIGHBOUR = LETTER.replace("Tomas Lindqvist", "Jonas Bergqvist")  # the subject's spans: other text, same layout
 SUBJECT_UNIT = json.dumps(["subject", SUBJECT])

@@ -3,9 +3,9 @@ their tickets and reservations, cached rewrites and reader quotas (tables in
 :mod:`tokendp.service.db`).
 
 Portable SQL only (``?`` parameters, ``INSERT ... ON CONFLICT``, no backend's functions),
-each write in one :func:`~tokendp.service.db.immediate` transaction that locks what its
-decision reads (:mod:`tokendp.service.vault_tickets`, "Locks"), so that SQLite and PostgreSQL
-run the same statements behind :class:`~tokendp.service.db.Connection`.
+each write in one :func:`~tokendp.service.db.connection.immediate` transaction that locks what its
+decision reads (:mod:`tokendp.service.vault.tickets`, "Locks"), so that SQLite and PostgreSQL
+run the same statements behind :class:`~tokendp.service.db.connection.Connection`.
 
 The release rule (docs/privacy.md, "The vault: one lifetime filter per unit"): a release takes
 a ticket when it arrives (:meth:`VaultStore.ticket`, in the transaction that checks the reader's
@@ -31,10 +31,10 @@ from typing import Any
 from tokendp.accounting import lifetime_alpha, lifetime_budget, lifetime_reservation, lifetime_spent
 from tokendp.accounting._rounding import ceil_float
 from tokendp.errors import InvalidParameterError
-from tokendp.service import vault_tickets as tickets
-from tokendp.service.db import immediate, retried
+from tokendp.service.vault import tickets
+from tokendp.service.db.connection import immediate, retried
 from tokendp.service.keys import Caller, Tenant, now
-from tokendp.service.units import describe
+from tokendp.service.vault.units import describe
 
 
 class QuotaExceeded(Exception):
@@ -51,7 +51,10 @@ class TicketLapsed(Exception):
 
 
 class DocumentExists(Exception):
-    """POST of a document id the tenant already has (replace it with PUT)."""
+    """POST of a document id the tenant already has (replace it with PUT); ``index``: its place
+    among the documents of :meth:`VaultStore.put_all`."""
+
+    index: int = 0
 
 
 @dataclass(frozen=True)
@@ -126,22 +129,38 @@ class VaultStore:
     def put(self, tenant: Tenant, doc: Mapping[str, Any], *, state: str, create: bool) -> str:
         """Store a validated document (``create``: refuse an existing id); its new version.
         Replacing a document drops its cached rewrites (they were of the old version)."""
+        with immediate(self.conn) as conn:
+            return self._put(conn, tenant, doc, state, create)
+
+    @retried
+    def put_all(self, tenant: Tenant, docs: Sequence[tuple[Mapping[str, Any], str]], *, create: bool) -> None:
+        """Store validated (document, state) pairs all or none, in one write transaction:
+        DocumentExists (its ``index`` the first one the vault holds, with ``create``) stores none."""
+        with immediate(self.conn) as conn:
+            for i, (doc, state) in enumerate(docs):
+                try:
+                    self._put(conn, tenant, doc, state, create)
+                except DocumentExists as err:
+                    err.index = i
+                    raise
+
+    @staticmethod
+    def _put(conn, tenant: Tenant, doc: Mapping[str, Any], state: str, create: bool) -> str:
         version = secrets.token_hex(8)
         row = (doc["title"], doc["text"], json.dumps(doc["spans"], ensure_ascii=False), doc.get("subject"), state)
-        with immediate(self.conn) as conn:
-            exists = conn.execute("SELECT 1 FROM documents WHERE tenant = ? AND id = ?",
-                                  (tenant.name, doc["id"])).fetchone() is not None
-            if exists and create:
-                raise DocumentExists(doc["id"])
-            if exists:
-                conn.execute("UPDATE documents SET version = ?, title = ?, text = ?, spans = ?, subject = ?, "
-                             "state = ?, updated = ? WHERE tenant = ? AND id = ?",
-                             (version, *row, now(), tenant.name, doc["id"]))
-                conn.execute("DELETE FROM rewrites WHERE tenant = ? AND document = ?", (tenant.name, doc["id"]))
-            else:
-                conn.execute("INSERT INTO documents (tenant, id, version, title, text, spans, subject, state, created, "
-                             "updated) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                             (tenant.name, doc["id"], version, *row, now(), now()))
+        exists = conn.execute("SELECT 1 FROM documents WHERE tenant = ? AND id = ?",
+                              (tenant.name, doc["id"])).fetchone() is not None
+        if exists and create:
+            raise DocumentExists(doc["id"])
+        if exists:
+            conn.execute("UPDATE documents SET version = ?, title = ?, text = ?, spans = ?, subject = ?, "
+                         "state = ?, updated = ? WHERE tenant = ? AND id = ?",
+                         (version, *row, now(), tenant.name, doc["id"]))
+            conn.execute("DELETE FROM rewrites WHERE tenant = ? AND document = ?", (tenant.name, doc["id"]))
+        else:
+            conn.execute("INSERT INTO documents (tenant, id, version, title, text, spans, subject, state, created, "
+                         "updated) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                         (tenant.name, doc["id"], version, *row, now(), now()))
         return version
 
     def get(self, tenant: Tenant, document: str) -> StoredDocument | None:
@@ -196,7 +215,7 @@ class VaultStore:
 
     # --- tickets and leases ---------------------------------------------------------------
     def beat(self) -> None:
-        """Renew this process's lease (:mod:`tokendp.service.vault_tickets`)."""
+        """Renew this process's lease (:mod:`tokendp.service.vault.tickets`)."""
         tickets.beat(self.conn, self.holder, self.lease)
 
     def leave(self) -> None:
@@ -381,16 +400,24 @@ class VaultStore:
 
     def ledger(self, tenant: Tenant) -> dict[str, Any]:
         """Every unit: committed spend, open reservations (in flight: they count as spent) and
-        the lifetime budget, in RDP at the vault's order; releases per state (``waiting``,
-        ``open``, ``done``, ``failed``, ``expired``, ``void``)."""
+        the lifetime budget, in RDP at the vault's order, and the units merged into it when
+        subject ids became canonical (:mod:`tokendp.service.vault.merge`: each one's old subject
+        id and the spend it brought); releases per state (``waiting``, ``open``, ``done``,
+        ``failed``, ``expired``, ``void``)."""
         settings = self.settings(tenant)
+        merges: dict[str, list[dict[str, Any]]] = {}
+        for row in self.conn.execute("SELECT unit, merged, spent, created FROM unit_merges WHERE tenant = ? "
+                                     "ORDER BY created, merged", (tenant.name,)).fetchall():
+            merges.setdefault(row["unit"], []).append({**describe(row["merged"]), "spent": row["spent"],
+                                                       "at": row["created"]})
         units = []
         for row in self.conn.execute("SELECT unit, spent FROM units WHERE tenant = ? ORDER BY unit",
                                      (tenant.name,)).fetchall():
             held = self._outstanding(self.conn, tenant.name, row["unit"])
             units.append({**describe(row["unit"]), "spent": row["spent"], "reserved": held,
                           "remaining": lifetime_reservation(budget=settings.budget, spent=row["spent"],
-                                                            outstanding=held, release=settings.budget)})
+                                                            outstanding=held, release=settings.budget),
+                          "merged": merges.get(row["unit"], [])})
         states = self.conn.execute("SELECT state, COUNT(*) AS n FROM releases WHERE tenant = ? GROUP BY state",
                                    (tenant.name,)).fetchall()
         return {"alpha": settings.alpha, "budget": settings.budget, "epsilon": tenant.budget, "delta": tenant.delta,

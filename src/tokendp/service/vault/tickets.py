@@ -12,7 +12,7 @@ later one waits for it. Closing a release deletes its ``tickets`` rows.
 Each server process holds its tickets under a **lease**: a ``holders`` row that its heartbeat
 renews on the database's clock. A ticket whose holder missed its lease (the process died, or
 stalled past it) is expired by the release that waits for it (:meth:`VaultStore.expire
-<tokendp.service.vault_store.VaultStore.expire>`): its reservations, if it had any, are spent in
+<tokendp.service.vault.store.VaultStore.expire>`): its reservations, if it had any, are spent in
 full; a ticket that had not reserved closes with nothing spent.
 
 Locks, for PostgreSQL (:mod:`tokendp.service.db`): a tenant's ``vaults`` row, then its units'
@@ -23,7 +23,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 
-from tokendp.service.db import Connection
+from tokendp.service.db.connection import Connection
 
 LIVE = "CASE WHEN h.beat + h.lease >= {clock} THEN 1 ELSE 0 END"
 

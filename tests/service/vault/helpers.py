@@ -71,7 +71,7 @@ def tiny_vault_worker(tmp_path: Path, ids: tuple[str, ...]):
     from tokendp.service.batching import Worker
     from tokendp.service.keys import authenticate, create_key
     from tokendp.service.store import BudgetStore
-    from tokendp.service.vault_store import VaultStore
+    from tokendp.service.vault.store import VaultStore
 
     store = BudgetStore(tmp_path / "service.db")
     vault = VaultStore(lambda: store.conn)

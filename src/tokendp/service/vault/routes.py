@@ -5,7 +5,7 @@ Every route declares who may call it through its dependency: ``owner`` (403 forb
 reader key) or ``anyone`` (owner or reader of the tenant). Everything is scoped to the caller's
 tenant: another tenant's document is "not found", exactly like one that does not exist. What
 a reader receives is public: ids and titles of confirmed documents, releases and their
-certificates, and which documents an answer read (public: :mod:`tokendp.service.retrieval`). A
+certificates, and which documents an answer read (public: :mod:`tokendp.service.vault.retrieval`). A
 draft, a missing document and another tenant's are the same 404, named in ``/v1/ask`` too;
 nothing about a unit's spend or remaining budget, or a release's lambdas, reaches a reader
 (docs/privacy.md, "The vault: one lifetime filter per unit").
@@ -25,17 +25,18 @@ from tokendp.jobs.generate import DEFAULT_MAX_NEW_TOKENS
 from tokendp.service import errors
 from tokendp.service.batching import Job, Worker
 from tokendp.service.contract import BODY, KEYED, OWNER, PARAMS, RELEASE, TAGGER, answers
-from tokendp.service.documents import check_document
+from tokendp.service.vault.documents import check_document
 from tokendp.service.errors import APIError
 from tokendp.service.keys import Caller
 from tokendp.service.limits import Limits
-from tokendp.service.retrieval import Retriever
-from tokendp.service.schemas import DEFAULT_TOP_K, DOCUMENT_ID, AskIn, DocumentBody, DocumentIn, QuotaIn, limit
+from tokendp.service.vault.retrieval import Retriever
+from tokendp.service.schemas import (DEFAULT_TOP_K, DOCUMENT_ID, KEY_PREFIX, MAX_NEW_TOKENS, AskIn, DocumentBody,
+                                     DocumentIn, QuotaIn, limit)
 from tokendp.service.streams import event, events, wait
 from tokendp.service.tagging import Tagging
-from tokendp.service.vault import REWRITE, RewriteParams, RewriteRequest
-from tokendp.service.vault_ask import ASK, AskParams, AskRequest
-from tokendp.service.vault_store import StoredDocument, VaultStore
+from tokendp.service.vault.release import REWRITE, RewriteParams, RewriteRequest
+from tokendp.service.vault.ask import ASK, AskParams, AskRequest
+from tokendp.service.vault.store import StoredDocument, VaultStore
 
 NOT_FOUND = "no such document in this tenant's vault"
 NO_MATCH = ("no confirmed document's public text (spans hidden) shares a word with the question; name the documents "
@@ -50,6 +51,13 @@ def vault_routes(worker: Worker, vault: VaultStore, tagging: Tagging, limits: Li
     """The routes above, on ``worker`` (releases) and ``vault`` (the database)."""
     router = APIRouter(tags=["vault"])
     retriever = Retriever(vault)
+
+    def within_limit(tokens: int | None) -> None:
+        """T within this server's --max-new-tokens (the bound the OpenAPI document states), before
+        anything is read, planned or counted."""
+        if tokens is not None and tokens > limits.max_new_tokens:
+            raise APIError("invalid_parameter", f"max_new_tokens {tokens} is above this server's limit of "
+                           f"{limits.max_new_tokens}; ask for fewer tokens")
 
     async def stored(body: DocumentBody, id: str) -> tuple[dict[str, Any], str]:
         """The document checked (spans given: confirmed; none: the server's tagger, a draft)."""
@@ -122,7 +130,8 @@ def vault_routes(worker: Worker, vault: VaultStore, tagging: Tagging, limits: Li
     async def rewrite(request: Request, id: str = DocumentId,
                       epsilon: float = Query(ge=0, description="each unit's epsilon for this release (at the "
                                              "tenant's delta); the lifetime budget bounds all releases together"),
-                      max_new_tokens: int | None = Query(None, ge=1, description="T (default: from the document)",
+                      max_new_tokens: int | None = Query(None, ge=1, le=MAX_NEW_TOKENS,
+                                                         description="T (default: from the document)",
                                                          json_schema_extra=limit("max_new_tokens")),
                       stream: bool = Query(False, description="server-sent events (or Accept: text/event-stream)"),
                       who: Caller = Depends(anyone)):
@@ -131,6 +140,7 @@ def vault_routes(worker: Worker, vault: VaultStore, tagging: Tagging, limits: Li
         at no cost (``"cached": true``). Never refused for a unit's budget: a unit whose budget
         is spent is read as the public text."""
         streaming = stream or "text/event-stream" in request.headers.get("accept", "")
+        within_limit(max_new_tokens)
         doc = await asyncio.to_thread(vault.get, who.tenant, id)
         if doc is None or doc.state != "confirmed":
             raise APIError("not_found", NOT_FOUND)
@@ -161,6 +171,7 @@ def vault_routes(worker: Worker, vault: VaultStore, tagging: Tagging, limits: Li
         if body.documents is not None and body.top_k is not None:
             raise APIError("invalid_parameter", "give documents (the ones to read) or top_k (how many to "
                            "retrieve), not both")
+        within_limit(body.max_new_tokens)
         try:
             params = AskParams(body.epsilon, body.max_new_tokens or min(DEFAULT_MAX_NEW_TOKENS, limits.max_new_tokens),
                                body.temperature)
@@ -210,7 +221,9 @@ def vault_routes(worker: Worker, vault: VaultStore, tagging: Tagging, limits: Li
         return {"readers": await asyncio.to_thread(vault.readers, who.tenant)}
 
     @router.put("/v1/readers/{prefix}/quota", responses=answers(*OWNER, *BODY, "not_found", "invalid_parameter"))
-    async def set_quota(prefix: str, body: QuotaIn, who: Caller = Depends(owner)) -> dict[str, Any]:
+    async def set_quota(body: QuotaIn, prefix: str = Path(min_length=1, max_length=64, pattern=KEY_PREFIX,
+                                                          description="the reader key's prefix (GET /v1/readers)"),
+                        who: Caller = Depends(owner)) -> dict[str, Any]:
         """Set a reader key's quota: fresh releases and tokens (T) per 24 hours (owner only)."""
         try:
             found = await asyncio.to_thread(vault.set_quota, who.tenant, prefix,
