@@ -123,7 +123,7 @@ def test_an_answer_names_the_documents_it_read(vault):
     (["vault", "ask", "zebra quantum", "--epsilon", "3"], "reader", EXIT_BAD_INPUT, ["404 no_match"]),
     (["vault", "rewrite", "a", "--epsilon", "-1"], "reader", EXIT_USAGE, ["query.epsilon", "422 invalid_request"]),
     (["vault", "rewrite", "a", "--epsilon", "3", "--max-new-tokens", "99"], "reader", EXIT_USAGE,
-     ["above the limit of 16", "400 invalid_parameter"]),
+     ["server's limit of 16", "400 invalid_parameter"]),
     (["vault", "rewrite", "a", "--epsilon", "3", "--max-new-tokens", "2"], "spent", EXIT_BUDGET,
      ["429 quota_exceeded", "nothing was charged"]),
 ])
