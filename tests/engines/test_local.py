@@ -154,9 +154,9 @@ def test_cli_batching_option(tmp_path):
 
 def test_continuous_error_names_the_chunk_not_its_text(tmp_path):
     docs = documents(6)
-    docs[4] = {"id": "long", "text": "secret word " * 400, "spans": []}
+    docs[4] = {"id": "long", "text": "secret word " * 400, "spans": []}  # more passages than T = 6
     corpus = write_jsonl(tmp_path / "c.jsonl", docs)
-    with pytest.raises(InvalidInputError) as err:
+    with pytest.raises(InvalidParameterError, match="ask for at least") as err:
         sanitize_corpus(corpus, _params(seed=1), out=tmp_path / "o.jsonl", batch_size=3, progress=False,
                         batching="continuous")
     message = str(err.value)
