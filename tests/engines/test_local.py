@@ -16,7 +16,7 @@ from click.testing import CliRunner
 from tokendp.cli import main
 from tokendp.cli._exit import EXIT_BAD_INPUT
 from tokendp.engines import sanitize_corpus
-from tokendp.errors import InvalidInputError, InvalidParameterError
+from tokendp.errors import InvalidParameterError
 
 from .corpora import assert_same_records, documents, interrupt_after, model_dir, read_output, write_jsonl
 
