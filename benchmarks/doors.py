@@ -16,7 +16,10 @@ length (TAB's reporting half, odd-indexed, gold spans), the doors:
   (its default model), and ``generate-public``: the same with ``--method public`` (every span
   hidden, no DP: the baseline an answer at epsilon E is held against);
 - ``long``: ``tokendp sanitize`` on ``--long`` TAB reporting-half documents of at most
-  ``--long-max-chars`` characters (the longest such), in passages as the default does.
+  ``--long-max-chars`` characters (the longest such), in passages as the default does;
+- ``short-answer`` and ``short-answer-public`` (issue 45 item 3): ``tokendp.generate`` with a
+  prompt that asks for a short answer (:data:`SHORT_ANSWER`) instead of the default instruction,
+  at epsilon E and public.
 
 Per door (the metrics of ``benchmarks/rewriter.py`` where they exist):
 
@@ -63,8 +66,11 @@ from rewriter import kept, type_counts, types_score  # noqa: E402
 from tokendp.text.taggers.labels import to_tab  # noqa: E402
 
 DATA = Path(__file__).resolve().parents[1] / "../shared/data"
-DOORS = ("cli", "corpus", "vault-rewrite", "vault-ask", "generate", "generate-public", "long")
-ANSWERS = ("vault-ask", "generate", "generate-public")
+DOORS = ("cli", "corpus", "vault-rewrite", "vault-ask", "generate", "generate-public", "long", "short-answer",
+         "short-answer-public")
+ANSWERS = ("vault-ask", "generate", "generate-public", "short-answer", "short-answer-public")
+# Issue 45 item 3's candidate prompt: ask for a short answer instead of the default instruction.
+SHORT_ANSWER = "Answer the question in a few words, using only the documents below."
 RUN = [sys.executable, "-m", "tokendp"]
 
 
@@ -248,6 +254,26 @@ def door_generate(docs, args, tmp: Path, method: str = "dp-fusion"):
             yield doc, question, out["text"], out["report"].get("stop_reason"), time.perf_counter() - t0
 
 
+def door_short_answer(docs, args, method: str = "dp-fusion"):
+    """``tokendp.generate`` on ``tokendp generate``'s default model (smollm2) with
+    :data:`SHORT_ANSWER` as the instruction."""
+    import torch
+
+    import tokendp
+    from tokendp.backends import load_backend
+
+    torch.set_num_threads(args.threads)
+    model = load_backend("smollm2")
+    for doc in docs:
+        for question, _ in doc["questions"]:
+            t0 = time.perf_counter()
+            privacy = {"epsilon": args.epsilon} if method == "dp-fusion" else {"method": method}
+            out = tokendp.generate(question, context=doc["text"], spans=doc["spans"], model=model,
+                                   instruction=SHORT_ANSWER, max_new_tokens=args.answer_tokens, seed=args.seed,
+                                   **privacy)
+            yield doc, question, out.text, out.report.stop_reason, time.perf_counter() - t0
+
+
 # ---------------------------------------------------------------------------- run
 def load(path: Path) -> dict:
     done = {}
@@ -284,6 +310,8 @@ def run(args) -> dict:
                     outs = door_cli(todo, args, Path(tmp))
                 elif door == "corpus":
                     outs = door_corpus(todo, args, Path(tmp))
+                elif door.startswith("short-answer"):
+                    outs = door_short_answer(todo, args, "public" if door.endswith("public") else "dp-fusion")
                 else:
                     outs = door_generate(todo, args, Path(tmp), "public" if door == "generate-public" else "dp-fusion")
                 for doc, question, text, stop, seconds in outs:
