@@ -171,3 +171,37 @@ def test_public_logits_processor_sees_only_released_tokens_and_treats_rows_alike
         for doc, r in enumerate(out):
             banned = list(r.token_ids[:t])
             assert torch.isinf(logits[doc, :2][:, banned]).all()  # the public and the private row alike
+
+
+def scripted_step(script):
+    """A step that releases ``script[t]`` at step t for every document, whatever the logits."""
+    def step(logits, docs, temperature):
+        logp = torch.full((len(docs), logits.shape[-1]), float("-inf"))
+        logp[:, script[step.calls]] = 0.0
+        step.calls += 1
+        return SimpleNamespace(logprobs=logp, diagnostics={})
+    step.calls = 0
+    return step
+
+
+@pytest.mark.parametrize("text, start", [("a\nb\na\n", 4), ("a\nb\na", None), ("Mrs Cole,\n\nMrs Cole,\n\n", 11),
+                                         ("x\n  a  \n\nq\na\n\n\n", 11), ("a\na b\n", None), ("\n\n\n", None),
+                                         ("Hi\nHi\n", 3), ("one\n\ntwo\n\n", None)])
+def test_repeated_line_finds_the_last_complete_line_when_it_repeats(text, start):
+    from tokendp.generation import repeated_line
+
+    assert repeated_line(text) == start
+
+
+def test_a_repeated_line_ends_the_document_before_it_only_when_asked(backend):
+    tok = backend.tokenizer
+    script = tok("Dear Ann,\n\nMrs Cole,\n\nMrs Cole,\n\nthe end", add_special_tokens=False)["input_ids"]
+    seqs = [RowSequence.from_ids([[5, 6, 7]])]
+    off = generate(backend, seqs, scripted_step(script), max_new_tokens=len(script), generator=make_generator(0),
+                   eos_ids=[])
+    assert off[0].stop_reason == "max_new_tokens" and off[0].text.count("Mrs Cole") == 2
+    on = generate(backend, seqs, scripted_step(script), max_new_tokens=len(script), generator=make_generator(0),
+                  eos_ids=[], stop_at_repeated_line=True)
+    assert on[0].stop_reason == "repeated_line" and on[0].text == "Dear Ann,\n\nMrs Cole,"
+    # it stops on the token that closes the repeated line: the released tokens are a prefix
+    assert tok.decode(on[0].token_ids) == "Dear Ann,\n\nMrs Cole,\n\nMrs Cole,\n"

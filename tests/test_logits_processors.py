@@ -67,3 +67,15 @@ def test_apply_to_rows_uses_each_sequences_own_released_ids():
     assert torch.equal(out[:3], torch.tensor([[1.0, 0.5, 1.0, 1.0]] * 3))
     assert torch.equal(out[3:], torch.tensor([[1.0, 1.0, 0.5, 0.5]] * 2))
     assert apply_to_rows(PublicLogitsProcessor(), logits, [3, 2], [[1], [2]]) is logits
+
+
+def test_apply_to_rows_copies_nothing_while_no_ngram_is_banned():
+    """sanitize's default no-repeat rule is active at every step but bans nothing at most of
+    them: then the logits come back as they are, and otherwise only the banning sequence's rows
+    change."""
+    proc = PublicLogitsProcessor(no_repeat_ngram_size=3)
+    logits = torch.ones(5, 4)  # (Rtot, V)
+    assert apply_to_rows(proc, logits, [3, 2], [[1, 2, 3], [0, 1]]) is logits
+    out = apply_to_rows(proc, logits, [3, 2], [[1, 2, 3, 1, 2], [0, 1]])  # (1, 2) was followed by 3
+    assert torch.isinf(out[:3, 3]).all() and torch.equal(out[:3, :3], logits[:3, :3])
+    assert torch.equal(out[3:], logits[3:]) and torch.equal(logits, torch.ones(5, 4))

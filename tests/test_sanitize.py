@@ -12,6 +12,7 @@ from tokendp.accounting import dp_fusion_epsilon
 from tokendp.backends import HFBackend
 from tokendp.errors import InvalidInputError, InvalidParameterError
 from tokendp.jobs.sanitize import choose_alpha, sanitize, sanitize_batch
+from tokendp.params import DEFAULT_NO_REPEAT_NGRAM_SIZE, DEFAULT_STOP_AT_REPEATED_LINE
 from tokendp.text.spans import Span
 
 OPTIONS = {"prompt_template": "<|doc|>{document}<|rewrite|>", "placeholder": "<|mask|>"}
@@ -240,12 +241,16 @@ def test_public_decoding_constraints_are_reported_and_cost_nothing(tiny):
     ids: list[int] = []
     res = sanitize_batch([LETTER], spans=[SPANS], model=tiny, beta=0.05, alpha=2.0, delta=1e-6, seed=0,
                          no_repeat_ngram_size=2, repetition_penalty=1.3, on_token=lambda doc, tok: ids.append(tok))[0]
-    assert res.report.decoding == {"temperature": 0.7, "no_repeat_ngram_size": 2, "repetition_penalty": 1.3}
+    assert res.report.decoding == {"temperature": 0.7, "no_repeat_ngram_size": 2, "repetition_penalty": 1.3,
+                                   "stop_at_repeated_line": DEFAULT_STOP_AT_REPEATED_LINE}
+    assert plain.report.decoding["no_repeat_ngram_size"] == DEFAULT_NO_REPEAT_NGRAM_SIZE  # on unless turned off
     assert [g.epsilon for g in res.report.groups] == [g.epsilon for g in plain.report.groups]
     pairs = list(zip(ids, ids[1:]))
     assert len(ids) > 10 and len(pairs) == len(set(pairs))  # no bigram released twice
     with pytest.raises(InvalidParameterError):
         sanitize(LETTER, spans=SPANS, model=tiny, beta=0.05, repetition_penalty=0.0)
+    with pytest.raises(InvalidParameterError, match="stop_at_repeated_line"):
+        sanitize(LETTER, spans=SPANS, model=tiny, beta=0.05, stop_at_repeated_line="yes")
 
 
 def test_labels_and_keep_say_what_is_protected(copier):

@@ -44,7 +44,7 @@ from tokendp.errors import InvalidInputError, InvalidParameterError
 from tokendp.generation import (Generated, Pending, generate, generate_continuous, make_generator,
                                 make_generators)
 from tokendp.logits_processors import PublicLogitsProcessor
-from tokendp.params import DEFAULT_PACE, Accounting, Budget, per_group
+from tokendp.params import DEFAULT_PACE, Accounting, Budget, check_flag, per_group
 from tokendp.mechanisms import DPFusion, DPFusionFilter, FilterStep, MechanismStep, RenyiFilter
 from tokendp.long_documents import LongDocument, run_passages
 from tokendp.text.contexts import DocumentContexts, HistoryTemplate, Placeholders
@@ -287,9 +287,11 @@ class Decoding:
     repetition_penalty: float = 1.0
     speculative: bool | None = None
     draft_tokens: int = 8
+    stop_at_repeated_line: bool = False
 
     def __post_init__(self) -> None:
         self.processor()  # it validates its own two settings, before anything loads
+        check_flag("stop_at_repeated_line", self.stop_at_repeated_line)
 
     def processor(self) -> PublicLogitsProcessor:
         """The public decoding constraints as the decoding loop applies them to every row."""
@@ -300,7 +302,7 @@ class Decoding:
         """The public decoding settings, as the report lists them: the temperature (whose default
         differs between sanitize and generate, so every report states it) and the constraints."""
         return {"temperature": self.temperature, "no_repeat_ngram_size": self.no_repeat_ngram_size,
-                "repetition_penalty": self.repetition_penalty}
+                "repetition_penalty": self.repetition_penalty, "stop_at_repeated_line": self.stop_at_repeated_line}
 
 
 @dataclass(frozen=True)
@@ -355,6 +357,7 @@ def run_fusion(prepared: PreparedFusion, *, seed: int | Sequence[int] | None = N
     backend, d, n = prepared.backend, prepared.decoding, len(prepared.documents)
     decode = dict(temperature=d.temperature, eos_ids=backend.eos_token_ids,
                   stop_strings=[*backend.options.get("stop", []), *d.stop], logits_processor=d.processor(),
+                  stop_at_repeated_line=d.stop_at_repeated_line,
                   drafter=drafter(d.speculative, d.draft_tokens, n, prepared.placeholder))
     if any(doc.long is not None for doc in prepared.documents):  # documents of any length: in passages
         assert prepared.history is not None
@@ -474,7 +477,8 @@ def run_fusion_stream(chunks: Iterable[Chunk], *, slots: int, bucket: int = 64,
     for n, out in generate_continuous(p.backend, pending(), job.step, slots=slots, admit=admit,
                                       temperature=d.temperature, eos_ids=p.backend.eos_token_ids,
                                       stop_strings=[*p.backend.options.get("stop", []), *d.stop],
-                                      charge=job.charge, on_token=stream, logits_processor=d.processor()):
+                                      charge=job.charge, on_token=stream, logits_processor=d.processor(),
+                                      stop_at_repeated_line=d.stop_at_repeated_line):
         key, prepared, doc = documents.pop(n)
         yield Finished(key, prepared, doc, out, job.diagnostics(seated.pop(n), out.diagnostics))
         while alone:

@@ -54,7 +54,7 @@ from tokendp.errors import InvalidParameterError
 from tokendp.logits_processors import PublicLogitsProcessor, apply_to_rows
 from tokendp.sampling import Generators, sample, sample_ids  # noqa: F401 (sample: re-exported)
 
-StopReason = Literal["eos", "stop_string", "max_new_tokens", "cancelled"]
+StopReason = Literal["eos", "stop_string", "repeated_line", "max_new_tokens", "cancelled"]
 
 
 class StopDocument(Exception):  # noqa: N818 (a signal to the loop, not an error)
@@ -113,13 +113,28 @@ def make_generators(seed: int | Sequence[int] | None, n: int) -> list[torch.Gene
     return [make_generator(s) for s in seeds]
 
 
+def repeated_line(text: str) -> int | None:
+    """Where the last complete line of ``text`` starts if it repeats an earlier one, else None.
+
+    Lines are compared stripped of surrounding white space; blank lines never count, and the
+    text after the last line break is not a complete line yet. A function of the released text
+    alone, so a stop on it is public (docs/sanitize.md, "Loops")."""
+    end = text.rfind("\n")
+    if end < 0:
+        return None
+    lines = text[:end].rstrip()  # the complete lines, without the blank ones at their end
+    start = lines.rfind("\n") + 1
+    line = lines[start:].strip()
+    return start if line and line in {earlier.strip() for earlier in lines[:start].split("\n")} else None
+
+
 class _StopChecker:
     """Host-side stop checks on one document's growing list of token ids."""
 
     def __init__(self, tokenizer: Any, eos_ids: set[int], stop_strings: Sequence[str],
-                 limits: Sequence[int]) -> None:
+                 limits: Sequence[int], stop_at_repeated_line: bool = False) -> None:
         self.tokenizer, self.eos_ids, self.stops = tokenizer, eos_ids, tuple(s for s in stop_strings if s)
-        self.limits = limits
+        self.limits, self.lines = limits, stop_at_repeated_line
         self.tail = 4 * max((len(s) for s in self.stops), default=0) + 2  # tokens that can hold a stop
 
     def check(self, doc: int, ids: list[int]) -> StopReason | None:
@@ -129,15 +144,21 @@ class _StopChecker:
             tail = self.tokenizer.decode(ids[-self.tail:], skip_special_tokens=False)
             if any(s in tail for s in self.stops):
                 return "stop_string"
+        if self.lines and "\n" in self.tokenizer.decode(ids[-1:], skip_special_tokens=False) \
+                and repeated_line(self.tokenizer.decode(ids, skip_special_tokens=False)) is not None:
+            return "repeated_line"
         return "max_new_tokens" if len(ids) >= self.limits[doc] else None
 
     def text(self, ids: list[int], reason: StopReason | None) -> tuple[str, list[int]]:
-        """The text of ``ids`` without the EOS token and cut before the first stop string."""
+        """The text of ``ids`` without the EOS token, cut before the first stop string or
+        before the line that repeated an earlier one."""
         if reason == "eos":
             ids = ids[:-1]
         text = self.tokenizer.decode(ids, skip_special_tokens=False)
         if reason == "stop_string":
             text = text[:min(text.find(s) for s in self.stops if s in text)]
+        if reason == "repeated_line":
+            text = text[:repeated_line(text)].rstrip()
         for special in self.tokenizer.all_special_tokens:
             text = text.replace(special, "")
         return text, ids
@@ -149,7 +170,7 @@ def generate(backend: HFBackend, sequences: Sequence[RowSequence], step: StepFn,
              charge: Callable[[list[int]], None] | None = None,
              on_token: Callable[[int, int], None] | None = None,
              logits_processor: PublicLogitsProcessor | None = None,
-             drafter: Drafter | None = None,
+             drafter: Drafter | None = None, stop_at_repeated_line: bool = False,
              on_finish: Callable[[int, Generated], None] | None = None) -> list[Generated]:
     """Generate up to ``max_new_tokens`` tokens (one int, or one per sequence) for every
     sequence; see the module docstring.
@@ -167,6 +188,9 @@ def generate(backend: HFBackend, sequences: Sequence[RowSequence], step: StepFn,
     (:meth:`_Loop.verify`): each pass also runs the tokens it guesses from the public row and
     the released tokens, and the output has exactly the distribution it has without
     (docs/privacy.md, "Speculative decoding"); ignored when the backend cannot roll back.
+    ``stop_at_repeated_line``: a sequence also ends as soon as a line it released repeats an
+    earlier line of its own (:func:`repeated_line`; stop reason ``"repeated_line"``, the text cut
+    before that line): a loop's sign, decided from the released tokens alone, so public.
     ``on_finish(doc, output)`` is called once per sequence as soon as it finishes, before the
     others go on (a corpus run saves it there: an interrupt then loses only unfinished ones).
     """
@@ -179,7 +203,7 @@ def generate(backend: HFBackend, sequences: Sequence[RowSequence], step: StepFn,
     if not isinstance(generator, torch.Generator) and len(generator) != len(sequences):
         raise InvalidParameterError(f"got {len(generator)} generators for {len(sequences)} sequences; give one per sequence")
     eos = set(eos_ids if eos_ids is not None else [backend.tokenizer.eos_token_id]) - {None}
-    checker = _StopChecker(backend.tokenizer, eos, stop_strings, limits)
+    checker = _StopChecker(backend.tokenizer, eos, stop_strings, limits, stop_at_repeated_line)
     loop = _Loop(sequences, step, generator, temperature, checker, charge, on_token, logits_processor)
     drafts = None if drafter is None or not backend.can_roll_back else \
         [drafter.for_document(seq.rows[0].ids) for seq in sequences]
@@ -223,7 +247,8 @@ def generate_continuous(backend: HFBackend, documents: Iterable[Pending], step: 
                         eos_ids: Sequence[int] | None = None, stop_strings: Sequence[str] = (),
                         charge: Callable[[list[int]], None] | None = None,
                         on_token: Callable[[Any, int], None] | None = None,
-                        logits_processor: PublicLogitsProcessor | None = None) -> Iterator[tuple[Any, Generated]]:
+                        logits_processor: PublicLogitsProcessor | None = None,
+                        stop_at_repeated_line: bool = False) -> Iterator[tuple[Any, Generated]]:
     """Continuous batching: decode ``documents`` (an iterable, read as slots free up) with at most
     ``slots`` of them in the batch at once; yield ``(key, output)`` for each as it finishes.
 
@@ -236,7 +261,8 @@ def generate_continuous(backend: HFBackend, documents: Iterable[Pending], step: 
     slot or batchmates (up to the float32 rounding of batched logits, docs/design.md
     "Determinism"). ``step`` and ``charge`` receive slot indices (``# (Na,)``, in ``[0, slots)``);
     ``admit(slot, document)`` is called when a document takes a slot, before its first step, so
-    the caller can seat its parameters and ledger there. ``on_token(key, token_id)`` streams.
+    the caller can seat its parameters and ledger there. ``on_token(key, token_id)`` streams;
+    ``stop_at_repeated_line`` as for :func:`generate`.
 
     The layout is public: which document joins when depends on the order of ``documents`` and on
     when the others finished, that is on their released tokens; each row's padding on the public
@@ -248,7 +274,7 @@ def generate_continuous(backend: HFBackend, documents: Iterable[Pending], step: 
     if not (temperature >= 0):
         raise InvalidParameterError(f"temperature must be >= 0, got {temperature!r}")
     eos = set(eos_ids if eos_ids is not None else [backend.tokenizer.eos_token_id]) - {None}
-    checker = _StopChecker(backend.tokenizer, eos, stop_strings, [1] * slots)
+    checker = _StopChecker(backend.tokenizer, eos, stop_strings, [1] * slots, stop_at_repeated_line)
     keys: list[Any] = [None] * slots
     stream = None if on_token is None else (lambda slot, tok: on_token(keys[slot], tok))
     loop = _Loop.with_slots(slots, step, temperature, checker, charge, stream, logits_processor)

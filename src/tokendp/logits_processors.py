@@ -133,13 +133,19 @@ def apply_to_rows(processor: PublicLogitsProcessor, logits: torch.Tensor, rows_p
                   generated: Sequence[Sequence[int]]) -> torch.Tensor:
     """Apply ``processor`` to flat rows ``# (Rtot, V)``: sequence n owns the next
     ``rows_per_sequence[n]`` rows (the engine's layout, in order) and all of them get its
-    adjustment. Slices from host integers: nothing is read back from the device."""
+    adjustment. Slices from host integers: nothing is read back from the device. ``logits``
+    itself comes back, uncopied, when no sequence's constraint applies at this step (a no-repeat
+    n-gram rule with nothing to ban, as at most steps of a rewrite that does not loop)."""
     if not processor.active:
         return logits
-    out = logits.clone()
+    out = None
     start = 0
     for count, released in zip(rows_per_sequence, generated):
         if count:
-            out[start:start + count] = processor(logits[start:start + count], released)
+            rows = logits[start:start + count]
+            adjusted = processor(rows, released)
+            if adjusted is not rows:
+                out = logits.clone() if out is None else out
+                out[start:start + count] = adjusted
         start += count
-    return out
+    return logits if out is None else out

@@ -19,6 +19,11 @@ DEFAULT_PACE = 0.5
 #: The most document tokens one passage holds: longer documents are rewritten passage by passage
 #: (docs/sanitize.md, "Long documents"); the rewriter was trained on passages of up to about 300.
 DEFAULT_PASSAGE_TOKENS = 320
+#: The public decoding constraints against loops that sanitize applies unless told otherwise,
+#: chosen on TAB's tuning half and held-out letters (docs/sanitize.md, "Loops"): no token that
+#: repeats a released n-gram of this many tokens, and an end at a line that repeats an earlier one.
+DEFAULT_NO_REPEAT_NGRAM_SIZE = 16
+DEFAULT_STOP_AT_REPEATED_LINE = False
 Budget = float | Mapping[str, float] | None
 MAX_ALPHA = 1024.0  # above this, alpha * beta and (alpha - 1) * divergence leave float64's useful range
 MIN_TEMPERATURE = 1e-3  # below this, float32 logits / temperature overflow to inf and nothing can be sampled
@@ -119,6 +124,12 @@ def check_tokens(name: str, value: int | None) -> None:
     """A token count: None (the default) or an integer >= 1."""
     if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
         raise InvalidParameterError(f"{name} must be an integer >= 1, got {value!r}")
+
+
+def check_flag(name: str, value: Any) -> None:
+    """A switch: True or False (not 0, 1 or a string, which would read as one silently)."""
+    if not isinstance(value, bool):
+        raise InvalidParameterError(f"{name} must be True or False, got {value!r}")
 
 
 def per_group(value: Budget, names: Sequence[str], what: str) -> list[float]:

@@ -16,7 +16,8 @@ import click
 from tokendp.cli._aliases import renamed  # noqa: F401 (re-exported for the commands)
 from tokendp.cli._console import console
 from tokendp.cli._exit import BadInputError, CLIError, Interrupted, library_errors  # noqa: F401 (re-exported)
-from tokendp.params import ACCOUNTINGS, DEFAULT_PACE
+from tokendp.params import (ACCOUNTINGS, DEFAULT_NO_REPEAT_NGRAM_SIZE, DEFAULT_PACE,
+                             DEFAULT_STOP_AT_REPEATED_LINE)
 
 
 class InputPath(click.Path):
@@ -45,11 +46,17 @@ def decoding_options(command: Callable) -> Callable:
     """The public decoding options of the DP-Fusion commands (sanitize, generate): decoding
     constraints computed from released tokens only, and speculative decoding."""
     options = [
-        click.option("--no-repeat-ngram-size", type=click.IntRange(min=0), default=0, show_default=True,
-                     help="Never release a token that repeats an n-gram already released (0: off). "
-                          "Public: the same for every row."),
+        click.option("--no-repeat-ngram-size", type=click.IntRange(min=0), default=DEFAULT_NO_REPEAT_NGRAM_SIZE,
+                     show_default=True,
+                     help="Never release a token that repeats an n-gram of this many tokens already released (0: off; "
+                          "the default was chosen against loops, docs/sanitize.md \"Loops\"). Public: the same for "
+                          "every row."),
         click.option("--repetition-penalty", type=float, default=1.0, show_default=True,
                      help="Penalise tokens already released (CTRL; 1: off). Public: the same for every row."),
+        click.option("--stop-at-repeated-line/--no-stop-at-repeated-line", default=DEFAULT_STOP_AT_REPEATED_LINE,
+                     show_default=True,
+                     help="End the output (a long document: its passage) at a line that repeats an earlier line of "
+                          "its own, cut before it: a loop's sign, read from the released text only (public)."),
         click.option("--speculative/--no-speculative", default=None,
                      help="Verify tokens guessed from the public context several per forward pass: the same "
                           "output distribution and guarantee, fewer passes (docs/privacy.md, \"Speculative "

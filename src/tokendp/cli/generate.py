@@ -84,7 +84,7 @@ def generate(prompt: str, contexts: tuple[str, ...], spans_paths: tuple[str, ...
              untrusted: tuple[str, ...], model: str, epsilon: float | None, beta: float | None, alpha: float | None,
              accounting: str, pace: float, delta: float, groups: str, max_new_tokens: int, temperature: float, seed: int | None, stand_in: str,
              max_untrusted_tokens: int | None, question: str, method: str, no_repeat_ngram_size: int, repetition_penalty: float,
-             speculative: bool | None, draft_tokens: int, device: str | None, dtype: str | None,
+             stop_at_repeated_line: bool, speculative: bool | None, draft_tokens: int, device: str | None, dtype: str | None,
              threads: int | None, as_json: bool,
              out_path: str | None, diagnostics: bool) -> None:
     """Answer --prompt from --context documents (their spans protected, one group per label) and
@@ -127,8 +127,8 @@ def generate(prompt: str, contexts: tuple[str, ...], spans_paths: tuple[str, ...
             method=method, alpha=alpha, beta=beta, epsilon=epsilon, delta=delta, groups=groups,
             max_new_tokens=max_new_tokens, temperature=temperature, stand_in=stand_in,
             max_untrusted_tokens=max_untrusted_tokens, question=question, no_repeat_ngram_size=no_repeat_ngram_size,
-            repetition_penalty=repetition_penalty, speculative=speculative, draft_tokens=draft_tokens,
-            device=device, dtype=dtype, accounting=accounting, pace=pace)
+            repetition_penalty=repetition_penalty, stop_at_repeated_line=stop_at_repeated_line, speculative=speculative,
+            draft_tokens=draft_tokens, device=device, dtype=dtype, accounting=accounting, pace=pace)
     with out.tokens(f"generating up to {max_new_tokens} tokens", max_new_tokens, desc="generate",
                     as_json=as_json) as on_token:
         result = run_generate(prepared, seed=seed, on_token=on_token, diagnostics=diagnostics)[0]

@@ -148,7 +148,8 @@ def sanitize(input_path: str, spans_path: str | None, tagger: str, labels: str |
              alpha: float | None, beta: float | None, epsilon: float | None, accounting: str, pace: float,
              passage_tokens: int, no_passages: bool, delta: float, groups: str,
              max_new_tokens: int | None, temperature: float, seed: int | None,
-             no_repeat_ngram_size: int, repetition_penalty: float, speculative: bool | None, draft_tokens: int, method: str,
+             no_repeat_ngram_size: int, repetition_penalty: float, stop_at_repeated_line: bool, speculative: bool | None,
+             draft_tokens: int, method: str,
              concurrency: int, batching: str, device: str | None, dtype: str | None, engine: str, address: str | None, workers: int | None,
              gpus_per_worker: float | None, threads: int | None, as_json: bool,
              out_path: str | None, diagnostics: bool) -> None:
@@ -167,7 +168,7 @@ def sanitize(input_path: str, spans_path: str | None, tagger: str, labels: str |
                   passage_tokens=None if no_passages else passage_tokens, delta=delta, groups=groups,
                   max_new_tokens=max_new_tokens, temperature=temperature,
                   seed=seed, no_repeat_ngram_size=no_repeat_ngram_size, repetition_penalty=repetition_penalty,
-                  speculative=speculative, draft_tokens=draft_tokens, diagnostics=diagnostics)
+                  stop_at_repeated_line=stop_at_repeated_line, speculative=speculative, draft_tokens=draft_tokens, diagnostics=diagnostics)
     config = SanitizeConfig.of(params)  # every parameter is checked here, before anything loads
     params.update({k: v for k, v in (("device", device), ("dtype", dtype)) if v is not None})  # resumes stay valid
     if input_path.endswith((".jsonl", ".parquet")):

@@ -18,7 +18,8 @@ from typing import Any, Literal
 from tokendp.accounting.filter import dp_fusion_filter_alpha, dp_fusion_filter_budget
 from tokendp.accounting.mechanisms import dp_fusion_alpha, dp_fusion_beta
 from tokendp.errors import InvalidParameterError
-from tokendp.params import (DEFAULT_PACE, DEFAULT_PASSAGE_TOKENS, Accounting, Budget, Method, check_accounting,
+from tokendp.params import (DEFAULT_NO_REPEAT_NGRAM_SIZE, DEFAULT_PACE, DEFAULT_PASSAGE_TOKENS,
+                            DEFAULT_STOP_AT_REPEATED_LINE, Accounting, Budget, Method, check_accounting, check_flag,
                             check_params, check_tokens, is_number)
 from tokendp.text.contexts import GroupSpec
 from tokendp.text.taggers.labels import LabelChoice
@@ -64,8 +65,9 @@ class SanitizeConfig:
     max_new_tokens: int | None = None
     temperature: float = 0.7
     stop: Sequence[str] = ()
-    no_repeat_ngram_size: int = 0
+    no_repeat_ngram_size: int = DEFAULT_NO_REPEAT_NGRAM_SIZE
     repetition_penalty: float = 1.0
+    stop_at_repeated_line: bool = DEFAULT_STOP_AT_REPEATED_LINE
     speculative: bool | None = None
     draft_tokens: int = 8
     instruction: str | None = None
@@ -95,6 +97,7 @@ class SanitizeConfig:
         if not (is_number(self.repetition_penalty) and self.repetition_penalty > 0):
             raise InvalidParameterError(f"repetition_penalty must be a number > 0 (1: off), got "
                                         f"{self.repetition_penalty!r}")
+        check_flag("stop_at_repeated_line", self.stop_at_repeated_line)
         check_tokens("draft_tokens", self.draft_tokens)
         if self.passage_tokens is not None:
             check_tokens("passage_tokens", self.passage_tokens)

@@ -32,8 +32,8 @@ from tokendp.errors import InvalidInputError, InvalidParameterError
 from tokendp.fusion import (Decoding, FusionReport, PreparedFusion, TextResult, check_fits_untagged, check_known_groups,
                             prepare_documents, reported_alpha, run_fusion, run_fusion_spending, spans_of)
 from tokendp.jobs.config import check_reachable
-from tokendp.params import (DEFAULT_PACE, Accounting, Budget, Method, check_accounting, check_params,
-                            check_untrusted_accounting)
+from tokendp.params import (DEFAULT_NO_REPEAT_NGRAM_SIZE, DEFAULT_PACE, DEFAULT_STOP_AT_REPEATED_LINE, Accounting,
+                            Budget, Method, check_accounting, check_params, check_untrusted_accounting)
 from tokendp.text.contexts import DocumentContexts, GroupSpec, placeholders, prompt_template
 from tokendp.text.prompts import (DEFAULT_GENERATE_INSTRUCTION, MAX_UNTRUSTED_TOKENS, STAND_IN, QuestionPlace,
                                   build_prompt_contexts)
@@ -110,7 +110,8 @@ def generate(
     placeholder: str | None = None, stand_in: str = STAND_IN, max_untrusted_tokens: int | None = None,
     question: QuestionPlace = "last", stop: Sequence[str] = (), on_overlap: Literal["merge", "error"] = "merge",
     device: str | None = None, dtype: str | None = None, on_token: Callable[[int, int], None] | None = None,
-    no_repeat_ngram_size: int = 0, repetition_penalty: float = 1.0,
+    no_repeat_ngram_size: int = DEFAULT_NO_REPEAT_NGRAM_SIZE, repetition_penalty: float = 1.0,
+    stop_at_repeated_line: bool = DEFAULT_STOP_AT_REPEATED_LINE,
     speculative: bool | None = None, draft_tokens: int = 8, diagnostics: bool = False,
     accounting: Accounting = "fixed", pace: float = DEFAULT_PACE,
 ) -> GenerateResult:
@@ -123,7 +124,8 @@ def generate(
         max_new_tokens=max_new_tokens, temperature=temperature, seed=seed, instruction=instruction,
         template=template, placeholder=placeholder, stand_in=stand_in, max_untrusted_tokens=max_untrusted_tokens,
         question=question, stop=stop, on_overlap=on_overlap, device=device, dtype=dtype, on_token=on_token,
-        no_repeat_ngram_size=no_repeat_ngram_size, repetition_penalty=repetition_penalty, speculative=speculative,
+        no_repeat_ngram_size=no_repeat_ngram_size, repetition_penalty=repetition_penalty,
+        stop_at_repeated_line=stop_at_repeated_line, speculative=speculative,
         draft_tokens=draft_tokens, diagnostics=diagnostics, accounting=accounting, pace=pace)[0]
 
 
@@ -140,7 +142,8 @@ def generate_batch(
     stop: Sequence[str] = (),
     on_overlap: Literal["merge", "error"] = "merge",
     device: str | None = None, dtype: str | None = None, on_token: Callable[[int, int], None] | None = None,
-    no_repeat_ngram_size: int = 0, repetition_penalty: float = 1.0,
+    no_repeat_ngram_size: int = DEFAULT_NO_REPEAT_NGRAM_SIZE, repetition_penalty: float = 1.0,
+    stop_at_repeated_line: bool = DEFAULT_STOP_AT_REPEATED_LINE,
     speculative: bool | None = None, draft_tokens: int = 8, diagnostics: bool = False,
     accounting: Accounting = "fixed", pace: float = DEFAULT_PACE,
 ) -> list[GenerateResult]:
@@ -182,7 +185,7 @@ def generate_batch(
         question: where the prompt goes: after the documents (``"last"``), before them
             (``"first"``) or both; public layout, no effect on the guarantee.
         stop, on_overlap, device, dtype, on_token, no_repeat_ngram_size, repetition_penalty,
-            speculative, draft_tokens, diagnostics: as for :func:`tokendp.jobs.sanitize.sanitize_batch`
+            stop_at_repeated_line, speculative, draft_tokens, diagnostics: as for :func:`tokendp.jobs.sanitize.sanitize_batch`
             (drafts come from the public row: the prompt, trusted text and stand-ins; the
             diagnostics, computed from the chunks too, are never in the report).
         accounting, pace: DP-Fusion's accounting for the span groups, as for
@@ -197,6 +200,7 @@ def generate_batch(
         temperature=temperature, instruction=instruction, template=template, placeholder=placeholder,
         stand_in=stand_in, max_untrusted_tokens=max_untrusted_tokens, question=question, stop=stop,
         on_overlap=on_overlap, device=device, dtype=dtype, no_repeat_ngram_size=no_repeat_ngram_size,
+        stop_at_repeated_line=stop_at_repeated_line,
         repetition_penalty=repetition_penalty, speculative=speculative, draft_tokens=draft_tokens,
         accounting=accounting, pace=pace)
     return run_generate(prepared, seed=seed, on_token=on_token, diagnostics=diagnostics)
@@ -220,7 +224,8 @@ def prepare_generate(
     instruction: str = DEFAULT_GENERATE_INSTRUCTION, template: str | None = None, placeholder: str | None = None,
     stand_in: str = STAND_IN, max_untrusted_tokens: int | None = None, question: QuestionPlace = "last",
     stop: Sequence[str] = (), on_overlap: Literal["merge", "error"] = "merge", device: str | None = None,
-    dtype: str | None = None, no_repeat_ngram_size: int = 0, repetition_penalty: float = 1.0,
+    dtype: str | None = None, no_repeat_ngram_size: int = DEFAULT_NO_REPEAT_NGRAM_SIZE,
+    repetition_penalty: float = 1.0, stop_at_repeated_line: bool = DEFAULT_STOP_AT_REPEATED_LINE,
     speculative: bool | None = None, draft_tokens: int = 8, accounting: Accounting = "fixed",
     pace: float = DEFAULT_PACE,
 ) -> PreparedGenerate:
@@ -231,7 +236,8 @@ def prepare_generate(
     check_reachable(method, accounting, alpha, delta, epsilon)
     if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int) or max_new_tokens < 1:
         raise InvalidParameterError(f"max_new_tokens must be an integer >= 1, got {max_new_tokens!r}")
-    decoding = Decoding(temperature, tuple(stop), no_repeat_ngram_size, repetition_penalty, speculative, draft_tokens)
+    decoding = Decoding(temperature, tuple(stop), no_repeat_ngram_size, repetition_penalty, speculative, draft_tokens,
+                        stop_at_repeated_line)
     if isinstance(prompts, str):
         raise InvalidInputError("generate_batch takes a list of prompts; use generate() for one")
     n = len(prompts)

@@ -34,7 +34,8 @@ from tokendp.fusion import choose_alpha  # noqa: F401 (re-exported: tokendp.jobs
 from tokendp.generation import Generated
 from tokendp.jobs.config import SanitizeConfig
 from tokendp.models.registry import context_length
-from tokendp.params import (DEFAULT_PACE, DEFAULT_PASSAGE_TOKENS, Accounting, Budget, Method, check_new_tokens_fit,
+from tokendp.params import (DEFAULT_NO_REPEAT_NGRAM_SIZE, DEFAULT_PACE, DEFAULT_PASSAGE_TOKENS,
+                            DEFAULT_STOP_AT_REPEATED_LINE, Accounting, Budget, Method, check_new_tokens_fit,
                             default_new_tokens)
 from tokendp.long_documents import plan_passages
 from tokendp.text.contexts import (DocumentContexts, GroupSpec, build_contexts, history_template, placeholders,
@@ -112,7 +113,8 @@ def sanitize(
     seed: int | None = None, instruction: str | None = None, template: str | None = None,
     placeholder: str | None = None, stop: Sequence[str] = (), on_overlap: Literal["merge", "error"] = "merge",
     device: str | None = None, dtype: str | None = None, on_token: Callable[[int, int], None] | None = None,
-    no_repeat_ngram_size: int = 0, repetition_penalty: float = 1.0,
+    no_repeat_ngram_size: int = DEFAULT_NO_REPEAT_NGRAM_SIZE, repetition_penalty: float = 1.0,
+    stop_at_repeated_line: bool = DEFAULT_STOP_AT_REPEATED_LINE,
     speculative: bool | None = None, draft_tokens: int = 8, diagnostics: bool = False,
     labels: Sequence[str] | str | None = None, keep: Sequence[str] | str | None = None,
     accounting: Accounting = "fixed", pace: float = DEFAULT_PACE, passage_tokens: int | None = DEFAULT_PASSAGE_TOKENS,
@@ -135,7 +137,8 @@ def sanitize_batch(
     seed: int | Sequence[int] | None = None, instruction: str | None = None, template: str | None = None,
     placeholder: str | None = None, stop: Sequence[str] = (), on_overlap: Literal["merge", "error"] = "merge",
     device: str | None = None, dtype: str | None = None, on_token: Callable[[int, int], None] | None = None,
-    no_repeat_ngram_size: int = 0, repetition_penalty: float = 1.0,
+    no_repeat_ngram_size: int = DEFAULT_NO_REPEAT_NGRAM_SIZE, repetition_penalty: float = 1.0,
+    stop_at_repeated_line: bool = DEFAULT_STOP_AT_REPEATED_LINE,
     speculative: bool | None = None, draft_tokens: int = 8, diagnostics: bool = False,
     labels: str | Sequence[str] | None = None, keep: str | Sequence[str] | None = None,
     accounting: Accounting = "fixed", pace: float = DEFAULT_PACE, passage_tokens: int | None = DEFAULT_PASSAGE_TOKENS,
@@ -210,7 +213,13 @@ def sanitize_batch(
         on_token: streaming callback ``(document index, token id)``.
         no_repeat_ngram_size, repetition_penalty: public decoding constraints (0 and 1: off),
             computed from the released tokens only and applied alike to every row before the
-            mechanism, so the guarantee is unchanged (docs/privacy.md, "Common ground").
+            mechanism, so the guarantee is unchanged (docs/privacy.md, "Common ground"). The
+            default, no token that repeats a released 16-gram, was chosen against loops
+            (docs/sanitize.md, "Loops").
+        stop_at_repeated_line: end a rewrite (or a long document's passage) as soon as a line it
+            released repeats an earlier line of its own, the text cut before that line (stop
+            reason ``"repeated_line"``): a loop's sign, read from the released tokens only, so
+            public. On by default (docs/sanitize.md, "Loops").
         speculative, draft_tokens: verify up to ``draft_tokens`` tokens guessed from the public
             context (prompt lookup) in each forward pass; the rewrite has exactly the
             distribution, and the report exactly the guarantee, it has without (docs/privacy.md,
@@ -305,7 +314,7 @@ def prepare_sanitize(
     documents = [dataclasses.replace(d, private_labels=labels, kept_labels=k, spans_source=src, long=long)
                  for d, k, src, long in zip(documents, kept, source, longs)]
     decoding = Decoding(config.temperature, config.stop, config.no_repeat_ngram_size, config.repetition_penalty,
-                        config.speculative, config.draft_tokens)
+                        config.speculative, config.draft_tokens, config.stop_at_repeated_line)
     return PreparedFusion(config.method, float(config.delta), backend, tuple(documents), decoding, ph,
                           accounting=config.accounting, history=history)
 
