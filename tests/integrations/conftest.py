@@ -42,7 +42,7 @@ def vault(tmp_path_factory):
     import uvicorn
 
     from tests.service.conftest import auth, free_port
-    from tests.service.vault_helpers import make_keys
+    from tests.service.vault.helpers import make_keys
     from tokendp.service.app import create_app
     from tokendp.service.limits import Limits
 

@@ -136,8 +136,8 @@ class VaultClient:
         if not isinstance(query, str):
             raise InvalidInputError(f"a query is a string, got a {type(query).__name__}")
         require("bm25s", self._extra, self._what, why="to rank the releases")
-        from tokendp.service.retrieval import Index
-        from tokendp.service.vault_store import StoredDocument
+        from tokendp.service.vault.retrieval import Index
+        from tokendp.service.vault.store import StoredDocument
 
         titles = {d["id"]: d.get("title", "") for d in self._get("/v1/documents")["documents"]}
         ids = sorted(titles) if documents is None else sorted(set(documents))
