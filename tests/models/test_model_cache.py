@@ -269,7 +269,8 @@ def test_shipped_rewriter_adapter_is_small_fp16_and_fits_smollm2():
         "placeholder": "_", "stop": ["<|im_start|>"], "placeholder_style": "typed",
         "placeholders": {"PERSON": "Name", "ORG": "Organization", "LOC": "Place", "DATETIME": "Date", "DATE": "Date",
                          "DURATION": "Period", "CODE": "Code", "QUANTITY": "Number", "DEM": "Role",
-                         "OCCUPATION": "Job", "MISC": "Other"}}
+                         "OCCUPATION": "Job", "MISC": "Other"},
+        "passage_history": "none"}  # trained on single turns: each passage read alone (issue 45)
 
 
 def test_the_gguf_readers_bar_follows_transformers_switch(capsys):
