@@ -35,7 +35,7 @@ from tokendp.backends import HFBackend
 from tokendp.cli import main
 
 init, extend = generation._StopChecker.__init__, HFBackend.extend
-generation._StopChecker.__init__ = lambda self, tok, eos, stops, limits: init(self, tok, set(), (), limits)
+generation._StopChecker.__init__ = lambda self, tok, eos, stops, limits, *rest: init(self, tok, set(), (), limits, *rest)
 HFBackend.extend = lambda self, *a, **k: (time.sleep(0.05), extend(self, *a, **k))[1]
 main(sys.argv[1:], prog_name="tokendp")
 """

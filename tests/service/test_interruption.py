@@ -34,7 +34,7 @@ def worker(tmp_path, monkeypatch):
 
     init = generation._StopChecker.__init__
     monkeypatch.setattr(generation._StopChecker, "__init__",
-                        lambda self, tok, eos, stops, limits: init(self, tok, set(), (), limits))
+                        lambda self, tok, eos, stops, limits, *rest: init(self, tok, set(), (), limits, *rest))
     store = BudgetStore(tmp_path / "service.db")
     _, tenant = create_key(store.conn, "t", budget=100.0)
     worker = Worker(lambda: (load_backend("tiny"), get_tagger("patterns")), store, max_tokens=64)
