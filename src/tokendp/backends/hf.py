@@ -367,12 +367,9 @@ class HFBackend:
     @property
     def max_context(self) -> int | None:
         """Longest sequence the model's position embeddings cover, when the config says."""
-        cfg = self.model.config
-        for key in ("max_position_embeddings", "n_positions", "max_sequence_length", "seq_length"):
-            value = getattr(cfg, key, None)
-            if isinstance(value, int) and value > 0:
-                return value
-        return None
+        from tokendp.models.registry import CONTEXT_KEYS, context_of
+
+        return context_of({key: getattr(self.model.config, key, None) for key in CONTEXT_KEYS})
 
     def check_fits(self, prompt_tokens: int, max_new_tokens: int) -> None:
         """Raise when ``prompt_tokens + max_new_tokens`` exceeds the model's context."""

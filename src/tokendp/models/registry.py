@@ -154,7 +154,15 @@ def context_length(model: Any) -> int | None:
         config = _read(path / "config.json") if path is not None else {}
     except (OSError, ValueError):
         return None  # the load says what is wrong with it
-    for key in ("max_position_embeddings", "n_positions", "max_sequence_length", "seq_length"):
+    return context_of(config)
+
+
+CONTEXT_KEYS = ("max_position_embeddings", "n_positions", "max_sequence_length", "seq_length")
+
+
+def context_of(config: dict[str, Any]) -> int | None:
+    """The longest sequence a model's config (its :data:`CONTEXT_KEYS`) says its positions cover."""
+    for key in CONTEXT_KEYS:
         if isinstance(config.get(key), int) and config[key] > 0:
             return config[key]
     return None
