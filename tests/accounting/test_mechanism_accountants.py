@@ -85,6 +85,17 @@ def test_invisibleink_clip_formula():
     assert clip == pytest.approx(8 * 1.2 * math.sqrt(2 * rho_star / 500), rel=1e-9)
 
 
+def test_clip_is_a_finite_float_at_float64s_edges():
+    """B tau past float64 and a budget whose rho underflows to 0 gave inf * 0 = nan (schemathesis found
+    it through /v1/synthesize): the clip is then 0, and a clip past float64 is the largest float."""
+    tiny = {"epsilon": 3.8e-274, "delta": 7e-121, "batch_size": 55656, "temperature": 4.8e307, "max_tokens": 8}
+    assert acc.invisibleink_clip(**tiny) == 0.0 and acc.amin_clip(**tiny) == 0.0
+    huge = {**tiny, "epsilon": 1.0, "delta": 1e-6}
+    clip = acc.invisibleink_clip(**huge)
+    assert math.isfinite(clip) and acc.invisibleink_epsilon(clip=clip, batch_size=55656, temperature=4.8e307,
+                                                             max_tokens=8, delta=1e-6) <= 1.0
+
+
 def test_amin_is_four_times_invisibleink_rho_and_its_clip_half():
     params = {"clip": 3.0, "batch_size": 16, "temperature": 1.0}
     assert acc.amin_rho_per_token(**params) == pytest.approx(4 * acc.invisibleink_rho_per_token(**params), rel=1e-12)

@@ -13,6 +13,7 @@ The calibrations search the rounded-up values, so their results meet the target 
 from __future__ import annotations
 
 import math
+import sys
 from collections.abc import Sequence
 from fractions import Fraction
 
@@ -313,7 +314,9 @@ def invisibleink_clip(*, epsilon: float, delta: float, batch_size: int, temperat
         rho = compose_zcdp([invisibleink_rho_per_token(clip=c, batch_size=b, temperature=tau)], [tokens])
         return rho <= rho_star and zcdp_to_epsilon(rho=rho, delta=delta) <= epsilon
 
-    return _step_down_until(feasible, b * tau * math.sqrt(2.0 * rho_star / tokens))
+    if rho_star == 0.0:  # only C = 0 meets a budget this small (and B tau * 0 would be inf * 0 = nan past float64)
+        return 0.0
+    return _step_down_until(feasible, min(b * tau * math.sqrt(2.0 * rho_star / tokens), sys.float_info.max))
 
 
 # --- Amin et al. 2024 ------------------------------------------------------------------------
