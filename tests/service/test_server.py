@@ -20,7 +20,8 @@ def post(server, key, path, body, **kw):
 
 def test_healthz_and_the_page_need_no_key(service):
     server, _ = service
-    assert httpx.get(server.url + "/healthz").json()["status"] == "ok"
+    health = httpx.get(server.url + "/healthz").json()
+    assert health["status"] == "ok" and health["model"] == health["answer_model"] == "tiny"
     page = httpx.get(server.url + "/")
     assert page.status_code == 200 and "tokendp" in page.text
 

@@ -112,3 +112,50 @@ def test_a_sanitize_request_names_its_private_labels():
         plan_sanitize(SanitizeRequest(id="doc", text=LETTER, spans=spans, epsilon=2, labels=["PERSON", "PERSN"],
                                       keep=["DATE"]),
                       backend, None, max_tokens=32)
+
+
+def test_answers_run_on_the_answering_model_and_everything_else_on_the_rewriting_one(tmp_path, monkeypatch):
+    """serve --model rewriter answers with smollm2 (issue 45): a Worker given (writer, tagger,
+    answerer) plans /v1/generate and the vault's asks on the answerer, sanitize on the writer."""
+    from tokendp.backends import load_backend
+    from tokendp.service.schemas import GenerateRequest
+    from tokendp.service.vault.ask import ASK
+    from tokendp.service.vault.release import REWRITE
+    from tokendp.text.taggers import get_tagger
+
+    writer, answerer = load_backend("tiny"), load_backend("tiny")
+    planned = {}
+    for kind in ("sanitize", "generate"):
+        real = getattr(batching, f"plan_{kind}")
+
+        def spy(request, model, *rest, _real=real, _kind=kind, **kw):
+            planned[_kind] = model
+            return _real(request, model, *rest, **kw)
+
+        monkeypatch.setattr(batching, f"plan_{kind}", spy)
+    store = BudgetStore(tmp_path / "service.db")
+    _, tenant = create_key(store.conn, "t", budget=100.0)
+    worker = Worker(lambda: (writer, get_tagger("patterns"), answerer), store, max_tokens=32)
+    worker.start()
+    try:
+        submit(worker, tenant, stream=False)
+        ask = GenerateRequest(id="q", prompt="Who wrote it?", context=LETTER, spans=PERSONS, epsilon=2,
+                              max_new_tokens=4)
+        job = worker.submit(Job("generate", ask, tenant, tokens=queue.Queue()))
+        assert job.future.exception(timeout=300) is None
+    finally:
+        worker.stop()
+    assert planned["sanitize"] is writer and planned["generate"] is answerer
+    assert worker.model(ASK) is answerer and worker.model(REWRITE) is writer and worker.model("synthesize") is writer
+
+
+def test_one_model_answers_and_rewrites_when_no_answerer_is_given(worker):
+    worker, _, _ = worker
+    assert worker.ready.wait(300) and worker.answerer is worker.backend
+
+
+def test_the_rewriter_answers_through_the_base_instruct_model():
+    from tokendp.models.registry import answering_model
+
+    assert answering_model("rewriter") == "smollm2"
+    assert [answering_model(m) for m in ("smollm2", "tiny", "./my-model")] == ["smollm2", "tiny", "./my-model"]

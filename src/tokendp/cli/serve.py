@@ -28,7 +28,12 @@ def _db(path: str | None) -> str:
 @click.option("--port", type=click.IntRange(0, 65535), default=8000, show_default=True)
 @click.option("--db", "db", metavar="PATH|DSN", default=None, help=DB_HELP)
 @click.option("--model", default="rewriter", show_default=True,
-              help="The one model every request runs on: rewriter, smollm2, tiny, a directory or a hub id.")
+              help="The model that rewrites (/v1/sanitize, /v1/synthesize, the vault's rewrites): rewriter, "
+                   "smollm2, tiny, a directory or a hub id.")
+@click.option("--answer-model", default=None,
+              help="The model that answers (/v1/generate, /v1/ask) [default: smollm2 when --model is rewriter, "
+                   "whose adapter rewrites rather than answers; else --model itself]. Loaded beside --model "
+                   "unless it is the same.")
 @tagger_option("Tagger for /v1/tag and for requests that give no spans.")
 @click.option("--max-body-bytes", type=click.IntRange(min=1), default=1_000_000, show_default=True,
               help="Larger request bodies are refused (413 body_too_large): the bytes received are counted, "
@@ -60,9 +65,9 @@ def _db(path: str | None) -> str:
               show_default=True)
 @threads_option
 @library_errors
-def serve(host: str, port: int, db: str | None, model: str, tagger: str, max_body_bytes: int, max_new_tokens: int,
-          rate_limit: int, max_auth_failures: int, max_tag_chars: int, max_batch: int, docs: bool,
-          vault_lease: float, log_level: str, threads: int | None) -> None:
+def serve(host: str, port: int, db: str | None, model: str, answer_model: str | None, tagger: str,
+          max_body_bytes: int, max_new_tokens: int, rate_limit: int, max_auth_failures: int, max_tag_chars: int,
+          max_batch: int, docs: bool, vault_lease: float, log_level: str, threads: int | None) -> None:
     """Serve the HTTP API and the web page (OpenAPI schema at /openapi.json, Swagger UI with --docs).
 
     Every /v1 call needs `Authorization: Bearer KEY` (make one with `tokendp keys create`).
@@ -90,7 +95,7 @@ def serve(host: str, port: int, db: str | None, model: str, tagger: str, max_bod
     limits = Limits(max_body_bytes=max_body_bytes, max_new_tokens=max_new_tokens, requests_per_minute=rate_limit,
                     max_batch=max_batch, max_tag_chars=max_tag_chars, auth_failures_per_minute=max_auth_failures)
     app = create_app(_db(db), model=model, tagger=tagger, limits=limits, version=__version__, docs=docs,
-                     vault_lease=vault_lease)
+                     vault_lease=vault_lease, answer_model=answer_model)
     # h11, the parser tested here: httptools would answer some framing errors itself, in plain text, not JSON
     config = uvicorn.Config(app, host=host, port=port, log_level=log_level, http="h11")
     server = _server_class(uvicorn)(config, app.cancel_jobs)

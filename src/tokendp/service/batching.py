@@ -1,11 +1,13 @@
-"""One worker thread owns the model: it plans, reserves, batches and generates.
+"""One worker thread owns the models: it plans, reserves, batches and generates.
 
 Requests become :class:`Job` objects on a queue. The worker takes every job waiting (up to
 ``max_queue_take``), plans each one and reserves its budget (:mod:`tokendp.service.plans`,
 :meth:`~tokendp.service.store.BudgetStore.reserve`), then runs the admitted jobs: sanitize jobs
 whose :meth:`~tokendp.service.plans.Plan.batch_key` is equal share one ``run_sanitize`` call
 (one forward pass per generated token for all their documents), up to ``max_batch`` documents;
-every other job runs alone. All model, tokenizer and tagger work happens on this one thread
+every other job runs alone. Answers (``generate`` and the vault's ``ask``) run on the answering
+model, everything else on the rewriting one (:class:`Models`; one model when they are the same).
+All model, tokenizer and tagger work happens on this one thread
 (the tagger tags requests that give no spans; ``/v1/tag`` runs in its own process instead,
 :mod:`tokendp.service.tagging`, so that tagging never holds up generation).
 
@@ -52,7 +54,7 @@ import threading
 from collections.abc import Callable
 from concurrent.futures import Future
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 from tokendp.service.vault.heartbeat import Heartbeat
 from tokendp.service.keys import Tenant
@@ -67,6 +69,16 @@ END = object()
 RECHECK = object()  # the worker's queue was quiet for poll_s while releases wait for their tickets
 VAULT_KINDS = frozenset({REWRITE, ASK})  # releases charged to the vault's units, not the budget store
 BATCHED = frozenset({"sanitize", REWRITE, ASK})  # kinds whose jobs may share a batch (on_token's index is a job's)
+ANSWERS = frozenset({"generate", ASK})  # kinds that run on the answering model
+
+
+class Models(NamedTuple):
+    """What the worker loads: the rewriting model (sanitize, synthesize, vault rewrites), the tagger,
+    and the answering model (generate, vault answers), the rewriting one when None."""
+
+    writer: Any
+    tagger: Any
+    answerer: Any = None
 
 
 class ModelUnavailable(Exception):
@@ -139,13 +151,13 @@ def batches(jobs: list[Job], max_batch: int) -> list[list[Job]]:
 class Worker:
     """The queue and the thread that runs it (see the module docstring)."""
 
-    def __init__(self, load: Callable[[], tuple[Any, Any]], store: BudgetStore, *, max_tokens: int,
+    def __init__(self, load: Callable[[], tuple], store: BudgetStore, *, max_tokens: int,
                  max_batch: int = 8, max_queue_take: int = 64, vault: VaultStore | None = None,
                  poll_s: float = 0.2) -> None:
         self._load, self.store, self.vault = load, store, vault
         self.max_tokens, self.max_batch, self.max_queue_take = max_tokens, max_batch, max_queue_take
         self.poll_s = poll_s
-        self.backend = self.tagger = None
+        self.backend = self.tagger = self.answerer = None
         self.ready = threading.Event()
         self.load_error: str | None = None
         self._queue: queue.Queue = queue.Queue()
@@ -214,7 +226,8 @@ class Worker:
     # --- the thread ----------------------------------------------------------------------------
     def _loop(self) -> None:
         try:
-            self.backend, self.tagger = self._load()
+            self.backend, self.tagger, answerer = Models(*self._load())
+            self.answerer = answerer or self.backend
         except Exception as err:  # reported by /healthz; every job fails with it
             self.load_error = type(err).__name__
             log.error("model failed to load: %s", type(err).__name__)
@@ -355,12 +368,16 @@ class Worker:
         if job.kind in VAULT_KINDS:
             settings = self.vault.settings(job.request.caller.tenant)
             plan = plan_rewrite if job.kind == REWRITE else plan_ask
-            return plan(job.request, self.backend, settings, max_tokens=self.max_tokens)
+            return plan(job.request, self.model(job.kind), settings, max_tokens=self.max_tokens)
         if job.kind == "sanitize":
             return plan_sanitize(job.request, self.backend, self.tagger, max_tokens=self.max_tokens)
         if job.kind == "generate":
-            return plan_generate(job.request, self.backend, self.tagger, max_tokens=self.max_tokens)
+            return plan_generate(job.request, self.answerer, self.tagger, max_tokens=self.max_tokens)
         return plan_synthesize(job.request, self.backend, max_tokens=self.max_tokens)
+
+    def model(self, kind: str) -> Any:
+        """The backend that runs a job of this kind."""
+        return self.answerer if kind in ANSWERS else self.backend
 
     def _generate(self, batch: list[Job]) -> None:
         """Run one batch of reserved jobs. Each job's charges are checked against its reservation
@@ -382,7 +399,8 @@ class Worker:
             return
         kind, sampled = ready[0].kind, [False] * len(ready)
         stopped = [False] * len(ready)
-        streams = [_TextStream(j.tokens, self.backend.tokenizer) if j.tokens is not None else None for j in ready]
+        tokenizer = self.model(kind).tokenizer
+        streams = [_TextStream(j.tokens, tokenizer) if j.tokens is not None else None for j in ready]
 
         def on_token(i: int, token: int) -> None:
             from tokendp.generation import StopDocument
