@@ -151,15 +151,23 @@ def _joined(doc: Any, pieces: Sequence[Generated]) -> Generated:
     return Generated(text, ids, pieces[-1].stop_reason, diag)
 
 
+class TooFewTokens(InvalidParameterError):
+    """T below the number of passages; ``least``, that number, is the fewest tokens the document
+    can be rewritten with (public: the passages are cut on the public row)."""
+
+    def __init__(self, total: int, least: int) -> None:
+        self.least = least
+        super().__init__(f"max_new_tokens {total} is below the {least} passages this document is cut into "
+                         f"(each writes at least one token): ask for at least {least}, or raise passage_tokens")
+
+
 def split_tokens(total: int, sizes: Sequence[int]) -> list[int]:
     """``total`` tokens split exactly over passages of ``sizes`` tokens: one each, and the rest in
     proportion to the sizes by largest remainder, ties to the earlier passage. Public: the sizes
     and ``total`` only. Refuses a ``total`` below the number of passages."""
     n = len(sizes)
     if total < n:
-        raise InvalidParameterError(f"max_new_tokens {total} is below the {n} passages this document is cut into "
-                                    f"(each writes at least one token): ask for at least {n}, or raise "
-                                    "passage_tokens")
+        raise TooFewTokens(total, n)
     rest, whole = total - n, sum(sizes)
     shares = [rest * s // whole for s in sizes]
     by_remainder = sorted(range(n), key=lambda k: (-(rest * sizes[k] % whole), k))

@@ -2,14 +2,15 @@
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import tinylm
 from tokendp.errors import InvalidInputError, InvalidParameterError
-from tokendp.text.contexts import (PromptTemplate, build_contexts, placeholder_id,
-                                   prompt_template)
+from tokendp.text.contexts import (Placeholders, PromptTemplate, build_contexts, covered, hidden_ids,
+                                   placeholder_id, prompt_template)
 from tokendp.text.spans import Span
 
 LETTER = "Dear Dr Helen Marsh, I am writing about my patient Mr Tomas Lindqvist."
@@ -176,3 +177,36 @@ def test_bad_inputs_give_clear_errors_without_private_text():
     with pytest.raises(InvalidInputError, match="past the end") as err:
         _build(LETTER, [Span(60, len(LETTER) + 5, "PERSON")])
     assert "Lindqvist" not in str(err.value)
+
+
+# --- covered and hidden_ids against their definitions (issue 46: one pass over the characters) ----------------
+
+
+def _naive_covered(starts, ends, spans):
+    out = np.zeros(len(starts), dtype=bool)
+    for s in spans:
+        out |= (starts < s.end) & (ends > s.start)
+    return out
+
+
+def _naive_hidden(starts, ends, spans, ph):
+    out = np.full(len(starts), ph.default, dtype=np.int64)
+    for s in reversed(sorted(spans)):
+        out[(starts < s.end) & (ends > s.start)] = ph.of(s.label)
+    return out
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.data())
+def test_covered_and_hidden_ids_match_one_pass_per_span(data):
+    """Overlapping and nested spans, tokens that share characters, one-character and long tokens."""
+    n = data.draw(st.integers(1, 80))
+    starts = np.array(sorted(data.draw(st.lists(st.integers(0, n - 1), min_size=1, max_size=40))), dtype=np.int64)
+    ends = np.array([data.draw(st.integers(a + 1, min(n, a + data.draw(st.integers(1, n))))) for a in starts],
+                    dtype=np.int64)
+    spans = [Span(a, data.draw(st.integers(a + 1, n)), data.draw(st.sampled_from(["PERSON", "LOC", "CODE", "X"])))
+             for a in data.draw(st.lists(st.integers(0, n - 1), max_size=8))]
+    ph = Placeholders(7, (("CODE", 3), ("LOC", 4), ("PERSON", 5)))
+    assert (covered(starts, ends, spans) == _naive_covered(starts, ends, spans)).all()
+    assert (hidden_ids(starts, ends, spans, ph) == _naive_hidden(starts, ends, spans, ph)).all()
+    assert (hidden_ids(starts, ends, spans, Placeholders(7)) == 7).all()

@@ -60,7 +60,7 @@ from tokendp.service.vault.heartbeat import Heartbeat
 from tokendp.service.keys import Tenant
 from tokendp.service.plans import Plan, plan_generate, plan_sanitize, plan_synthesize
 from tokendp.service.store import BudgetStore
-from tokendp.service.vault.release import REWRITE, plan_rewrite
+from tokendp.service.vault.release import REWRITE, LeastTokens, plan_rewrite
 from tokendp.service.vault.ask import ASK, plan_ask
 from tokendp.service.vault.store import VaultStore
 
@@ -170,6 +170,7 @@ class Worker:
         self._live: set[Job] = set()  # submitted and not done
         self._lock = threading.Lock()
         self.closing = False
+        self.least_tokens = LeastTokens()  # each stored version's fewest tokens, from its first planning
 
     def start(self) -> None:
         if self._heartbeat is not None:
@@ -367,8 +368,10 @@ class Worker:
     def _plan(self, job: Job) -> Plan:
         if job.kind in VAULT_KINDS:
             settings = self.vault.settings(job.request.caller.tenant)
-            plan = plan_rewrite if job.kind == REWRITE else plan_ask
-            return plan(job.request, self.model(job.kind), settings, max_tokens=self.max_tokens)
+            if job.kind == REWRITE:
+                return plan_rewrite(job.request, self.backend, settings, max_tokens=self.max_tokens,
+                                    least=self.least_tokens)
+            return plan_ask(job.request, self.answerer, settings, max_tokens=self.max_tokens)
         if job.kind == "sanitize":
             return plan_sanitize(job.request, self.backend, self.tagger, max_tokens=self.max_tokens)
         if job.kind == "generate":

@@ -409,10 +409,32 @@ def token_offsets(tokenizer: Any, text: str) -> tuple[list[int], np.ndarray, np.
 
 
 def covered(starts: np.ndarray, ends: np.ndarray, spans: Sequence[Span]) -> np.ndarray:
-    """(L,) whether each token overlaps some span: the tokens row 0 hides."""
-    out = np.zeros(len(starts), dtype=bool)  # (L,)
-    for s in spans:
-        out |= (starts < s.end) & (ends > s.start)
+    """(L,) whether each token [start, end) overlaps some span: the tokens row 0 hides.
+
+    O(L + S + characters): a token overlaps a span iff it holds a character some span covers,
+    counted by prefix sums over the characters (not one pass over the tokens per span)."""
+    if not spans:
+        return np.zeros(len(starts), dtype=bool)
+    n = max(int(ends.max(initial=0)), max(s.end for s in spans))
+    depth = np.zeros(n + 1, dtype=np.int64)  # (n+1,): +1 where a span starts, -1 where it ends
+    np.add.at(depth, [s.start for s in spans], 1)
+    np.add.at(depth, [s.end for s in spans], -1)
+    inside = np.concatenate(([0], np.cumsum(np.cumsum(depth)[:-1] > 0)))  # (n+1,): covered characters before c
+    return inside[ends] > inside[starts]
+
+
+def _range_min(values: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
+    """(L,) min of ``values[start:end]`` for each nonempty range, by a sparse table: level k holds
+    the minima of the windows of 2^k values, and a range is two windows of its length's largest 2^k."""
+    levels = [values]  # levels[k]: (n - 2^k + 1,)
+    while 2 ** len(levels) <= len(values):
+        half = 2 ** (len(levels) - 1)
+        levels.append(np.minimum(levels[-1][:-half], levels[-1][half:]))
+    k = (np.frexp(ends - starts)[1] - 1).astype(np.int64)  # (L,): floor(log2(length)), exactly
+    out = np.empty(len(starts), dtype=values.dtype)
+    for level in np.unique(k).tolist():
+        at = k == level
+        out[at] = np.minimum(levels[level][starts[at]], levels[level][ends[at] - 2 ** level])
     return out
 
 
@@ -422,9 +444,17 @@ def hidden_ids(starts: np.ndarray, ends: np.ndarray, spans: Sequence[Span],
     overlaps it, else the default placeholder. Public: positions and labels only."""
     ph = placeholder if isinstance(placeholder, Placeholders) else Placeholders(int(placeholder))
     out = np.full(len(starts), ph.default, dtype=np.int64)  # (L,)
-    if ph.by_label:
-        for s in reversed(sorted(spans)):  # the first span in order is written last, so it wins
-            out[(starts < s.end) & (ends > s.start)] = ph.of(s.label)
+    if not (ph.by_label and spans):
+        return out
+    order = sorted(spans)
+    n = max(int(ends.max(initial=0)), max(s.end for s in order))
+    first = np.full(n, len(order), dtype=np.int64)  # (n,): the first span (in order) covering each character
+    for k in range(len(order) - 1, -1, -1):  # the first span in order is written last, so it wins
+        first[order[k].start:order[k].end] = k
+    lowest = _range_min(first, starts, ends)  # (L,): the first span overlapping each token
+    found = lowest < len(order)
+    markers = np.asarray([ph.of(s.label) for s in order], dtype=np.int64)  # (S,)
+    out[found] = markers[lowest[found]]
     return out
 
 
@@ -438,12 +468,9 @@ def build_contexts(text: str, spans: Sequence[Span], tokenizer: Any, *, template
     group_of = group_of_labels(sorted({s.label for s in spans}), groups)
     names = sorted(set(group_of.values()))
     ids, starts, ends = token_offsets(tokenizer, text)
-    member = np.zeros((len(names), len(ids)), dtype=bool)  # (m, L): token overlaps a span of g
-    n_spans = [0] * len(names)
-    for s in spans:
-        g = names.index(group_of[s.label])
-        member[g] |= covered(starts, ends, [s])
-        n_spans[g] += 1
+    of_group = [[s for s in spans if group_of[s.label] == name] for name in names]
+    member = np.stack([covered(starts, ends, g) for g in of_group]) if names else np.zeros((0, len(ids)), bool)
+    n_spans = [len(g) for g in of_group]  # member: (m, L), token overlaps a span of g
     doc = np.asarray(ids, dtype=np.int64)  # (L,)
     hidden_any = member.any(0)  # (L,)
     only = member & (member.sum(0) == 1)  # (m, L): token's one and only group is g

@@ -57,11 +57,11 @@ def public_pieces(text: str, starts: np.ndarray, ends: np.ndarray, hidden: np.nd
     A token that shares a character with a neighbour (a multi-byte character split across
     byte-level tokens) is ``""``: glue, with no whitespace of its own. Which tokens share is fixed
     by their bytes, so this too is a function of R_0."""
-    pieces: list[str | None] = []
-    for j, (a, b) in enumerate(zip(starts.tolist(), ends.tolist())):
-        shared = (j > 0 and a < ends[j - 1]) or (j + 1 < len(starts) and b > starts[j + 1])
-        pieces.append(None if hidden[j] else "" if shared else text[a:b])
-    return pieces
+    shared = np.zeros(len(starts), dtype=bool)  # (L,): a character in common with a neighbour
+    shared[1:] |= starts[1:] < ends[:-1]
+    shared[:-1] |= ends[:-1] > starts[1:]
+    return [None if h else "" if c else text[a:b]
+            for a, b, h, c in zip(starts.tolist(), ends.tolist(), hidden.tolist(), shared.tolist())]
 
 
 def _is_space(piece: str | None) -> bool:

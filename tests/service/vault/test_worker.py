@@ -3,6 +3,7 @@ ending leaves on the units' ledger (docs/privacy.md, "The vault: one lifetime fi
 
 from __future__ import annotations
 
+import dataclasses
 import queue
 import time
 
@@ -160,3 +161,28 @@ def test_a_commit_the_database_refuses_is_closed_again_as_a_failure_and_never_ho
     monkeypatch.setattr(vault, "commit", real)
     job, _ = release(worker, vault, caller)  # the subject is not held back
     assert job.future.exception() is None
+
+
+def test_a_rewrite_refused_for_its_passages_is_refused_again_without_planning(tmp_path, monkeypatch):
+    """Issue 46: a reader cannot make the model's thread plan a long document over and over; the
+    document's fewest tokens are learned once per version, and a new version is planned again."""
+    from tokendp.backends import load_backend
+    from tokendp.long_documents import TooFewTokens
+    from tokendp.service.vault import release as releases
+    from tokendp.service.vault.store import StoredDocument
+
+    _, vault, caller, _ = tiny_vault_worker(tmp_path, ())
+    backend, settings, least = load_backend("tiny"), vault.settings(caller.tenant), releases.LeastTokens()
+    text = " ".join(["Dear Dr Helen Marsh, I am writing about my patient."] * 120)
+    spans = ({"start": 8, "end": 19, "label": "PERSON"},)
+    doc = StoredDocument("long", "v1", "long letter", text, spans, None, "confirmed")
+    ask = RewriteRequest(caller, doc, RewriteParams(3.0, 1))
+    with pytest.raises(TooFewTokens) as first:
+        releases.plan_rewrite(ask, backend, settings, max_tokens=10_000, least=least)
+    assert first.value.least > 1
+    monkeypatch.setattr(releases, "prepare_sanitize", lambda *a, **k: pytest.fail("planned again"))
+    with pytest.raises(TooFewTokens, match=f"at least {first.value.least}"):
+        releases.plan_rewrite(ask, backend, settings, max_tokens=10_000, least=least)
+    with pytest.raises(pytest.fail.Exception, match="planned again"):  # another version: planned
+        releases.plan_rewrite(RewriteRequest(caller, dataclasses.replace(doc, version="v2"), RewriteParams(3.0, 1)),
+                              backend, settings, max_tokens=10_000, least=least)

@@ -23,6 +23,8 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+import threading
+from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar
@@ -32,6 +34,7 @@ from tokendp.errors import InvalidParameterError
 from tokendp.fusion import PreparedFusion
 from tokendp.jobs.config import SanitizeConfig
 from tokendp.jobs.sanitize import prepare_sanitize
+from tokendp.long_documents import TooFewTokens
 from tokendp.service.keys import Caller
 from tokendp.service.plans import AccountingMismatch, expected_certificates, report_certificate
 from tokendp.service.vault.units import unit_key
@@ -176,17 +179,59 @@ class Release:
                 "unit": "a subject (or a document and label) across every release of the vault"}
 
 
-def plan_rewrite(request: RewriteRequest, backend: HFBackend, settings: Settings, *, max_tokens: int) -> Release:
+class LeastTokens:
+    """The fewest tokens each stored document version can be rewritten with (its passages,
+    :class:`~tokendp.long_documents.TooFewTokens`), learned when it is first planned, so that a
+    request for fewer is refused before any planning: a reader cannot make the model's thread plan
+    a long document again and again (docs/vault.md, "Releases"). Public: the passages are cut on the
+    public row. The ``size`` most recent versions are kept."""
+
+    def __init__(self, size: int = 4096) -> None:
+        self.size = size
+        self._least: OrderedDict[tuple[str, str, str], int] = OrderedDict()
+        self._lock = threading.Lock()
+
+    @staticmethod
+    def key(request: RewriteRequest) -> tuple[str, str, str]:
+        return request.caller.tenant.name, request.document.id, request.document.version
+
+    def check(self, request: RewriteRequest) -> None:
+        """Refuse a T below the document's known least, as planning would."""
+        with self._lock:
+            least = self._least.get(self.key(request))
+        tokens = request.params.max_new_tokens
+        if least is not None and tokens is not None and tokens < least:
+            raise TooFewTokens(tokens, least)
+
+    def learn(self, request: RewriteRequest, least: int) -> None:
+        with self._lock:
+            self._least[self.key(request)] = least
+            self._least.move_to_end(self.key(request))
+            while len(self._least) > self.size:
+                self._least.popitem(last=False)
+
+
+def plan_rewrite(request: RewriteRequest, backend: HFBackend, settings: Settings, *, max_tokens: int,
+                 least: LeastTokens | None = None) -> Release:
     """Prepare a rewrite (every check before anything is reserved): the document's spans as
-    unit groups, the filter at the vault's order with B_rel from epsilon, T within ``max_tokens``."""
+    unit groups, the filter at the vault's order with B_rel from epsilon, T within ``max_tokens``.
+    With ``least``, a T below the document's known passages is refused first, and what planning
+    finds is learned."""
+    least = least or LeastTokens(0)
+    least.check(request)
     spans, groups, units = grouped_spans(request.document)
     tenant = request.caller.tenant
     config = SanitizeConfig(method="dp-fusion", epsilon=request.params.epsilon, alpha=settings.alpha,
                             delta=tenant.delta, groups=groups, accounting="filter",
                             max_new_tokens=request.params.max_new_tokens)
-    job = prepare_sanitize([request.document.text], spans=[spans], config=config, model=backend,
-                           max_new_tokens_limit=max_tokens)
+    try:
+        job = prepare_sanitize([request.document.text], spans=[spans], config=config, model=backend,
+                               max_new_tokens_limit=max_tokens)
+    except TooFewTokens as err:
+        least.learn(request, err.least)
+        raise
     (doc,) = job.documents
+    least.learn(request, len(doc.long.passages) if doc.long else 1)
     order = tuple(units[g.name] for g in doc.context.groups)
     release_budget = max(doc.budgets, default=0.0)
     return Release(REWRITE, request, job, order, release_budget, settings)
