@@ -4,8 +4,9 @@ A tagger that finds part of an entity protects that part and releases the rest (
 "Bexmoor Insurance plc", "F" of "F.A. Lindqvist"), so every found span is widened over the
 untagged text around it on its line that belongs to the same mention, by its label:
 
-- every label: an abbreviation's full stop ("Inc" + ".", "F" + "."), the closing marks of a
-  bracket or quote the span opens, and spans of one label separated only by ``.``, ``-``, ``'``
+- every label: an abbreviation's full stop ("Inc" + ".", "F" + "."), the initials written on after
+  an initial ("F." + "A." of "F.A."), the other half of a hyphenated number ("forty" + "-five"),
+  the closing marks of a bracket or quote the span opens, and spans of one label separated only by ``.``, ``-``, ``'``
   or ``/`` are joined ("Dipl" + ".-" + "Ing"), as are a title and a PERSON ("Mr" + " and " +
   "Mrs Robins");
 - PERSON: titles ("Mr", "Dr", "Maître", "Mr and Mrs"), initials ("F.A.", "J.-P."; not a list's
@@ -132,6 +133,16 @@ _TITLE_START = regex.compile(rf"(?:{_TITLES})\b")
 _TITLE_AND = regex.compile(rf"(?:{_TITLES})\.?[^\S\n](?:and|&)[^\S\n]")
 # A span that opens a bracket or quote it does not close ("(“Geneve") takes the closing marks after it.
 _OPEN_CLOSE = (("(", ")"), ("“", "”"), ("[", "]"))
+# Initials written on after an initial without a space: "F." + "A." of "F.A.", "B." + "Ӧ.".
+_INITIAL_END = regex.compile(r"(?<![\p{L}\p{M}])\p{Lu}\.?\Z")
+_MORE_INITIALS = regex.compile(r"\.?(?:\p{Lu}\.)*\p{Lu}(?![\p{L}\p{M}])")
+# One-letter names in a list ("A, B, H, N and R"): the letters beside a one-letter PERSON span.
+_LETTER_NAME = regex.compile(r"(?<![\p{L}\p{M}\d.'’])\p{Lu}(?![\p{L}\p{M}\d.'’])")
+_LETTER_LEFT = regex.compile(r"(?<![\p{L}\p{M}\d.'’])\p{Lu}(?:,[^\S\n]|,?[^\S\n](?:and|or|&)[^\S\n])\Z")
+_LETTER_RIGHT = regex.compile(r"(?:,[^\S\n]|,?[^\S\n](?:and|or|&)[^\S\n])\p{Lu}(?![\p{L}\p{M}\d.'’])")
+# A hyphenated number ("forty-five") that a span starts or ends inside.
+_HYPHEN_NUMBER = regex.compile(r"(?<![\p{L}\p{M}])(?i:twenty|thirty|forty|fifty|sixty|seventy|eighty|ninety)-"
+                               r"(?i:one|two|three|four|five|six|seven|eight|nine)(?![\p{L}\p{M}])")
 _LEFT_RE = {label: tuple(regex.compile(rf"(?:{p})\Z") for p in ps) for label, ps in _LEFT.items()}
 _RIGHT_RE = {label: tuple(regex.compile(p) for p in ps) for label, ps in _RIGHT.items()}
 _WINDOW = 80  # characters looked at on each side
@@ -152,6 +163,26 @@ def _given_name_before(span: Span, text: str, start: int, free_from: int, lower_
     if m is None or m.group(1).lower() in lower_case or m.group(1).lower() in _OPENERS:
         return start
     return start - len(m.group(0))
+
+
+def _pieces(label: str, text: str, start: int, end: int, free_from: int, free_to: int) -> tuple[int, int]:
+    """``[start, end)`` widened by the rules that read the span itself: initials written on after
+    an initial, a hyphenated number it starts or ends inside, and (PERSON) the letters beside a
+    one-letter name in a list."""
+    if _INITIAL_END.search(text, start, end) and (m := _MORE_INITIALS.match(text, end, free_to)):
+        end = m.end()
+    for m in _HYPHEN_NUMBER.finditer(text, max(free_from, start - 8), min(free_to, end + 8)):
+        if m.start() < start < m.end():
+            start = m.start()
+        if m.start() < end < m.end():
+            end = m.end()
+    if label == "PERSON":
+        if _LETTER_NAME.fullmatch(text, start, start + 1) and (
+                m := _LETTER_LEFT.search(text, max(free_from, start - 8), start)):
+            start = m.start()
+        if _LETTER_NAME.fullmatch(text, end - 1, end) and (m := _LETTER_RIGHT.match(text, end, free_to)):
+            end = m.end()
+    return start, end
 
 
 def _grow(span: Span, text: str, free_from: int, free_to: int, lower_case: frozenset[str]) -> Span:
@@ -180,6 +211,9 @@ def _grow(span: Span, text: str, free_from: int, free_to: int, lower_case: froze
                 end = m.end()
                 changed = True
                 break
+        pieces = _pieces(span.label, text, start, end, free_from, free_to)
+        changed = changed or pieces != (start, end)
+        start, end = pieces
     start = _given_name_before(span, text, start, free_from, lower_case)
     if span.label == "ORG" and _FIRM_END.search(text, span.start, end):
         window = text[max(free_from, start - _WINDOW):start]
