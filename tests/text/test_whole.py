@@ -31,6 +31,10 @@ def _grow(text, *found):
     ("Jean-François Dubois-Martel wrote", ("Jean-François Dubois", "PERSON"), "Jean-François Dubois-Martel"),
     ("by Mr J.M. Álvarez de Toledo, a", ("Mr J.M. Álvarez", "PERSON"), "Mr J.M. Álvarez de Toledo"),
     ("Then Auld LJ said", ("Auld", "PERSON"), "Auld LJ"),
+    ("statements made by F.A., which", ("F.", "PERSON"), "F.A."),                 # initials written on
+    ("statements of B.Ӧ. and", ("B", "ORG"), "B.Ӧ."),                             # any label, any script
+    ("co-accused, A, B, H, N and R) were", ("B", "PERSON"), "A, B, H, N and R"),  # one-letter names
+    ("against [H, N and A] [had", ("H, N", "PERSON"), "H, N and A"),
     ("seen today. Tùng Bùi came with his son", ("Bùi", "PERSON"), "Tùng Bùi"),
     # addresses: number, street, town, district, postcode
     ("lives at 27 Ballybough Road, Dublin 3.", ("Ballybough Road", "LOC"), "27 Ballybough Road, Dublin 3"),
@@ -45,6 +49,9 @@ def _grow(text, *found):
     ("until the end of September 1994 the", ("September 1994", "DATETIME"), "the end of September 1994"),
     ("sentenced to six months’ imprisonment", ("six months", "DATETIME"), "six months’"),
     ("from two to four years.", ("four years", "DATETIME"), "two to four years"),
+    ("scheduled forty-five hearings", ("-five", "QUANTITY"), "forty-five"),        # a hyphenated number
+    ("a total of fifty-nine, committed", ("fifty-", "QUANTITY"), "fifty-nine"),
+    ("aged forty-four", ("aged forty", "DEM"), "aged forty-four"),
 ])
 def test_a_found_part_grows_to_the_whole_mention(text, found, whole):
     assert (whole, found[1]) in _grow(text, found)
@@ -61,6 +68,10 @@ def test_a_found_part_grows_to_the_whole_mention(text, found, whole):
     ("Later Bùi came with his son", ("Bùi", "PERSON"), "Bùi"),                 # a sentence opener
     ("Will Bùi come? He will.", ("Bùi", "PERSON"), "Bùi"),                   # "will" is a word here
     ("Yesterday Mr Bùi came", ("Mr Bùi", "PERSON"), "Mr Bùi"),               # a title starts the name
+    ("by Mr X. A new hearing", ("Mr X", "PERSON"), "Mr X."),                  # a space: no more initials
+    ("in Annex A, B was", ("B", "PERSON"), "B"),                              # "Annex A" is no list of names
+    ("A, B and C signed", ("B", "ORG"), "B"),                                 # letters join a PERSON only
+    ("forty-five of them", ("forty-five", "QUANTITY"), "forty-five"),
 ])
 def test_growth_stops_where_the_mention_stops(text, found, kept):
     assert (kept, found[1]) in _grow(text, found)

@@ -138,7 +138,8 @@ _INITIAL_END = regex.compile(r"(?<![\p{L}\p{M}])\p{Lu}\.?\Z")
 _MORE_INITIALS = regex.compile(r"\.?(?:\p{Lu}\.)*\p{Lu}(?![\p{L}\p{M}])")
 # One-letter names in a list ("A, B, H, N and R"): the letters beside a one-letter PERSON span.
 _LETTER_NAME = regex.compile(r"(?<![\p{L}\p{M}\d.'’])\p{Lu}(?![\p{L}\p{M}\d.'’])")
-_LETTER_LEFT = regex.compile(r"(?<![\p{L}\p{M}\d.'’])\p{Lu}(?:,[^\S\n]|,?[^\S\n](?:and|or|&)[^\S\n])\Z")
+# (not a letter after a capitalised word: "Annex A, B")
+_LETTER_LEFT = regex.compile(r"(?<![\p{L}\p{M}\d.'’])(?<!\p{Lu}[\p{Ll}\p{M}]+[^\S\n])\p{Lu}(?:,[^\S\n]|,?[^\S\n](?:and|or|&)[^\S\n])\Z")
 _LETTER_RIGHT = regex.compile(r"(?:,[^\S\n]|,?[^\S\n](?:and|or|&)[^\S\n])\p{Lu}(?![\p{L}\p{M}\d.'’])")
 # A hyphenated number ("forty-five") that a span starts or ends inside.
 _HYPHEN_NUMBER = regex.compile(r"(?<![\p{L}\p{M}])(?i:twenty|thirty|forty|fifty|sixty|seventy|eighty|ninety)-"
