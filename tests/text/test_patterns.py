@@ -220,11 +220,6 @@ def test_numbers_listed_after_nos_are_each_a_code():
     ("in the case ([2008] EWHC 860 (QB)), finding", "[2008] EWHC 860 (QB)", "CODE"),
     ("held hearings on 15, 17 and 24 January 1990. The", "15, 17 and 24 January 1990", "DATE"),
     ("a hearing date of 5 or 6 December 1994 for", "5 or 6 December 1994", "DATE"),
-    ("On 14 May and 16 August 1999, the", "14 May and 16 August 1999", "DATE"),
-    ("in October and November 1992, the", "October and November 1992", "DATE"),
-    ("On 17 May, 3 June, 19 August and 10 September 1999 the", "17 May, 3 June, 19 August and 10 September 1999",
-     "DATE"),
-    ("from 25 April to 9 June 1997.", "25 April to 9 June 1997", "DATE"),
     ("their 18 year‑old daughter", "18 year‑old", "DEM"),
     ("turned 60 years of age. Prior", "60 years of age", "DEM"),
     ("Auld LJ then applied the test", "Auld LJ", "PERSON"),
@@ -239,7 +234,6 @@ def test_citations_day_lists_ages_judges_and_postcode_addresses(text, expected, 
 @pytest.mark.parametrize("text", [
     "took the M1 motorway north",           # a road is no postcode
     "on 15 and 17 the",                     # days without a month
-    "the Court and 1997",                   # a word before a year is no date
     "in [2008] the court",                  # a year in brackets is no citation
     "Auld then applied the test",           # a surname without LJ
 ])

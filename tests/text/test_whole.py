@@ -83,6 +83,26 @@ def test_parts_of_one_label_joined_across_punctuation_and_a_title_pair():
         ("Mr and Mrs Robins", "PERSON")]
 
 
+@pytest.mark.parametrize("text,dates,whole", [
+    ("On 14 May and 16 August 1999, the", ("14 May", "16 August 1999"), "14 May and 16 August 1999"),
+    ("in October and November 1992, the", ("October", "November 1992"), "October and November 1992"),
+    ("On 17 May, 3 June and 10 September 1999 the", ("17 May", "3 June", "10 September 1999"),
+     "17 May, 3 June and 10 September 1999"),
+    ("from 25 April to 9 June 1997.", ("25 April", "9 June 1997"), "25 April to 9 June 1997"),
+])
+def test_dates_without_a_year_join_the_dated_one_after_them(text, dates, whole):
+    assert _grow(text, *((d, "DATETIME") for d in dates)) == [(whole, "DATETIME")]
+
+
+@pytest.mark.parametrize("text,dates", [
+    ("on 3 May 1999 and 16 August 1999 the", ("3 May 1999", "16 August 1999")),   # both have a year
+    ("on 14 May and 16 August the", ("14 May", "16 August")),                       # neither has one
+    ("on 14 May, when 16 August 1999", ("14 May", "16 August 1999")),                # not a list
+])
+def test_dates_that_are_no_series_stay_apart(text, dates):
+    assert _grow(text, *((d, "DATETIME") for d in dates)) == [(d, "DATETIME") for d in dates]
+
+
 def test_growth_never_takes_another_span_or_drops_a_character():
     text = "Mr Smith of Harland & Pike Logistics Ltd on 5 May 2001"
     found = [Span(text.index(w), text.index(w) + len(w), label) for w, label in

@@ -25,10 +25,9 @@ from tokendp.text.spans import Span
 from tokendp.text.taggers.resolve import resolve_overlaps
 from tokendp.text.taggers.subtypes import refine_labels
 
-_FULL_MONTHS = "January|February|March|April|May|June|July|August|September|October|November|December"
-MONTHS = _FULL_MONTHS + "|Jan|Feb|Mar|Apr|Jun|Jul|Aug|Sept|Sep|Oct|Nov|Dec"
+MONTHS = ("January|February|March|April|May|June|July|August|September|October|November|December"
+          "|Jan|Feb|Mar|Apr|Jun|Jul|Aug|Sept|Sep|Oct|Nov|Dec")
 _MONTH = rf"(?:{MONTHS})\.?"
-_FULL_MONTH = rf"(?:{_FULL_MONTHS})"  # a month alone in a list is written in full
 _DAY = r"(?:[12]\d|3[01]|0?[1-9])(?:st|nd|rd|th)?"
 _YEAR = r"(?:1[6-9]\d\d|20\d\d)"
 NUMBER_WORDS = ("one|two|three|four|five|six|seven|eight|nine|ten|eleven|twelve|thirteen|fourteen"
@@ -212,9 +211,6 @@ RECOGNIZERS: tuple[Recognizer, ...] = (
     Recognizer("date_list", "DATETIME", _r(
         rf"\b{_DAY}(?:(?:,\s|\s(?:and|or|to)\s|\s?[-–]\s?){_DAY})*(?:,\s|,?\s(?:and|or|to)\s|\s?[-–]\s?){_DAY}"
         rf"\s(?:of\s)?{_MONTH}(?:,?\s{_YEAR})?\b"), 0.95),
-    Recognizer("date_series", "DATETIME", _r(
-        rf"\b(?:(?:{_DAY} (?:of )?{_MONTH}|{_FULL_MONTH}(?: {_DAY})?)(?:,\s|,?\s(?:and|or|to|until)\s|\s?[-–]\s?))+"
-        rf"(?:{_DAY} (?:of )?{_MONTH},?|{_MONTH}(?: {_DAY},?)?)\s{_YEAR}\b"), 0.95),
     Recognizer("date_numeric", "DATETIME", _r(
         r"\b(?:(?:0?[1-9]|[12]\d|3[01])([./-])(?:0?[1-9]|1[0-2])\1(?:1[6-9]|20)?\d\d"
         r"|(?:1[6-9]|20)\d\d-(?:0?[1-9]|1[0-2])-(?:0?[1-9]|[12]\d|3[01]))\b(?![./-]\d)"),

@@ -22,7 +22,9 @@ untagged text around it on its line that belongs to the same mention, by its lab
   and the town, district ("Dublin 2", "Co. Cork") and postcode (British, Irish, Dutch, Portuguese,
   Polish, four or five digits) after it;
 - QUANTITY: the currency before or after the amount ("EUR", "€", "euros");
-- DATETIME: the weekday ("Saturday 18 March 2017"), a part of a period ("early", "the end of",
+- DATETIME: dates without a year listed before one with it, joined into one series ("14 May and
+  16 August 1999", "October and November 1992", "17 May, 3 June and 10 September 1999": the year
+  is every date's); the weekday ("Saturday 18 March 2017"), a part of a period ("early", "the end of",
   "autumn of", "27th day of") or a first count ("two to" four years) before it, and the
   apostrophe after a plural ("six months’").
 
@@ -141,6 +143,13 @@ _LETTER_NAME = regex.compile(r"(?<![\p{L}\p{M}\d.'’])\p{Lu}(?![\p{L}\p{M}\d.'�
 # (not a letter after a capitalised word: "Annex A, B")
 _LETTER_LEFT = regex.compile(r"(?<![\p{L}\p{M}\d.'’])(?<!\p{Lu}[\p{Ll}\p{M}]+[^\S\n])\p{Lu}(?:,[^\S\n]|,?[^\S\n](?:and|or|&)[^\S\n])\Z")
 _LETTER_RIGHT = regex.compile(r"(?:,[^\S\n]|,?[^\S\n](?:and|or|&)[^\S\n])\p{Lu}(?![\p{L}\p{M}\d.'’])")
+# A date series: dates without a year ("14 May", "October", "3"), then one with it, joined by list words.
+_SERIES_GAP = regex.compile(r"(?:,[^\S\n]|,?[^\S\n](?:and|or|to|until)[^\S\n]|[^\S\n]?[-–][^\S\n]?)")
+_MONTH_NAME = (r"(?:January|February|March|April|May|June|July|August|September|October|November|December"
+               r"|Jan|Feb|Mar|Apr|Jun|Jul|Aug|Sept|Sep|Oct|Nov|Dec)\.?")
+_YEARLESS = regex.compile(rf"(?:\d{{1,2}}(?:st|nd|rd|th)?[^\S\n](?:of[^\S\n])?{_MONTH_NAME}|{_MONTH_NAME}(?:[^\S\n]\d{{1,2}})?)")
+_DATED = regex.compile(rf"(?:(?:\d{{1,2}}(?:st|nd|rd|th)?[^\S\n](?:of[^\S\n])?)?{_MONTH_NAME}|{_MONTH_NAME}[^\S\n]\d{{1,2}},?)"
+                       r"[^\S\n](?:1[6-9]|20)\d\d")
 # A hyphenated number ("forty-five") that a span starts or ends inside.
 _HYPHEN_NUMBER = regex.compile(r"(?<![\p{L}\p{M}])(?i:twenty|thirty|forty|fifty|sixty|seventy|eighty|ninety)-"
                                r"(?i:one|two|three|four|five|six|seven|eight|nine)(?![\p{L}\p{M}])")
@@ -242,7 +251,27 @@ def whole_entities(spans: Sequence[Span], text: str) -> list[Span]:
         free_from = grown[-1].end if grown else 0
         free_to = ordered[i + 1].start if i + 1 < len(ordered) else len(text)
         grown.append(_grow(span, text, free_from, free_to, lower_case))
-    return _join(merge_same_label(grown), text)
+    return _join(_date_series(merge_same_label(grown), text), text)
+
+
+def _date_series(spans: list[Span], text: str) -> list[Span]:
+    """Runs of DATETIME spans, each without a year, then one with it, separated by list words
+    only ("14 May" + " and " + "16 August 1999"), joined into one span."""
+    out: list[Span] = []
+    i = 0
+    while i < len(spans):
+        j = i
+        while (j + 1 < len(spans) and spans[j].label == spans[j + 1].label == "DATETIME"
+               and _YEARLESS.fullmatch(text, spans[j].start, spans[j].end)
+               and _SERIES_GAP.fullmatch(text, spans[j].end, spans[j + 1].start)):
+            j += 1
+        if j > i and _DATED.fullmatch(text, spans[j].start, spans[j].end):
+            out.append(replace(spans[i], end=spans[j].end, score=max(s.score for s in spans[i:j + 1])))
+            i = j + 1
+        else:
+            out.append(spans[i])
+            i += 1
+    return out
 
 
 def _join(spans: list[Span], text: str) -> list[Span]:
