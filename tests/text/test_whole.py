@@ -71,6 +71,7 @@ def test_a_found_part_grows_to_the_whole_mention(text, found, whole):
     ("by Mr X. A new hearing", ("Mr X", "PERSON"), "Mr X."),                  # a space: no more initials
     ("in Annex A, B was", ("B", "PERSON"), "B"),                              # "Annex A" is no list of names
     ("A, B and C signed", ("B", "ORG"), "B"),                                 # letters join a PERSON only
+    ("witness X and I went", ("X", "PERSON"), "X"),                           # "I" is a pronoun
     ("forty-five of them", ("forty-five", "QUANTITY"), "forty-five"),
 ])
 def test_growth_stops_where_the_mention_stops(text, found, kept):

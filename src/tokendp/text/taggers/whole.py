@@ -138,11 +138,12 @@ _OPEN_CLOSE = (("(", ")"), ("“", "”"), ("[", "]"))
 # Initials written on after an initial without a space: "F." + "A." of "F.A.", "B." + "Ӧ.".
 _INITIAL_END = regex.compile(r"(?<![\p{L}\p{M}])\p{Lu}\.?\Z")
 _MORE_INITIALS = regex.compile(r"\.?(?:\p{Lu}\.)*\p{Lu}(?![\p{L}\p{M}])")
-# One-letter names in a list ("A, B, H, N and R"): the letters beside a one-letter PERSON span.
+# One-letter names in a list ("A, B, H, N and R"): the letters beside a one-letter PERSON span
+# (not the pronoun "I": "X and I").
 _LETTER_NAME = regex.compile(r"(?<![\p{L}\p{M}\d.'’])\p{Lu}(?![\p{L}\p{M}\d.'’])")
 # (not a letter after a capitalised word: "Annex A, B")
-_LETTER_LEFT = regex.compile(r"(?<![\p{L}\p{M}\d.'’])(?<!\p{Lu}[\p{Ll}\p{M}]+[^\S\n])\p{Lu}(?:,[^\S\n]|,?[^\S\n](?:and|or|&)[^\S\n])\Z")
-_LETTER_RIGHT = regex.compile(r"(?:,[^\S\n]|,?[^\S\n](?:and|or|&)[^\S\n])\p{Lu}(?![\p{L}\p{M}\d.'’])")
+_LETTER_LEFT = regex.compile(r"(?<![\p{L}\p{M}\d.'’])(?<!\p{Lu}[\p{Ll}\p{M}]+[^\S\n])(?!I\b)\p{Lu}(?:,[^\S\n]|,?[^\S\n](?:and|or|&)[^\S\n])\Z")
+_LETTER_RIGHT = regex.compile(r"(?:,[^\S\n]|,?[^\S\n](?:and|or|&)[^\S\n])(?!I\b)\p{Lu}(?![\p{L}\p{M}\d.'’])")
 # A date series: dates without a year ("14 May", "October", "3"), then one with it, joined by list words.
 _SERIES_GAP = regex.compile(r"(?:,[^\S\n]|,?[^\S\n](?:and|or|to|until)[^\S\n]|[^\S\n]?[-–][^\S\n]?)")
 _MONTH_NAME = (r"(?:January|February|March|April|May|June|July|August|September|October|November|December"
