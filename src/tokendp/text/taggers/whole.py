@@ -6,14 +6,16 @@ untagged text around it on its line that belongs to the same mention, by its lab
 
 - every label: an abbreviation's full stop ("Inc" + ".", "F" + "."), the initials written on after
   an initial ("F." + "A." of "F.A."), the other half of a hyphenated number ("forty" + "-five"),
-  the closing marks of a bracket or quote the span opens, and spans of one label separated only by ``.``, ``-``, ``'``
-  or ``/`` are joined ("Dipl" + ".-" + "Ing"), as are a title and a PERSON ("Mr" + " and " +
-  "Mrs Robins");
+  the closing marks of a bracket or quote the span opens, and spans of one label separated only
+  by ``.``, ``-``, ``'`` or ``/`` are joined ("Dipl" + ".-" + "Ing"), as are a title and a
+  PERSON ("Mr" + " and " + "Mrs Robins");
 - PERSON: titles ("Mr", "Dr", "Maître", "Mr and Mrs"), initials ("F.A.", "J.-P."; not a list's
   letter before a title), name particles ("van der", "de la", "Mac Giolla", "Ní", "Ó", "bin") and
   the capitalised words they lead to, hyphen and apostrophe parts ("O'" + "Brien", "Dubois" +
   "-Martel"), "LJ" / "QC" after it, and a capitalised word just before it that the document
-  never writes in lower case and that opens no sentence ("Tùng" of "Tùng Bùi");
+  never writes in lower case and that opens no sentence ("Tùng" of "Tùng Bùi"), and the other
+  letters of a list of one-letter names ("H, N and A", "B and R") that a one-letter span is part
+  of (not "I");
 - ORG: a company's legal form or firm word after it ("plc", "Ltd", "LLP", "GmbH", "S.A.S.", "Inc.",
   "& Partners", "Solicitors", "Associates") and, when it has one, the capitalised words before it
   ("Bexmoor" of "Bexmoor Insurance plc"); an alias in quotes or a short gloss in brackets after
@@ -24,9 +26,9 @@ untagged text around it on its line that belongs to the same mention, by its lab
 - QUANTITY: the currency before or after the amount ("EUR", "€", "euros");
 - DATETIME: dates without a year listed before one with it, joined into one series ("14 May and
   16 August 1999", "October and November 1992", "17 May, 3 June and 10 September 1999": the year
-  is every date's); the weekday ("Saturday 18 March 2017"), a part of a period ("early", "the end of",
-  "autumn of", "27th day of") or a first count ("two to" four years) before it, and the
-  apostrophe after a plural ("six months’").
+  is every date's); the weekday ("Saturday 18 March 2017"), a part of a period ("early", "the
+  end of", "autumn of", "27th day of") or a first count ("two to" four years) before it, and
+  the apostrophe after a plural ("six months’").
 
 A span only grows over characters no other span holds, so the result stays disjoint and no
 found character is dropped or relabelled; adjacent spans of the label a span grew into merge.
@@ -138,19 +140,20 @@ _OPEN_CLOSE = (("(", ")"), ("“", "”"), ("[", "]"))
 # Initials written on after an initial without a space: "F." + "A." of "F.A.", "B." + "Ӧ.".
 _INITIAL_END = regex.compile(r"(?<![\p{L}\p{M}])\p{Lu}\.?\Z")
 _MORE_INITIALS = regex.compile(r"\.?(?:\p{Lu}\.)*\p{Lu}(?![\p{L}\p{M}])")
-# One-letter names in a list ("A, B, H, N and R"): the letters beside a one-letter PERSON span
-# (not the pronoun "I": "X and I").
+# One-letter names in a list ("A, B, H, N and R"): the letters beside a one-letter PERSON span;
+# not the pronoun "I" ("X and I"), nor a letter after a capitalised word ("Annex A, B").
 _LETTER_NAME = regex.compile(r"(?<![\p{L}\p{M}\d.'’])\p{Lu}(?![\p{L}\p{M}\d.'’])")
-# (not a letter after a capitalised word: "Annex A, B")
-_LETTER_LEFT = regex.compile(r"(?<![\p{L}\p{M}\d.'’])(?<!\p{Lu}[\p{Ll}\p{M}]+[^\S\n])(?!I\b)\p{Lu}(?:,[^\S\n]|,?[^\S\n](?:and|or|&)[^\S\n])\Z")
-_LETTER_RIGHT = regex.compile(r"(?:,[^\S\n]|,?[^\S\n](?:and|or|&)[^\S\n])(?!I\b)\p{Lu}(?![\p{L}\p{M}\d.'’])")
-# A date series: dates without a year ("14 May", "October", "3"), then one with it, joined by list words.
+_LIST_WORD = r"(?:,[^\S\n]|,?[^\S\n](?:and|or|&)[^\S\n])"
+_LETTER_LEFT = regex.compile(rf"(?<![\p{{L}}\p{{M}}\d.'’])(?<!\p{{Lu}}[\p{{Ll}}\p{{M}}]+[^\S\n])(?!I\b)\p{{Lu}}"
+                             rf"{_LIST_WORD}\Z")
+_LETTER_RIGHT = regex.compile(rf"{_LIST_WORD}(?!I\b)\p{{Lu}}(?![\p{{L}}\p{{M}}\d.'’])")
+# A date series: dates without a year ("14 May", "October"), then one with it, joined by list words.
 _SERIES_GAP = regex.compile(r"(?:,[^\S\n]|,?[^\S\n](?:and|or|to|until)[^\S\n]|[^\S\n]?[-–][^\S\n]?)")
 _MONTH_NAME = (r"(?:January|February|March|April|May|June|July|August|September|October|November|December"
                r"|Jan|Feb|Mar|Apr|Jun|Jul|Aug|Sept|Sep|Oct|Nov|Dec)\.?")
-_YEARLESS = regex.compile(rf"(?:\d{{1,2}}(?:st|nd|rd|th)?[^\S\n](?:of[^\S\n])?{_MONTH_NAME}|{_MONTH_NAME}(?:[^\S\n]\d{{1,2}})?)")
-_DATED = regex.compile(rf"(?:(?:\d{{1,2}}(?:st|nd|rd|th)?[^\S\n](?:of[^\S\n])?)?{_MONTH_NAME}|{_MONTH_NAME}[^\S\n]\d{{1,2}},?)"
-                       r"[^\S\n](?:1[6-9]|20)\d\d")
+_DAY_OF = r"\d{1,2}(?:st|nd|rd|th)?[^\S\n](?:of[^\S\n])?"
+_YEARLESS = regex.compile(rf"(?:{_DAY_OF}{_MONTH_NAME}|{_MONTH_NAME}(?:[^\S\n]\d{{1,2}})?)")
+_DATED = regex.compile(rf"(?:(?:{_DAY_OF})?{_MONTH_NAME}|{_MONTH_NAME}[^\S\n]\d{{1,2}},?)[^\S\n](?:1[6-9]|20)\d\d")
 # A hyphenated number ("forty-five") that a span starts or ends inside.
 _HYPHEN_NUMBER = regex.compile(r"(?<![\p{L}\p{M}])(?i:twenty|thirty|forty|fifty|sixty|seventy|eighty|ninety)-"
                                r"(?i:one|two|three|four|five|six|seven|eight|nine)(?![\p{L}\p{M}])")
