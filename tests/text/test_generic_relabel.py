@@ -35,6 +35,10 @@ def _relabel(text, word, source="model"):
     ("Kestrel Mutual Assurance paid", "Kestrel Mutual", "ORG"),                      # the next word is a firm word
     ("84079 Madonna Delle Grazie\n", "Madonna Delle Grazie", "ORG"),                # after a postcode
     ("Later that evening Éric Robert telephoned me.", "Éric", "ORG"),               # one word
+    ("– that Sergeant Gamble had reasonable grounds", "Gamble", "PERSON"),           # one word after a rank
+    ("seen by Dr Okafor Nwosu today", "Okafor Nwosu", "PERSON"),
+    ("the Sergeant Major Office", "Office", "ORG"),                                  # an organisation word
+    ("the Inspector General reported", "General", "ORG"),
 ])
 def test_names_read_as_person(text, word, label):
     assert _relabel(text, word) == label

@@ -31,6 +31,10 @@ def _grow(text, *found):
     ("Jean-François Dubois-Martel wrote", ("Jean-François Dubois", "PERSON"), "Jean-François Dubois-Martel"),
     ("by Mr J.M. Álvarez de Toledo, a", ("Mr J.M. Álvarez", "PERSON"), "Mr J.M. Álvarez de Toledo"),
     ("Then Auld LJ said", ("Auld", "PERSON"), "Auld LJ"),
+    ("statements made by F.A., which", ("F.", "PERSON"), "F.A."),                 # initials written on
+    ("statements of B.Ӧ. and", ("B", "ORG"), "B.Ӧ."),                             # any label, any script
+    ("co-accused, A, B, H, N and R) were", ("B", "PERSON"), "A, B, H, N and R"),  # one-letter names
+    ("against [H, N and A] [had", ("H, N", "PERSON"), "H, N and A"),
     ("seen today. Tùng Bùi came with his son", ("Bùi", "PERSON"), "Tùng Bùi"),
     # addresses: number, street, town, district, postcode
     ("lives at 27 Ballybough Road, Dublin 3.", ("Ballybough Road", "LOC"), "27 Ballybough Road, Dublin 3"),
@@ -45,6 +49,9 @@ def _grow(text, *found):
     ("until the end of September 1994 the", ("September 1994", "DATETIME"), "the end of September 1994"),
     ("sentenced to six months’ imprisonment", ("six months", "DATETIME"), "six months’"),
     ("from two to four years.", ("four years", "DATETIME"), "two to four years"),
+    ("scheduled forty-five hearings", ("-five", "QUANTITY"), "forty-five"),        # a hyphenated number
+    ("a total of fifty-nine, committed", ("fifty-", "QUANTITY"), "fifty-nine"),
+    ("aged forty-four", ("aged forty", "DEM"), "aged forty-four"),
 ])
 def test_a_found_part_grows_to_the_whole_mention(text, found, whole):
     assert (whole, found[1]) in _grow(text, found)
@@ -61,6 +68,11 @@ def test_a_found_part_grows_to_the_whole_mention(text, found, whole):
     ("Later Bùi came with his son", ("Bùi", "PERSON"), "Bùi"),                 # a sentence opener
     ("Will Bùi come? He will.", ("Bùi", "PERSON"), "Bùi"),                   # "will" is a word here
     ("Yesterday Mr Bùi came", ("Mr Bùi", "PERSON"), "Mr Bùi"),               # a title starts the name
+    ("by Mr X. A new hearing", ("Mr X", "PERSON"), "Mr X."),                  # a space: no more initials
+    ("in Annex A, B was", ("B", "PERSON"), "B"),                              # "Annex A" is no list of names
+    ("A, B and C signed", ("B", "ORG"), "B"),                                 # letters join a PERSON only
+    ("witness X and I went", ("X", "PERSON"), "X"),                           # "I" is a pronoun
+    ("forty-five of them", ("forty-five", "QUANTITY"), "forty-five"),
 ])
 def test_growth_stops_where_the_mention_stops(text, found, kept):
     assert (kept, found[1]) in _grow(text, found)
@@ -70,6 +82,26 @@ def test_parts_of_one_label_joined_across_punctuation_and_a_title_pair():
     assert _grow("Dipl.-Ing. H.-J. Reinhardt, x", ("Dipl", "PERSON"), ("Ing", "PERSON")) == [("Dipl.-Ing.", "PERSON")]
     assert _grow("The applicants, Mr and Mrs Robins, born", ("Mr", "PERSON"), ("Mrs Robins", "PERSON")) == [
         ("Mr and Mrs Robins", "PERSON")]
+
+
+@pytest.mark.parametrize("text,dates,whole", [
+    ("On 14 May and 16 August 1999, the", ("14 May", "16 August 1999"), "14 May and 16 August 1999"),
+    ("in October and November 1992, the", ("October", "November 1992"), "October and November 1992"),
+    ("On 17 May, 3 June and 10 September 1999 the", ("17 May", "3 June", "10 September 1999"),
+     "17 May, 3 June and 10 September 1999"),
+    ("from 25 April to 9 June 1997.", ("25 April", "9 June 1997"), "25 April to 9 June 1997"),
+])
+def test_dates_without_a_year_join_the_dated_one_after_them(text, dates, whole):
+    assert _grow(text, *((d, "DATETIME") for d in dates)) == [(whole, "DATETIME")]
+
+
+@pytest.mark.parametrize("text,dates", [
+    ("on 3 May 1999 and 16 August 1999 the", ("3 May 1999", "16 August 1999")),   # both have a year
+    ("on 14 May and 16 August the", ("14 May", "16 August")),                       # neither has one
+    ("on 14 May, when 16 August 1999", ("14 May", "16 August 1999")),                # not a list
+])
+def test_dates_that_are_no_series_stay_apart(text, dates):
+    assert _grow(text, *((d, "DATETIME") for d in dates)) == [(d, "DATETIME") for d in dates]
 
 
 def test_growth_never_takes_another_span_or_drops_a_character():

@@ -1,10 +1,11 @@
-"""Names the CRF labelled as organisations: two or three capitalised words that read as a name.
+"""Names the CRF labelled as organisations: capitalised words that read as a name.
 
 A Latin-script name that is not in the gazetteer and has no title ("Later that evening Éric
 Robert telephoned") often comes out of the CRF as ORG, where an organisation could stand. Its
 characters are protected either way, but under the wrong label: a job that keeps ORG, or gives
 PERSON its own budget, treats it as an organisation. :func:`names_as_person` relabels a model
-span as PERSON when it is two or three words, each a capital followed by lower-case letters
+span as PERSON when it is two or three words (one to three after a personal title or rank:
+"Sergeant Gamble", "Dr Okafor"), each a capital followed by lower-case letters
 (hyphens inside, an apostrophe only before a capital: "O'Brien", not "Court’s"), none of them a
 word the document also writes in lower case ("Revenue" beside "revenue") or a word of an
 organisation, a place, a month, a country or a nationality (``features``' gazetteers and the
@@ -35,10 +36,13 @@ _NOT_NAME = ORG_WORDS | LOC_WORDS | MONTHS | COUNTRIES | DEMONYMS | TITLES | fro
     "administrative high relevant domestic partnership inland".split())
 _LOWER_WORD = regex.compile(r"(?<![\p{L}\p{M}])\p{Ll}[\p{Ll}\p{M}]+")
 _AFTER_NUMBER = regex.compile(r"\d[,\s]*\Z")
+_AFTER_TITLE = regex.compile(r"(?<![\p{L}\p{M}])(?:Mr|Mrs|Ms|Miss|Mx|Dr|Prof|Professor|Sir|Dame|Judge|Sergeant|Sgt"
+                             r"|Corporal|Cpl|Constable|Inspector|Detective|Captain|Capt|Colonel|Major|Lieutenant"
+                             r"|Garda|Father|Reverend|Rev|Nurse)\.?[^\S\n]\Z")
 
 
-def _reads_as_name(words: list[str], lower_case: frozenset[str]) -> bool:
-    return 2 <= len(words) <= 3 and all(_NAME_WORD.fullmatch(w) and w.lower() not in _NOT_NAME
+def _reads_as_name(words: list[str], lower_case: frozenset[str], titled: bool) -> bool:
+    return (1 if titled else 2) <= len(words) <= 3 and all(_NAME_WORD.fullmatch(w) and w.lower() not in _NOT_NAME
                                         and w.lower() not in lower_case for w in words)
 
 
@@ -48,7 +52,8 @@ def names_as_person(spans: Iterable[Span], text: str) -> list[Span]:
     out = []
     for span in spans:
         if (span.label == "ORG" and span.source == "model"
-                and _reads_as_name(text[span.start:span.end].split(), lower_case)
+                and _reads_as_name(text[span.start:span.end].split(), lower_case,
+                                   bool(_AFTER_TITLE.search(text, max(0, span.start - 16), span.start)))
                 and not _AFTER_NUMBER.search(text, max(0, span.start - 8), span.start)):
             after = _NEXT_WORD.match(text, span.end)
             if after is None or after.group(1).lower() not in _NOT_NAME:

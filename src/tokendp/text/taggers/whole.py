@@ -4,15 +4,18 @@ A tagger that finds part of an entity protects that part and releases the rest (
 "Bexmoor Insurance plc", "F" of "F.A. Lindqvist"), so every found span is widened over the
 untagged text around it on its line that belongs to the same mention, by its label:
 
-- every label: an abbreviation's full stop ("Inc" + ".", "F" + "."), the closing marks of a
-  bracket or quote the span opens, and spans of one label separated only by ``.``, ``-``, ``'``
-  or ``/`` are joined ("Dipl" + ".-" + "Ing"), as are a title and a PERSON ("Mr" + " and " +
-  "Mrs Robins");
+- every label: an abbreviation's full stop ("Inc" + ".", "F" + "."), the initials written on after
+  an initial ("F." + "A." of "F.A."), the other half of a hyphenated number ("forty" + "-five"),
+  the closing marks of a bracket or quote the span opens, and spans of one label separated only
+  by ``.``, ``-``, ``'`` or ``/`` are joined ("Dipl" + ".-" + "Ing"), as are a title and a
+  PERSON ("Mr" + " and " + "Mrs Robins");
 - PERSON: titles ("Mr", "Dr", "Maître", "Mr and Mrs"), initials ("F.A.", "J.-P."; not a list's
   letter before a title), name particles ("van der", "de la", "Mac Giolla", "Ní", "Ó", "bin") and
   the capitalised words they lead to, hyphen and apostrophe parts ("O'" + "Brien", "Dubois" +
   "-Martel"), "LJ" / "QC" after it, and a capitalised word just before it that the document
-  never writes in lower case and that opens no sentence ("Tùng" of "Tùng Bùi");
+  never writes in lower case and that opens no sentence ("Tùng" of "Tùng Bùi"), and the other
+  letters of a list of one-letter names ("H, N and A", "B and R") that a one-letter span is part
+  of (not "I");
 - ORG: a company's legal form or firm word after it ("plc", "Ltd", "LLP", "GmbH", "S.A.S.", "Inc.",
   "& Partners", "Solicitors", "Associates") and, when it has one, the capitalised words before it
   ("Bexmoor" of "Bexmoor Insurance plc"); an alias in quotes or a short gloss in brackets after
@@ -21,9 +24,11 @@ untagged text around it on its line that belongs to the same mention, by its lab
   and the town, district ("Dublin 2", "Co. Cork") and postcode (British, Irish, Dutch, Portuguese,
   Polish, four or five digits) after it;
 - QUANTITY: the currency before or after the amount ("EUR", "€", "euros");
-- DATETIME: the weekday ("Saturday 18 March 2017"), a part of a period ("early", "the end of",
-  "autumn of", "27th day of") or a first count ("two to" four years) before it, and the
-  apostrophe after a plural ("six months’").
+- DATETIME: dates without a year listed before one with it, joined into one series ("14 May and
+  16 August 1999", "October and November 1992", "17 May, 3 June and 10 September 1999": the year
+  is every date's); the weekday ("Saturday 18 March 2017"), a part of a period ("early", "the
+  end of", "autumn of", "27th day of") or a first count ("two to" four years) before it, and
+  the apostrophe after a plural ("six months’").
 
 A span only grows over characters no other span holds, so the result stays disjoint and no
 found character is dropped or relabelled; adjacent spans of the label a span grew into merge.
@@ -132,6 +137,26 @@ _TITLE_START = regex.compile(rf"(?:{_TITLES})\b")
 _TITLE_AND = regex.compile(rf"(?:{_TITLES})\.?[^\S\n](?:and|&)[^\S\n]")
 # A span that opens a bracket or quote it does not close ("(“Geneve") takes the closing marks after it.
 _OPEN_CLOSE = (("(", ")"), ("“", "”"), ("[", "]"))
+# Initials written on after an initial without a space: "F." + "A." of "F.A.", "B." + "Ӧ.".
+_INITIAL_END = regex.compile(r"(?<![\p{L}\p{M}])\p{Lu}\.?\Z")
+_MORE_INITIALS = regex.compile(r"\.?(?:\p{Lu}\.)*\p{Lu}(?![\p{L}\p{M}])")
+# One-letter names in a list ("A, B, H, N and R"): the letters beside a one-letter PERSON span;
+# not the pronoun "I" ("X and I"), nor a letter after a capitalised word ("Annex A, B").
+_LETTER_NAME = regex.compile(r"(?<![\p{L}\p{M}\d.'’])\p{Lu}(?![\p{L}\p{M}\d.'’])")
+_LIST_WORD = r"(?:,[^\S\n]|,?[^\S\n](?:and|or|&)[^\S\n])"
+_LETTER_LEFT = regex.compile(rf"(?<![\p{{L}}\p{{M}}\d.'’])(?<!\p{{Lu}}[\p{{Ll}}\p{{M}}]+[^\S\n])(?!I\b)\p{{Lu}}"
+                             rf"{_LIST_WORD}\Z")
+_LETTER_RIGHT = regex.compile(rf"{_LIST_WORD}(?!I\b)\p{{Lu}}(?![\p{{L}}\p{{M}}\d.'’])")
+# A date series: dates without a year ("14 May", "October"), then one with it, joined by list words.
+_SERIES_GAP = regex.compile(r"(?:,[^\S\n]|,?[^\S\n](?:and|or|to|until)[^\S\n]|[^\S\n]?[-–][^\S\n]?)")
+_MONTH_NAME = (r"(?:January|February|March|April|May|June|July|August|September|October|November|December"
+               r"|Jan|Feb|Mar|Apr|Jun|Jul|Aug|Sept|Sep|Oct|Nov|Dec)\.?")
+_DAY_OF = r"\d{1,2}(?:st|nd|rd|th)?[^\S\n](?:of[^\S\n])?"
+_YEARLESS = regex.compile(rf"(?:{_DAY_OF}{_MONTH_NAME}|{_MONTH_NAME}(?:[^\S\n]\d{{1,2}})?)")
+_DATED = regex.compile(rf"(?:(?:{_DAY_OF})?{_MONTH_NAME}|{_MONTH_NAME}[^\S\n]\d{{1,2}},?)[^\S\n](?:1[6-9]|20)\d\d")
+# A hyphenated number ("forty-five") that a span starts or ends inside.
+_HYPHEN_NUMBER = regex.compile(r"(?<![\p{L}\p{M}])(?i:twenty|thirty|forty|fifty|sixty|seventy|eighty|ninety)-"
+                               r"(?i:one|two|three|four|five|six|seven|eight|nine)(?![\p{L}\p{M}])")
 _LEFT_RE = {label: tuple(regex.compile(rf"(?:{p})\Z") for p in ps) for label, ps in _LEFT.items()}
 _RIGHT_RE = {label: tuple(regex.compile(p) for p in ps) for label, ps in _RIGHT.items()}
 _WINDOW = 80  # characters looked at on each side
@@ -152,6 +177,26 @@ def _given_name_before(span: Span, text: str, start: int, free_from: int, lower_
     if m is None or m.group(1).lower() in lower_case or m.group(1).lower() in _OPENERS:
         return start
     return start - len(m.group(0))
+
+
+def _pieces(label: str, text: str, start: int, end: int, free_from: int, free_to: int) -> tuple[int, int]:
+    """``[start, end)`` widened by the rules that read the span itself: initials written on after
+    an initial, a hyphenated number it starts or ends inside, and (PERSON) the letters beside a
+    one-letter name in a list."""
+    if _INITIAL_END.search(text, start, end) and (m := _MORE_INITIALS.match(text, end, free_to)):
+        end = m.end()
+    for m in _HYPHEN_NUMBER.finditer(text, max(free_from, start - 8), min(free_to, end + 8)):
+        if m.start() < start < m.end():
+            start = m.start()
+        if m.start() < end < m.end():
+            end = m.end()
+    if label == "PERSON":
+        if _LETTER_NAME.fullmatch(text, start, start + 1) and (
+                m := _LETTER_LEFT.search(text, max(free_from, start - 8), start)):
+            start = m.start()
+        if _LETTER_NAME.fullmatch(text, end - 1, end) and (m := _LETTER_RIGHT.match(text, end, free_to)):
+            end = m.end()
+    return start, end
 
 
 def _grow(span: Span, text: str, free_from: int, free_to: int, lower_case: frozenset[str]) -> Span:
@@ -180,6 +225,9 @@ def _grow(span: Span, text: str, free_from: int, free_to: int, lower_case: froze
                 end = m.end()
                 changed = True
                 break
+        pieces = _pieces(span.label, text, start, end, free_from, free_to)
+        changed = changed or pieces != (start, end)
+        start, end = pieces
     start = _given_name_before(span, text, start, free_from, lower_case)
     if span.label == "ORG" and _FIRM_END.search(text, span.start, end):
         window = text[max(free_from, start - _WINDOW):start]
@@ -207,7 +255,27 @@ def whole_entities(spans: Sequence[Span], text: str) -> list[Span]:
         free_from = grown[-1].end if grown else 0
         free_to = ordered[i + 1].start if i + 1 < len(ordered) else len(text)
         grown.append(_grow(span, text, free_from, free_to, lower_case))
-    return _join(merge_same_label(grown), text)
+    return _join(_date_series(merge_same_label(grown), text), text)
+
+
+def _date_series(spans: list[Span], text: str) -> list[Span]:
+    """Runs of DATETIME spans, each without a year, then one with it, separated by list words
+    only ("14 May" + " and " + "16 August 1999"), joined into one span."""
+    out: list[Span] = []
+    i = 0
+    while i < len(spans):
+        j = i
+        while (j + 1 < len(spans) and spans[j].label == spans[j + 1].label == "DATETIME"
+               and _YEARLESS.fullmatch(text, spans[j].start, spans[j].end)
+               and _SERIES_GAP.fullmatch(text, spans[j].end, spans[j + 1].start)):
+            j += 1
+        if j > i and _DATED.fullmatch(text, spans[j].start, spans[j].end):
+            out.append(replace(spans[i], end=spans[j].end, score=max(s.score for s in spans[i:j + 1])))
+            i = j + 1
+        else:
+            out.append(spans[i])
+            i += 1
+    return out
 
 
 def _join(spans: list[Span], text: str) -> list[Span]:
