@@ -79,3 +79,32 @@ def test_apply_to_rows_copies_nothing_while_no_ngram_is_banned():
     out = apply_to_rows(proc, logits, [3, 2], [[1, 2, 3, 1, 2], [0, 1]])  # (1, 2) was followed by 3
     assert torch.isinf(out[:3, 3]).all() and torch.equal(out[:3, :3], logits[:3, :3])
     assert torch.equal(out[3:], logits[3:]) and torch.equal(logits, torch.ones(5, 4))
+
+
+def test_suppressed_ids_are_never_released_from_any_row_of_any_sequence():
+    logits = _rows(rows=5)  # two sequences: rows 0-1 and 2-4
+    processor = PublicLogitsProcessor(no_repeat_ngram_size=2, suppress=(3, 7))
+    out = apply_to_rows(processor, logits, [2, 3], [[1, 2, 1], []])
+    assert torch.isinf(out[:, [3, 7]]).all()
+    assert torch.isinf(out[:2, 2]).all() and torch.isfinite(out[2:, 2]).all()  # the n-gram rule: sequence 0 only
+    keep = [i for i in range(11) if i not in (2, 3, 7)]
+    assert torch.equal(out[:, keep], logits[:, keep]) and torch.isfinite(logits).all()  # not in place
+    assert torch.equal(processor(logits[:2], [1, 2, 1]), out[:2])
+
+
+def test_placeholder_runs_are_the_marks_tokens_a_special_tokens_id_or_nothing_for_a_word():
+    import tinylm
+    from transformers import AutoTokenizer
+
+    from tokendp.models.registry import base_model_dir
+    from tokendp.text.contexts import placeholder_id, placeholder_runs
+
+    tiny = tinylm.tokenizer()
+    assert placeholder_runs(tiny, placeholder_id(tiny)) == (placeholder_id(tiny),)
+    assert placeholder_runs(tiny, tiny.all_special_ids[0]) == (tiny.all_special_ids[0],)
+    assert placeholder_runs(tiny, tiny.convert_tokens_to_ids("a")) == ()
+    smol = AutoTokenizer.from_pretrained(base_model_dir())  # the default model's (installed by make install)
+    runs = placeholder_runs(smol, placeholder_id(smol))
+    assert {smol.decode([i]) for i in runs} >= {"_", "__", "___", " _", " ___"}
+    assert all(set(smol.decode([i]).strip()) == {"_"} for i in runs)
+    assert placeholder_runs(smol, smol.convert_tokens_to_ids("Name")) == ()  # a typed marker is a word

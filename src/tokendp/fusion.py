@@ -47,7 +47,7 @@ from tokendp.logits_processors import PublicLogitsProcessor
 from tokendp.params import DEFAULT_PACE, Accounting, Budget, check_flag, per_group
 from tokendp.mechanisms import DPFusion, DPFusionFilter, FilterStep, MechanismStep, RenyiFilter
 from tokendp.long_documents import LongDocument, run_passages
-from tokendp.text.contexts import DocumentContexts, HistoryTemplate, Placeholders
+from tokendp.text.contexts import DocumentContexts, HistoryTemplate, Placeholders, placeholder_runs
 from tokendp.text.layout import clean
 from tokendp.text.presidio_spans import is_recognizer_result, presidio_spans
 from tokendp.text.spans import Span
@@ -293,10 +293,11 @@ class Decoding:
         self.processor()  # it validates its own two settings, before anything loads
         check_flag("stop_at_repeated_line", self.stop_at_repeated_line)
 
-    def processor(self) -> PublicLogitsProcessor:
-        """The public decoding constraints as the decoding loop applies them to every row."""
+    def processor(self, suppress: tuple[int, ...] = ()) -> PublicLogitsProcessor:
+        """The public decoding constraints as the decoding loop applies them to every row;
+        ``suppress``: ids never released (the placeholder's runs)."""
         return PublicLogitsProcessor(repetition_penalty=self.repetition_penalty,
-                                     no_repeat_ngram_size=self.no_repeat_ngram_size)
+                                     no_repeat_ngram_size=self.no_repeat_ngram_size, suppress=suppress)
 
     def constraints(self) -> dict[str, Any]:
         """The public decoding settings, as the report lists them: the temperature (whose default
@@ -323,6 +324,11 @@ class PreparedFusion:
         """Everything but the documents: equal settings may share a batch."""
         return (type(self), self.method, self.delta, id(self.backend), self.decoding, self.placeholder,
                 self.accounting)
+
+    def processor(self) -> PublicLogitsProcessor:
+        """The decoding's public constraints, never releasing a run of the default placeholder."""
+        default = self.placeholder.default if isinstance(self.placeholder, Placeholders) else int(self.placeholder)
+        return self.decoding.processor(placeholder_runs(self.backend.tokenizer, default))
 
     @classmethod
     def concat(cls, jobs: Sequence[PreparedFusion]) -> PreparedFusion:
@@ -356,7 +362,7 @@ def run_fusion(prepared: PreparedFusion, *, seed: int | Sequence[int] | None = N
     k, n)``: a long document i begins its passage k of n."""
     backend, d, n = prepared.backend, prepared.decoding, len(prepared.documents)
     decode = dict(temperature=d.temperature, eos_ids=backend.eos_token_ids,
-                  stop_strings=[*backend.options.get("stop", []), *d.stop], logits_processor=d.processor(),
+                  stop_strings=[*backend.options.get("stop", []), *d.stop], logits_processor=prepared.processor(),
                   stop_at_repeated_line=d.stop_at_repeated_line,
                   drafter=drafter(d.speculative, d.draft_tokens, n, prepared.placeholder))
     if any(doc.long is not None for doc in prepared.documents):  # documents of any length: in passages
@@ -477,7 +483,7 @@ def run_fusion_stream(chunks: Iterable[Chunk], *, slots: int, bucket: int = 64,
     for n, out in generate_continuous(p.backend, pending(), job.step, slots=slots, admit=admit,
                                       temperature=d.temperature, eos_ids=p.backend.eos_token_ids,
                                       stop_strings=[*p.backend.options.get("stop", []), *d.stop],
-                                      charge=job.charge, on_token=stream, logits_processor=d.processor(),
+                                      charge=job.charge, on_token=stream, logits_processor=p.processor(),
                                       stop_at_repeated_line=d.stop_at_repeated_line):
         key, prepared, doc = documents.pop(n)
         yield Finished(key, prepared, doc, out, job.diagnostics(seated.pop(n), out.diagnostics))

@@ -17,7 +17,9 @@ ids such as the public row's), computes ONE adjustment from them, and broadcasts
 - :func:`repetition_penalty` (CTRL, Keskar et al. 2019): logits of tokens already released are
   divided by ``penalty`` when positive and multiplied by it when negative;
 - :func:`no_repeat_ngram` : tokens that would complete an n-gram already released get -inf;
-- :func:`min_new_tokens` : end-of-sequence tokens get -inf until ``min_tokens`` are released.
+- :func:`min_new_tokens` : end-of-sequence tokens get -inf until ``min_tokens`` are released;
+- ``suppress``: tokens that are never released (runs of the placeholder:
+  :func:`tokendp.text.contexts.placeholder_runs`) get -inf in every row of every sequence.
 
 :class:`PublicLogitsProcessor` bundles them; :func:`apply_to_rows` applies one to flat rows of
 several sequences (the engine's ``(Rtot, V)`` layout, each sequence's rows together).
@@ -30,6 +32,8 @@ parameters are public and go into the report (``sanitize``: ``report.decoding``)
 
 from __future__ import annotations
 
+import dataclasses
+import functools
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
@@ -84,6 +88,19 @@ def no_repeat_ngram(logits: torch.Tensor, generated: Sequence[int], n: int) -> t
     return out
 
 
+def suppressed(logits: torch.Tensor, ids: tuple[int, ...]) -> torch.Tensor:
+    """``logits # (R, V)`` with -inf on ``ids`` in every row (a copy; ``logits`` itself if none)."""
+    if not ids:
+        return logits
+    return logits.index_fill(1, _index(ids, logits.device), float("-inf"))
+
+
+@functools.lru_cache(maxsize=64)
+def _index(ids: tuple[int, ...], device: torch.device) -> torch.Tensor:
+    """``ids`` on ``device``, copied there once."""
+    return torch.tensor(ids, dtype=torch.long, device=device)
+
+
 def min_new_tokens(logits: torch.Tensor, generated: Sequence[int], min_tokens: int,
                    eos_ids: Sequence[int]) -> torch.Tensor:
     """``logits # (R, V)`` with -inf on ``eos_ids`` in every row while fewer than ``min_tokens``
@@ -103,6 +120,7 @@ class PublicLogitsProcessor:
     no_repeat_ngram_size: int = 0
     min_new_tokens: int = 0
     eos_ids: tuple[int, ...] = field(default_factory=tuple)
+    suppress: tuple[int, ...] = ()
 
     def __post_init__(self) -> None:
         if self.repetition_penalty <= 0:
@@ -112,7 +130,8 @@ class PublicLogitsProcessor:
 
     @property
     def active(self) -> bool:
-        return self.repetition_penalty != 1.0 or self.no_repeat_ngram_size > 0 or self.min_new_tokens > 0
+        return self.repetition_penalty != 1.0 or self.no_repeat_ngram_size > 0 or self.min_new_tokens > 0 or \
+            bool(self.suppress)
 
     def __call__(self, logits: torch.Tensor, generated: Sequence[int],
                  public_prompt: Sequence[int] = ()) -> torch.Tensor:
@@ -126,7 +145,7 @@ class PublicLogitsProcessor:
             logits = no_repeat_ngram(logits, generated, self.no_repeat_ngram_size)
         if self.min_new_tokens:
             logits = min_new_tokens(logits, generated, self.min_new_tokens, self.eos_ids)
-        return logits
+        return suppressed(logits, self.suppress)
 
 
 def apply_to_rows(processor: PublicLogitsProcessor, logits: torch.Tensor, rows_per_sequence: Sequence[int],
@@ -135,7 +154,10 @@ def apply_to_rows(processor: PublicLogitsProcessor, logits: torch.Tensor, rows_p
     ``rows_per_sequence[n]`` rows (the engine's layout, in order) and all of them get its
     adjustment. Slices from host integers: nothing is read back from the device. ``logits``
     itself comes back, uncopied, when no sequence's constraint applies at this step (a no-repeat
-    n-gram rule with nothing to ban, as at most steps of a rewrite that does not loop)."""
+    n-gram rule with nothing to ban, as at most steps of a rewrite that does not loop); the
+    suppressed ids, alike in every row, take one operation over the whole batch."""
+    logits = suppressed(logits, processor.suppress)
+    processor = dataclasses.replace(processor, suppress=())
     if not processor.active:
         return logits
     out = None

@@ -35,6 +35,7 @@ separately and concatenated as ids, so template tokens never merge with document
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -326,6 +327,24 @@ def placeholders(tokenizer: Any, *, options: Mapping[str, Any] | None = None,
                                     "this tokenizer; give tokendp.json a \"placeholders\" mapping")
     return Placeholders(default, tuple(sorted(
         (str(label), placeholder_id(tokenizer, placeholder=marker)) for label, marker in markers.items())))
+
+
+@functools.lru_cache(maxsize=16)
+def placeholder_runs(tokenizer: Any, default: int) -> tuple[int, ...]:
+    """The ids decoding never releases, so that no output holds a run of placeholders ("___"),
+    which the rows show wherever a span was: when the default placeholder is one punctuation
+    mark (``_``), every token written in that mark alone, with or without spaces around it
+    ("_", " ___"); when it is a special token, its id. A placeholder that is a word, as the typed
+    markers ("Name", "Date") are, stays a word. A function of the public vocabulary, applied
+    to every row alike (docs/privacy.md, "Common ground": decoding constraints are public)."""
+    if default in set(getattr(tokenizer, "all_special_ids", ())):
+        return (default,)
+    mark = tokenizer.decode([default]).strip()
+    if len(set(mark)) != 1 or mark.isalnum():
+        return ()
+    char = mark[0]
+    maybe = [i for piece, i in tokenizer.get_vocab().items() if char in piece]  # few: decoded one by one
+    return tuple(sorted(i for i in maybe if (text := tokenizer.decode([i]).strip()) and set(text) == {char}))
 
 
 # ---------------------------------------------------------------------------- groups
