@@ -334,9 +334,11 @@ def placeholder_runs(tokenizer: Any, default: int) -> tuple[int, ...]:
     """The ids decoding never releases, so that no output holds a run of placeholders ("___"),
     which the rows show wherever a span was: when the default placeholder is one punctuation
     mark (``_``), every token written in that mark alone, with or without spaces around it
-    ("_", " ___"); when it is a special token, its id. A placeholder that is a word, as the typed
-    markers ("Name", "Date") are, stays a word. A function of the public vocabulary, applied
-    to every row alike (docs/privacy.md, "Common ground": decoding constraints are public)."""
+    ("_", " ___"), and every token that holds it twice in a row ("__init"), so that no three
+    tokens can write it three times in a row; when it is a special token, its id. A placeholder
+    that is a word, as the typed markers ("Name", "Date") are, stays a word. A function of the
+    public vocabulary, applied to every row alike (docs/privacy.md, "Common ground": decoding
+    constraints are public)."""
     if default in set(getattr(tokenizer, "all_special_ids", ())):
         return (default,)
     mark = tokenizer.decode([default]).strip()
@@ -344,7 +346,7 @@ def placeholder_runs(tokenizer: Any, default: int) -> tuple[int, ...]:
         return ()
     char = mark[0]
     maybe = [i for piece, i in tokenizer.get_vocab().items() if char in piece]  # few: decoded one by one
-    return tuple(sorted(i for i in maybe if (text := tokenizer.decode([i]).strip()) and set(text) == {char}))
+    return tuple(sorted(i for i in maybe if set((text := tokenizer.decode([i])).strip()) == {char} or 2 * char in text))
 
 
 # ---------------------------------------------------------------------------- groups
