@@ -3,6 +3,7 @@ embedded ``tiny`` model and a fresh SQLite file per server."""
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import socket
@@ -148,3 +149,14 @@ def service(tmp_path_factory):
                     "--max-new-tokens", "64").start()
     yield server, keys
     server.stop()
+
+
+def sse_events(response) -> list[tuple[str | None, dict]]:
+    """A streamed response's server-sent events: (event name, its JSON data), in order."""
+    out, name = [], None
+    for line in response.iter_lines():
+        if line.startswith("event: "):
+            name = line[7:]
+        elif line.startswith("data: "):
+            out.append((name, json.loads(line[6:])))
+    return out

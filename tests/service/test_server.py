@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import json
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
 httpx = pytest.importorskip("httpx", reason="the service tests need httpx (the dev extra)")
 
-from tests.service.conftest import FIVE_REQUEST, LETTER, PERSONS, auth, epsilon_after  # noqa: E402
+from tests.service.conftest import FIVE_REQUEST, LETTER, PERSONS, auth, epsilon_after, sse_events  # noqa: E402
 
 pytestmark = pytest.mark.slow
 
@@ -73,15 +72,9 @@ def test_another_tenants_key_sees_nothing_of_this_tenant(service):
 def test_sanitize_streams_tokens_as_server_sent_events_then_the_result(service):
     server, keys = service
     body = {"id": "stream-1", "text": LETTER, "spans": PERSONS, "epsilon": 6, "max_new_tokens": 12, "stream": True}
-    events = []
     with httpx.stream("POST", server.url + "/v1/sanitize", json=body, headers=auth(keys["other"]), timeout=120) as r:
         assert r.status_code == 200 and r.headers["content-type"].startswith("text/event-stream")
-        name = None
-        for line in r.iter_lines():
-            if line.startswith("event: "):
-                name = line[7:]
-            elif line.startswith("data: "):
-                events.append((name, json.loads(line[6:])))
+        events = sse_events(r)
     assert [n for n, _ in events[:-1]] == ["token"] * (len(events) - 1) and len(events) > 1
     name, result = events[-1]
     assert name == "result" and result["id"] == "stream-1"

@@ -3,12 +3,11 @@ subject, and calls."""
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import httpx
 
-from tests.service.conftest import LETTER, auth
+from tests.service.conftest import LETTER, auth, sse_events
 
 LIFETIME = 4.0  # the tenant's lifetime epsilon per unit (alpha 5, B about 1.75 at delta 1e-5)
 RELEASE = 3.0  # one release's epsilon per unit (B_rel about 1.24): two releases cannot both take it in full
@@ -52,16 +51,10 @@ def unit(book: dict, **which) -> dict | None:
 
 
 def stream_events(server, key: str, id: str, **params) -> list[tuple[str, dict]]:
-    out, name = [], None
     with httpx.stream("GET", server.url + f"/v1/documents/{id}/rewrite", headers=auth(key), timeout=180,
                       params={"epsilon": RELEASE, "stream": "true", **params}) as r:
         assert r.status_code == 200, r.read()
-        for line in r.iter_lines():
-            if line.startswith("event: "):
-                name = line[7:]
-            elif line.startswith("data: "):
-                out.append((name, json.loads(line[6:])))
-    return out
+        return sse_events(r)
 
 
 def tiny_vault_worker(tmp_path: Path, ids: tuple[str, ...]):

@@ -13,7 +13,7 @@ import pytest
 httpx = pytest.importorskip("httpx", reason="the service tests need httpx (the dev extra)")
 pytest.importorskip("bm25s", reason="/v1/ask's retrieval needs bm25s (the serve extra)")
 
-from tests.service.conftest import LETTER, Server, auth  # noqa: E402
+from tests.service.conftest import LETTER, Server, auth, sse_events  # noqa: E402
 from tests.service.vault.helpers import (RELEASE, SECRETS, SUBJECT, call, document, ledger, make_keys,  # noqa: E402
                                          unit)
 
@@ -108,15 +108,10 @@ def test_answers_are_never_stored_each_is_a_fresh_release(vault):
 
 def test_a_stream_sends_tokens_then_the_result(vault):
     server, keys, _ = vault
-    out, name = [], None
     with httpx.stream("POST", server.url + "/v1/ask", headers=auth(keys["reader"]), timeout=180,
                       json={"question": QUESTION, "epsilon": RELEASE, "max_new_tokens": 8, "stream": True}) as r:
         assert r.status_code == 200, r.read()
-        for line in r.iter_lines():
-            if line.startswith("event: "):
-                name = line[7:]
-            elif line.startswith("data: "):
-                out.append((name, json.loads(line[6:])))
+        out = sse_events(r)
     names = [n for n, _ in out]
     assert names[-1] == "result" and set(names[:-1]) == {"token"}
     assert out[-1][1]["documents"] == ["a", "b"]
