@@ -67,8 +67,8 @@ def create_app(db: str | Path, *, model: str = "rewriter", tagger: str = "auto",
     store = BudgetStore(db)
     vault = VaultStore(lambda: store.conn, lease=vault_lease)
     answer_model = answer_model or answering_model(model)
-    worker = Worker(lambda: _load(model, tagger, answer_model), store, max_tokens=limits.max_new_tokens, max_batch=limits.max_batch,
-                    vault=vault)
+    worker = Worker(lambda: _load(model, tagger, answer_model), store, max_tokens=limits.max_new_tokens,
+                    max_batch=limits.max_batch, vault=vault)
     rate, failures = RateLimiter(limits.requests_per_minute), RateLimiter(limits.auth_failures_per_minute)
     tagging = Tagging(tagger)
 
