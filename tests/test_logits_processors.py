@@ -110,3 +110,15 @@ def test_placeholder_runs_are_the_marks_tokens_a_special_tokens_id_or_nothing_fo
     assert not any(set(t.strip()) == {"_"} or "__" in t for i in range(len(smol)) if i not in runs
                    for t in [smol.decode([i])])  # every token that could write "___" with two others
     assert placeholder_runs(smol, smol.convert_tokens_to_ids("Name")) == ()  # a typed marker is a word
+
+
+@pytest.mark.parametrize("method", ["public", "dp-fusion"])
+def test_a_temperature_past_float32_samples_around_the_suppressed_tokens(method):
+    """float32 logits divided by 1e300 (inf in float32) made the suppressed tokens' -inf a NaN:
+    "nothing to sample" (schemathesis found it through /v1/generate)."""
+    import tokendp
+
+    budget = {"epsilon": 8.0} if method == "dp-fusion" else {}
+    out = tokendp.generate("What?", context="A letter about Anna Smith.", model="tiny", method=method,
+                           temperature=1e300, max_new_tokens=4, seed=0, **budget)
+    assert out.report.stop_reason in ("max_new_tokens", "eos")  # it sampled, where it raised

@@ -55,6 +55,7 @@ from tokendp.text.spans import Span
 DIAGNOSTICS_NOTE = ("data-dependent diagnostics, NOT part of the privacy guarantee; they are computed "
                     "from the private text, so do not publish them with the output")
 ALPHA_GRID = DP_FUSION_ORDERS
+FLOAT32_MAX = float(torch.finfo(torch.float32).max)
 DEFAULT_ALPHA = 2.0
 
 
@@ -595,7 +596,12 @@ class FusionJob:
         return [document_rows(self.method, c) for c in self.contexts]
 
     def step(self, logits: torch.Tensor, docs: torch.Tensor, temperature: float) -> Any:
-        """logits ``# (Na, R, V)`` -> the mechanism's step for the active documents ``docs``."""
+        """logits ``# (Na, R, V)`` -> the mechanism's step for the active documents ``docs``.
+
+        A temperature past float32's range is float32's largest value: divided by it, a logit
+        is 0 or -inf (a suppressed token) as by any larger one, where dividing by the temperature
+        rounded to float32 (inf) made -inf / inf = NaN. DP-Fusion's bound does not read it."""
+        temperature = min(temperature, FLOAT32_MAX)
         if not self.mechanisms:  # original / public: the one row's own distribution
             return MechanismStep(torch.log_softmax(logits[:, 0].float() / temperature, -1), {})  # (Na, V)
         if logits.shape[1] == 1:  # only documents without groups: one masked stand-in row, so p_pub
