@@ -30,13 +30,13 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
 import torch
 
 from tokendp.errors import InvalidInputError, InvalidParameterError
 from tokendp.generation import Generated, generate, make_generators
 from tokendp.params import default_new_tokens
-from tokendp.text.contexts import (DocumentContexts, GroupInfo, HistoryTemplate, PromptTemplate, covered,
-                                   token_offsets)
+from tokendp.text.contexts import DocumentContexts, GroupInfo, HistoryTemplate, PromptTemplate, covered
 from tokendp.text.passages import Passage, public_pieces, split_passages
 
 
@@ -176,10 +176,11 @@ def split_tokens(total: int, sizes: Sequence[int]) -> list[int]:
     return [1 + s for s in shares]
 
 
-def plan_passages(body: str, spans: Sequence[Any], ctx: DocumentContexts, template: PromptTemplate, tokenizer: Any,
-                  history: HistoryTemplate, *, passage_tokens: int | None, max_new_tokens: int | None,
+def plan_passages(body: str, spans: Sequence[Any], ctx: DocumentContexts, template: PromptTemplate,
+                  offsets: tuple[Sequence[int], np.ndarray, np.ndarray], history: HistoryTemplate, *, passage_tokens: int | None, max_new_tokens: int | None,
                   max_context: int | None) -> LongDocument | None:
-    """The passages of ``body`` (its rows ``ctx``, built with ``template`` from ``spans``), or None
+    """The passages of ``body`` (its rows ``ctx``, built with ``template`` from ``spans``; its
+    tokens' :func:`~tokendp.text.contexts.token_offsets`, ``offsets``, as ``ctx`` read them), or None
     when it fits one passage of ``passage_tokens`` (None: never cut). T is ``max_new_tokens``, or
     the sum of sanitize's default for each passage (1.2x its tokens + 16), split exactly into the
     passages' T_k (:func:`split_tokens`); every round's rows (the previous passage and its T, this
@@ -187,7 +188,7 @@ def plan_passages(body: str, spans: Sequence[Any], ctx: DocumentContexts, templa
     row alone (docs/privacy.md, "Documents of any length")."""
     if passage_tokens is None or ctx.document_tokens <= passage_tokens:
         return None
-    _, starts, ends = token_offsets(tokenizer, body)  # (L,) each
+    _, starts, ends = offsets  # (L,) each
     hidden = covered(starts, ends, spans)  # (L,): what row 0 hides
     passages = split_passages(public_pieces(body, starts, ends, hidden), passage_tokens)
     if len(passages) == 1:

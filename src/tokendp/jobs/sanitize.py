@@ -39,7 +39,7 @@ from tokendp.params import (DEFAULT_NO_REPEAT_NGRAM_SIZE, DEFAULT_PACE, DEFAULT_
                             default_new_tokens)
 from tokendp.long_documents import plan_passages
 from tokendp.text.contexts import (DocumentContexts, GroupSpec, build_contexts, history_template, placeholders,
-                                   prompt_template, validate_spans)
+                                   prompt_template, token_offsets, validate_spans)
 from tokendp.text.spans import Span
 from tokendp.text.layout import BOM
 from tokendp.text.taggers.registry import tagger_name
@@ -297,10 +297,11 @@ def prepare_sanitize(
         body, found = trim_end(body, found)
         kept.append(choice.kept(s.label for s in found))
         private = [s for s in found if choice.is_private(s.label)]
+        offsets = token_offsets(tok, body)  # the document tokenised once, for its rows and its passages
         ctx = build_contexts(body, private, tok, template=tpl, placeholder=ph, groups=config.groups,
-                             on_overlap=config.on_overlap)
+                             on_overlap=config.on_overlap, offsets=offsets)
         contexts.append(ctx)
-        longs.append(plan_passages(body, private, ctx, tpl, tok, history, passage_tokens=config.passage_tokens,
+        longs.append(plan_passages(body, private, ctx, tpl, offsets, history, passage_tokens=config.passage_tokens,
                                    max_new_tokens=config.max_new_tokens, max_context=backend.max_context))
     limits = [sum(long.tokens) if long else _default_tokens(backend, c, config.max_new_tokens, max_new_tokens_limit)
               for c, long in zip(contexts, longs)]

@@ -481,14 +481,16 @@ def hidden_ids(starts: np.ndarray, ends: np.ndarray, spans: Sequence[Span],
 
 def build_contexts(text: str, spans: Sequence[Span], tokenizer: Any, *, template: PromptTemplate,
                    placeholder: int | Placeholders, groups: GroupSpec = "by-label",
-                   on_overlap: Literal["merge", "error"] = "merge") -> DocumentContexts:
+                   on_overlap: Literal["merge", "error"] = "merge",
+                   offsets: tuple[Sequence[int], np.ndarray, np.ndarray] | None = None) -> DocumentContexts:
     """Build the public row and one private row per group (see the module docstring).
 
-    ``placeholder``: one id for every hidden token, or the model's :class:`Placeholders`."""
+    ``placeholder``: one id for every hidden token, or the model's :class:`Placeholders`.
+    ``offsets``: ``text``'s :func:`token_offsets`, when the caller has them already."""
     spans = validate_spans(text, spans, on_overlap=on_overlap)
     group_of = group_of_labels(sorted({s.label for s in spans}), groups)
     names = sorted(set(group_of.values()))
-    ids, starts, ends = token_offsets(tokenizer, text)
+    ids, starts, ends = offsets if offsets is not None else token_offsets(tokenizer, text)
     of_group = [[s for s in spans if group_of[s.label] == name] for name in names]
     member = np.stack([covered(starts, ends, g) for g in of_group]) if names else np.zeros((0, len(ids)), bool)
     n_spans = [len(g) for g in of_group]  # member: (m, L), token overlaps a span of g

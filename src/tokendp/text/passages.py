@@ -25,8 +25,7 @@ from tokendp.errors import InvalidParameterError
 LINE, SENTENCE, SPACE = 0, 1, 2  # the kinds of gap, the preferred first
 _CLOSERS = "\"'\u2019\u201d)]"
 _SENTENCE_END = re.compile(f"[.!?;:][{re.escape(_CLOSERS)}]*$")
-_LEADING = re.compile(r"^\s*")
-_TRAILING = re.compile(r"\s*$")
+_ENDINGS = frozenset(".!?;:" + _CLOSERS)  # a sentence's last character
 
 
 @dataclass(frozen=True)
@@ -75,19 +74,17 @@ def gaps(pieces: Sequence[str | None]) -> list[Gap]:
     in ``. ! ? ; :`` (and closing quotes or brackets); anything else is a space."""
     out: list[Gap] = []
     n = len(pieces)
-    j = next((i for i, p in enumerate(pieces) if not _is_space(p)), n) + 1  # no gap before the first word
+    blank = [_is_space(p) for p in pieces]
+    j = next((i for i, b in enumerate(blank) if not b), n) + 1  # no gap before the first word
     while j < n:
-        if _is_space(pieces[j]):
-            k = j
-            while k < n and _is_space(pieces[k]):
-                k += 1
-            if k == n:
-                break
-        else:
-            k = j
+        k = j
+        while k < n and blank[k]:
+            k += 1
+        if k == n:
+            break
         left, right = pieces[j - 1], pieces[k]
-        before = _TRAILING.search(left).group() if left else ""
-        after = _LEADING.search(right).group() if right else ""
+        before = left[len(left.rstrip()):] if left else ""  # the whitespace that ends it
+        after = right[:len(right) - len(right.lstrip())] if right else ""  # and that starts the next
         space = before + "".join(pieces[j:k]) + after  # type: ignore[arg-type]
         if space:
             kind = LINE if "\n" in space else SENTENCE if _ends_sentence(pieces, j - 1) else SPACE
@@ -100,6 +97,8 @@ def _ends_sentence(pieces: Sequence[str | None], j: int) -> bool:
     """Whether visible token j ends in a sentence's last mark (its closing quotes and brackets may
     be tokens of their own, after a visible mark)."""
     tail = (pieces[j] or "").rstrip()
+    if not tail or tail[-1] not in _ENDINGS:  # most tokens: no mark, no closer
+        return False
     while tail and j > 0 and not tail.strip(_CLOSERS) and pieces[j - 1]:
         j -= 1
         tail = pieces[j] + tail  # type: ignore[operator]
