@@ -153,12 +153,17 @@ def _joined(doc: Any, pieces: Sequence[Generated]) -> Generated:
 
 class TooFewTokens(InvalidParameterError):
     """T below the number of passages; ``least``, that number, is the fewest tokens the document
-    can be rewritten with (public: the passages are cut on the public row)."""
+    can be rewritten with (public: the passages are cut on the public row). Made by :meth:`of`;
+    a message alone (an error named again by a caller) leaves ``least`` None."""
 
-    def __init__(self, total: int, least: int) -> None:
+    def __init__(self, message: str, least: int | None = None) -> None:
+        super().__init__(message)
         self.least = least
-        super().__init__(f"max_new_tokens {total} is below the {least} passages this document is cut into "
-                         f"(each writes at least one token): ask for at least {least}, or raise passage_tokens")
+
+    @classmethod
+    def of(cls, total: int, least: int) -> TooFewTokens:
+        return cls(f"max_new_tokens {total} is below the {least} passages this document is cut into (each "
+                   f"writes at least one token): ask for at least {least}, or raise passage_tokens", least)
 
 
 def split_tokens(total: int, sizes: Sequence[int]) -> list[int]:
@@ -167,7 +172,7 @@ def split_tokens(total: int, sizes: Sequence[int]) -> list[int]:
     and ``total`` only. Refuses a ``total`` below the number of passages."""
     n = len(sizes)
     if total < n:
-        raise TooFewTokens(total, n)
+        raise TooFewTokens.of(total, n)
     rest, whole = total - n, sum(sizes)
     shares = [rest * s // whole for s in sizes]
     by_remainder = sorted(range(n), key=lambda k: (-(rest * sizes[k] % whole), k))

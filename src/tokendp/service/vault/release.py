@@ -201,7 +201,7 @@ class LeastTokens:
             least = self._least.get(self.key(request))
         tokens = request.params.max_new_tokens
         if least is not None and tokens is not None and tokens < least:
-            raise TooFewTokens(tokens, least)
+            raise TooFewTokens.of(tokens, least)
 
     def learn(self, request: RewriteRequest, least: int) -> None:
         with self._lock:
@@ -228,7 +228,8 @@ def plan_rewrite(request: RewriteRequest, backend: HFBackend, settings: Settings
         job = prepare_sanitize([request.document.text], spans=[spans], config=config, model=backend,
                                max_new_tokens_limit=max_tokens)
     except TooFewTokens as err:
-        least.learn(request, err.least)
+        if err.least is not None:
+            least.learn(request, err.least)
         raise
     (doc,) = job.documents
     least.learn(request, len(doc.long.passages) if doc.long else 1)
