@@ -93,7 +93,8 @@ def rewrite_in_passages(text: str, spans, backend, args) -> dict:
 
     t0 = time.perf_counter()
     (result,) = run_sanitize(prepared, seed=args.seed, on_token=on_token, on_passage=on_passage)
-    return {"text": result.text, "sources": sources, "rewrites": [tok.decode(r, skip_special_tokens=True) for r in released],
+    rewrites = [tok.decode(r, skip_special_tokens=True) for r in released]
+    return {"text": result.text, "sources": sources, "rewrites": rewrites,
             "seconds": time.perf_counter() - t0, "max_new_tokens": result.report.max_new_tokens}
 
 
