@@ -116,8 +116,11 @@ def test_the_first_line_comes_before_torch_is_imported(tmp_path):
 
 def test_ctrl_c_exits_130_with_a_hint_and_the_rerun_resumes(tmp_path):
     """A real SIGINT in the middle of a static-batch run: exit 130, no "Aborted!", no traceback;
-    the documents finished so far are kept and the same command finishes the run."""
-    corpus = write_jsonl(tmp_path / "big.jsonl", documents(60))
+    the documents finished so far are kept and the same command finishes the run. 150 documents:
+    with 60, a test process starved by a loaded machine once found the run already writing its
+    last lines when it sent the signal, and the run ended 0."""
+    n = 150
+    corpus = write_jsonl(tmp_path / "big.jsonl", documents(n))
     out = tmp_path / "o.jsonl"
     args = ["sanitize", str(corpus), "--model", model_dir(), "--beta", "0.05", "--max-new-tokens", "12",
             "--concurrency", "4", "--batching", "static", "--threads", "1", "--seed", "2", "--out", str(out)]
@@ -143,8 +146,8 @@ def test_ctrl_c_exits_130_with_a_hint_and_the_rerun_resumes(tmp_path):
     res = subprocess.run([sys.executable, "-m", "tokendp", *args], env=_env(), capture_output=True, text=True,
                          timeout=300, check=False)
     assert res.returncode == 0, res.stderr
-    assert f"{60 - kept} documents written ({kept} already done)" in res.stderr
-    assert [r["id"] for r in read_output(out)] == [d["id"] for d in documents(60)]
+    assert f"{n - kept} documents written ({kept} already done)" in res.stderr
+    assert [r["id"] for r in read_output(out)] == [d["id"] for d in documents(n)]
 
 
 def test_a_finished_synthesize_run_rerun_is_complete_too(tmp_path, monkeypatch):
