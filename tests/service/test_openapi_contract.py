@@ -56,6 +56,8 @@ CROSS_FIELD = [
     r"is not above .*, the cost of converting RDP at alpha",  # epsilon against alpha and delta
     r"^no Renyi order in .* reaches epsilon|leaves no Renyi budget at any order",  # epsilon against delta
     r"^the document needs T = \d+ tokens or more, above the limit",  # the document against T's limit
+    r"^a document needs T = \d+ tokens over its passages, above the limit",
+    r"^max_new_tokens \d+ is below the \d+ passages this document is cut into",  # T against the passages
     r"the model's context of \d+",  # the document, its prompt and T against the model's context
     r"has no place for a domain",  # the model's template
     r"reference\(s\) cannot fill one batch of|give at most \d+ synthetic text",  # references, batch_size, num
