@@ -366,17 +366,17 @@ class Worker:
         return self.vault.reserved(job.reservation) if job.kind in VAULT_KINDS else self.store.reserved(job.reservation)
 
     def _plan(self, job: Job) -> Plan:
+        model = self.model(job.kind)
         if job.kind in VAULT_KINDS:
             settings = self.vault.settings(job.request.caller.tenant)
             if job.kind == REWRITE:
-                return plan_rewrite(job.request, self.backend, settings, max_tokens=self.max_tokens,
-                                    least=self.least_tokens)
-            return plan_ask(job.request, self.answerer, settings, max_tokens=self.max_tokens)
+                return plan_rewrite(job.request, model, settings, max_tokens=self.max_tokens, least=self.least_tokens)
+            return plan_ask(job.request, model, settings, max_tokens=self.max_tokens)
         if job.kind == "sanitize":
-            return plan_sanitize(job.request, self.backend, self.tagger, max_tokens=self.max_tokens)
+            return plan_sanitize(job.request, model, self.tagger, max_tokens=self.max_tokens)
         if job.kind == "generate":
-            return plan_generate(job.request, self.answerer, self.tagger, max_tokens=self.max_tokens)
-        return plan_synthesize(job.request, self.backend, max_tokens=self.max_tokens)
+            return plan_generate(job.request, model, self.tagger, max_tokens=self.max_tokens)
+        return plan_synthesize(job.request, model, max_tokens=self.max_tokens)
 
     def model(self, kind: str) -> Any:
         """The backend that runs a job of this kind."""
