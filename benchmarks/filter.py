@@ -36,7 +36,7 @@ from tokendp.eval.sanitization import _perplexities
 from tokendp.fusion import choose_alpha
 from tokendp.params import DEFAULT_PACE
 from tokendp.text.contexts import placeholders, prompt_template
-from tokendp.text.tab import load_tab
+from tokendp.text.tab import load_tab, spread_by_length
 
 DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "tab"
 DELTA = 1e-5
@@ -123,15 +123,6 @@ def per_document(docs: list[dict]) -> list[dict]:
     return sorted(out.values(), key=lambda r: (r["epsilon"], r["filter"]))
 
 
-def spread(texts: dict[str, str], k: int) -> list[str]:
-    """``k`` documents at evenly spaced ranks of length (the shortest and the longest among them),
-    shortest first: a rule that reads only the documents' lengths."""
-    ranked = sorted(texts, key=lambda d: (len(texts[d]), d))
-    if k >= len(ranked):
-        return ranked
-    return [ranked[round(i * (len(ranked) - 1) / max(k - 1, 1))] for i in range(k)]
-
-
 def _curve(row: dict) -> str:
     """A row's curve: the fixed accounting, or the filter at its pace and, unless it is the one
     the filter chooses for the target, its order."""
@@ -204,7 +195,7 @@ def main() -> None:
     (args.out / "docs").mkdir(parents=True, exist_ok=True)
     done = []
     ids = sorted(tab.texts, key=lambda d: len(tab.texts[d])) if args.shortest_first else list(tab.texts)
-    ids = spread(tab.texts, args.limit) if args.spread else ids[:args.limit]
+    ids = spread_by_length(tab.texts, args.limit) if args.spread else ids[:args.limit]
     filter_epsilons = None if args.filter_epsilons is None else [float(x) for x in args.filter_epsilons.split(",")]
     for doc_id in ids:
         path = args.out / "docs" / f"{doc_id}.json"

@@ -26,3 +26,12 @@ def test_bad_epsilon_list_exits_2(tmp_path):
 def test_bad_threads_exits_2(tmp_path):
     result = CliRunner().invoke(main, _args(tmp_path, "--threads", "0"))
     assert result.exit_code == 2 and "--threads" in result.output
+
+
+def test_bad_new_tokens_and_a_missing_candidate_file_exit_2(tmp_path):
+    for value in ("abc", "0", "-3"):
+        result = CliRunner().invoke(main, _args(tmp_path, "--max-new-tokens", value))
+        assert result.exit_code == 2 and "--max-new-tokens" in result.output and "auto" in result.output
+    result = CliRunner().invoke(main, ["eval", "sanitize", "--data", str(tmp_path), "--candidates",
+                                       str(tmp_path / "missing.json"), "--out", str(tmp_path / "out")])
+    assert result.exit_code == 2 and "--candidates" in result.output and "Traceback" not in result.output

@@ -8,7 +8,9 @@ import tinylm
 from tokendp.backends import HFBackend
 from tokendp.eval import sanitization
 from tokendp.eval.report import write_results
-from tokendp.eval.sanitization import EvalConfig, evaluate_sanitization
+from tokendp.errors import InvalidInputError
+from tokendp.eval.sanitization import EvalConfig, evaluate_sanitization, select_documents
+from tokendp.params import default_new_tokens
 
 OPTIONS = {"prompt_template": "<|doc|>{document}<|rewrite|>", "placeholder": "<|mask|>", "stop": []}
 DOCS = {
@@ -74,3 +76,60 @@ def test_end_to_end_and_resume(data, tmp_path, monkeypatch):
     for text, _ in DOCS.values():  # no private text in any output or cache file
         for p in out.rglob("*.json"):
             assert text[:12] not in p.read_text()
+
+
+def test_each_document_at_its_own_t_alone_whatever_else_is_evaluated(data, tmp_path):
+    """``max_new_tokens=None``: every document is released at sanitize's T for it, its settings
+    calibrated to that T and its groups (the fixed accounting certifies its target on each), and
+    its figures do not depend on the other documents selected."""
+    folder, cands = data
+    backend = HFBackend(tinylm.model(), tinylm.tokenizer(), options=OPTIONS)
+    config = EvalConfig(data_dir=str(folder), candidates=str(cands), model="tiny",
+                        methods=("public", "dp-fusion", "dp-fusion-filter"), epsilons=(8.0,), filter_epsilons=(4.0,),
+                        split="all", max_chars=None, max_new_tokens=None)
+    rows = evaluate_sanitization(config, tmp_path / "all", backend=backend, progress=False)
+    by = {(r["method"], r["setting"]): r for r in rows}
+    assert set(by) == {("public", "-"), ("dp-fusion", "eps=8"), ("dp-fusion-filter", "eps=4")}
+    assert by["dp-fusion", "eps=8"]["epsilon"] == pytest.approx(8.0, rel=1e-6)
+    assert by["dp-fusion-filter", "eps=4"]["epsilon"] == pytest.approx(4.0, rel=1e-6)
+    cache = next((tmp_path / "all" / "cache").iterdir())
+    tokenizer = tinylm.tokenizer()
+    for doc, (text, _) in DOCS.items():
+        record = json.loads((cache / "dp-fusion__eps-8" / f"{doc}.json").read_text())
+        assert record["max_new_tokens"] == default_new_tokens(len(tokenizer(text, add_special_tokens=False)["input_ids"]))
+        assert record["epsilon"] == pytest.approx(8.0, rel=1e-6)
+    alone = EvalConfig(**{**config.__dict__, "ids": ("c", "a")})
+    evaluate_sanitization(alone, tmp_path / "two", backend=backend, progress=False)
+    again = next((tmp_path / "two" / "cache").iterdir())
+    assert again.name == cache.name  # the selection does not enter the run: same seeds, same settings
+    for key in ("public__-", "dp-fusion__eps-8", "dp-fusion-filter__eps-4"):
+        for doc in ("a", "c"):
+            assert json.loads((again / key / f"{doc}.json").read_text()) == \
+                   json.loads((cache / key / f"{doc}.json").read_text())
+
+
+def test_documents_are_selected_by_id_or_spread_over_lengths_before_the_model_loads(data, monkeypatch):
+    folder, cands = data
+    texts = {k: t for k, (t, _) in DOCS.items()}
+    base = EvalConfig(data_dir=str(folder), candidates=str(cands), model="tiny", methods=("public",), split="all")
+    assert select_documents(texts, EvalConfig(**{**base.__dict__, "ids": ("d", "b")})) == ["d", "b"]
+    by_length = sorted(texts, key=lambda d: len(texts[d]))
+    assert select_documents(texts, EvalConfig(**{**base.__dict__, "spread": True, "limit": 2})) == \
+           [by_length[0], by_length[-1]]
+    assert select_documents(texts, EvalConfig(**{**base.__dict__, "limit": 2})) == ["a", "b"]
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("an unknown id must be refused before the model loads")
+
+    monkeypatch.setattr(sanitization, "load_backend", refuse)
+    with pytest.raises(InvalidInputError, match="not in the 'all' split: zz"):
+        evaluate_sanitization(EvalConfig(**{**base.__dict__, "ids": ("a", "zz")}), folder / "out", progress=False)
+
+
+def test_a_document_longer_than_the_context_is_refused(data, tmp_path):
+    folder, cands = data
+    backend = HFBackend(tinylm.model(), tinylm.tokenizer(), options=OPTIONS)
+    config = EvalConfig(data_dir=str(folder), candidates=str(cands), model="tiny", methods=("public",),
+                        split="all", max_new_tokens=backend.max_context)
+    with pytest.raises(InvalidInputError, match="more than the model's context"):
+        evaluate_sanitization(config, tmp_path / "out", backend=backend, progress=False)

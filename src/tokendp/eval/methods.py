@@ -113,11 +113,14 @@ class Setting:
 
 
 def make_settings(methods: Sequence[str], *, epsilons: Sequence[float], paper: bool, vocab_size: int,
-                  max_new_tokens: int, delta: float, group_counts: Sequence[int] = (1,)) -> list[Setting]:
+                  max_new_tokens: int, delta: float, group_counts: Sequence[int] = (1,),
+                  filter_epsilons: Sequence[float] | None = None) -> list[Setting]:
     """Every setting to evaluate, in ``methods`` order.
 
     DP-Fusion's Renyi order at a target epsilon is :func:`tokendp.fusion.choose_alpha` for the
     numbers of groups ``group_counts`` of the evaluated documents (public parameters).
+    ``filter_epsilons``: dp-fusion-filter's targets, when not ``epsilons`` (the filter at half
+    the fixed accounting's epsilon, docs/sanitize.md).
     """
     unknown = sorted(set(methods) - set(METHODS))
     if unknown:
@@ -127,7 +130,7 @@ def make_settings(methods: Sequence[str], *, epsilons: Sequence[float], paper: b
         if m not in PRIVATE_METHODS:
             out.append(Setting(m, "-"))
             continue
-        for eps in epsilons:
+        for eps in filter_epsilons if m == "dp-fusion-filter" and filter_epsilons is not None else epsilons:
             out.append(_calibrated(m, float(eps), vocab_size, max_new_tokens, delta, group_counts))
         if paper:
             out += _paper(m)

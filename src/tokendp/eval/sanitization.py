@@ -1,6 +1,6 @@
 """``evaluate_sanitization``: utility and attack success of every method, side by side.
 
-For each TAB document (truncated span-safely to ``max_chars``) and each method setting:
+For each TAB document (truncated span-safely to ``max_chars``, or whole) and each method setting:
 
 1. **Perplexity** of the original document under the method's next-token distribution, by
    teacher forcing (:mod:`tokendp.eval.scoring`): one forward pass over the method's rows
@@ -9,7 +9,11 @@ For each TAB document (truncated span-safely to ``max_chars``) and each method s
 2. **Release**: the method's sampled rewrite of the true document (``max_new_tokens`` T).
    All pending settings of a batch of documents are generated together in one batched
    decoding loop (each setting's mechanism applied to its own sequences), with a generator
-   seeded from (seed, batch).
+   seeded from (seed, batch). With ``max_new_tokens=None`` each document is released alone
+   at sanitize's own T for it (:func:`tokendp.params.default_new_tokens`), its settings
+   calibrated to that T and its number of groups, seeded from (seed, document): at full length
+   this is what a user's ``tokendp sanitize`` certifies, and a document's results do not
+   depend on which others are evaluated.
 3. **Token-recovery game** for PERSON, CODE and DATETIME (:mod:`tokendp.eval.candidates`):
    the white-box attacker (the same model) scores the release under each of the 5 candidates
    as the prompt's document with LOSS and Min-K%; success when candidate 0 scores best.
@@ -42,7 +46,8 @@ from tokendp.eval.methods import BoundMethod, DocumentRows, Setting, document_ro
 from tokendp.mechanisms import MechanismStep
 from tokendp.eval.metrics import attack_success, loss_score, min_k_score, pooled_perplexity, target_logprobs
 from tokendp.eval.scoring import continuation_logits
-from tokendp.text.tab import load_tab
+from tokendp.params import default_new_tokens
+from tokendp.text.tab import TabSplit, load_tab, spread_by_length
 from tokendp.generation import generate, make_generator
 from tokendp.text.contexts import placeholders, prompt_template
 
@@ -60,11 +65,14 @@ class EvalConfig:
     model: str
     methods: tuple[str, ...]
     epsilons: tuple[float, ...] = (10.0, 50.0)
+    filter_epsilons: tuple[float, ...] | None = None  # dp-fusion-filter's, when not ``epsilons``
     paper_settings: bool = False
     split: str = "report"
     limit: int | None = None
-    max_chars: int = DEFAULT_MAX_CHARS
-    max_new_tokens: int = DEFAULT_MAX_NEW_TOKENS
+    ids: tuple[str, ...] | None = None  # these documents of the split, in this order
+    spread: bool = False  # ``limit`` documents at evenly spaced ranks of length
+    max_chars: int | None = DEFAULT_MAX_CHARS  # None: whole documents
+    max_new_tokens: int | None = DEFAULT_MAX_NEW_TOKENS  # None: each document's own T (sanitize's default)
     delta: float = DEFAULT_DELTA
     min_k: float = 0.2
     n_candidates: int = 5
@@ -79,6 +87,8 @@ class EvalConfig:
         keys = ("data_dir", "candidates", "model", "split", "max_chars", "max_new_tokens", "delta", "min_k",
                 "n_candidates", "seed", "batch_docs", "match_lengths")
         params = {k: getattr(self, k) for k in keys}
+        if self.max_new_tokens is not None:  # batches, and so seeds and calibration, follow the selection
+            params |= {k: getattr(self, k) for k in ("ids", "spread") if getattr(self, k)}
         params |= {k: getattr(self, k) for k in ("device", "dtype") if getattr(self, k) is not None}
         blob = json.dumps(params, sort_keys=True)
         return hashlib.sha256(blob.encode()).hexdigest()[:12]
@@ -97,19 +107,21 @@ def _seed(*parts: object) -> int:
     return zlib.crc32(":".join(map(str, parts)).encode())
 
 
-def prepare_documents(config: EvalConfig, backend: HFBackend) -> list[EvalDocument]:
-    """Load, truncate and tokenise the split's documents and build their attack candidates."""
-    tab = load_tab(config.data_dir, config.split)
+def prepare_documents(config: EvalConfig, backend: HFBackend, tab: TabSplit, ids: Sequence[str]) -> list[EvalDocument]:
+    """Truncate (unless whole) and tokenise the documents ``ids`` of ``tab`` and build their
+    attack candidates; refuse one whose prompt and T do not fit the model."""
     pool = json.loads(Path(config.candidates).read_text(encoding="utf-8"))
-    ids = list(tab.texts)[: config.limit] if config.limit else list(tab.texts)
     tok, opts = backend.tokenizer, backend.options
     template = prompt_template(tok, options=opts)
     placeholder = placeholders(tok, options=opts)
     length = (lambda s: len(tok(" " + s, add_special_tokens=False)["input_ids"])) if config.match_lengths else None
     docs = []
     for doc_id in ids:
-        text, spans = truncate_document(tab.texts[doc_id], tab.gold[doc_id], max_chars=config.max_chars)
+        text, spans = tab.texts[doc_id], tab.gold[doc_id]
+        if config.max_chars is not None:
+            text, spans = truncate_document(text, spans, max_chars=config.max_chars)
         doc = EvalDocument(doc_id, document_rows(text, spans, tok, template=template, placeholder=placeholder))
+        backend.check_fits(len(doc.rows.original), new_tokens(config, doc))
         for label in ATTACK_LABELS:
             if any(s.label == label for s in spans):
                 gen = torch.Generator().manual_seed(_seed(config.seed, doc_id, label))
@@ -118,6 +130,26 @@ def prepare_documents(config: EvalConfig, backend: HFBackend) -> list[EvalDocume
                 doc.candidates[label] = [template.wrap(tok(c, add_special_tokens=False)["input_ids"]) for c in cands]
         docs.append(doc)
     return docs
+
+
+def select_documents(texts: dict[str, str], config: EvalConfig) -> list[str]:
+    """The ids to evaluate: ``config.ids`` (in that order), else ``limit`` documents spread over
+    lengths (:func:`spread_by_length`) or the split's first ``limit``, else all of them."""
+    if config.ids is not None:
+        unknown = [d for d in config.ids if d not in texts]
+        if unknown:
+            raise InvalidInputError(f"documents not in the {config.split!r} split: {', '.join(unknown[:5])}"
+                                    + (f" and {len(unknown) - 5} more" if len(unknown) > 5 else ""))
+        return list(config.ids)
+    if config.spread:
+        return spread_by_length(texts, config.limit or len(texts))
+    return list(texts)[: config.limit] if config.limit else list(texts)
+
+
+def new_tokens(config: EvalConfig, doc: EvalDocument) -> int:
+    """T of ``doc``'s releases: the run's, or sanitize's default for the document (public: its
+    token count)."""
+    return config.max_new_tokens or default_new_tokens(len(doc.rows.target))
 
 
 def _perplexities(backend: HFBackend, bounds: Sequence[BoundMethod], i: int) -> list[tuple[float, int]]:
@@ -173,20 +205,33 @@ def evaluate_sanitization(config: EvalConfig, out_dir: str | Path, *, backend: H
                           progress: bool = True) -> list[dict[str, Any]]:
     """Run the evaluation (resuming from ``out_dir``'s cache); one result row per setting."""
     started = time.perf_counter()
+    tab = load_tab(config.data_dir, config.split)
+    ids = select_documents(tab.texts, config)  # before the model loads: a bad id costs nothing
+    if not ids:
+        raise InvalidInputError("no documents to evaluate: check --data, --split, --limit and --ids")
     backend = load_backend(backend or config.model, device=config.device, dtype=config.dtype)
-    docs = prepare_documents(config, backend)
-    if not docs:
-        raise InvalidInputError("no documents to evaluate: check --data, --split and --limit")
-    settings = make_settings(config.methods, epsilons=config.epsilons, paper=config.paper_settings,
-                             vocab_size=backend.vocab_size, max_new_tokens=config.max_new_tokens, delta=config.delta,
-                             group_counts=[len(d.rows.groups) for d in docs])
+    docs = prepare_documents(config, backend, tab, ids)
+    if config.max_new_tokens is None:  # each document alone, its settings calibrated to its own T
+        batches = [([d], d.doc_id) for d in docs]
+    else:
+        batches = [(docs[c:c + config.batch_docs], c) for c in range(0, len(docs), config.batch_docs)]
     cache = ResultCache(Path(out_dir), config)
-    bar = tqdm(total=len(settings) * len(docs), desc="eval sanitize", unit="run", disable=not progress)
-    records: dict[tuple[Setting, str], dict] = {}
-    for c in range(0, len(docs), config.batch_docs):
-        _run_chunk(config, backend, docs[c:c + config.batch_docs], c, settings, cache, records, bar)
+    settings = {}  # key -> the first batch's setting (a row's label and parameters)
+    records: dict[tuple[str, str], dict] = {}  # (setting key, doc_id) -> record
+    bar = None
+    for chunk, seed in batches:
+        chosen = make_settings(config.methods, epsilons=config.epsilons, filter_epsilons=config.filter_epsilons,
+                               paper=config.paper_settings,
+                               vocab_size=backend.vocab_size, max_new_tokens=new_tokens(config, chunk[0]),
+                               delta=config.delta, group_counts=[len(d.rows.groups) for d in
+                                                                 (chunk if config.max_new_tokens is None else docs)])
+        for s in chosen:
+            settings.setdefault(s.key, s)
+        if bar is None:
+            bar = tqdm(total=len(chosen) * len(docs), desc="eval sanitize", unit="run", disable=not progress)
+        _run_chunk(config, backend, chunk, seed, chosen, cache, records, bar)
     bar.close()
-    rows = [summarise(s, [records[s, d.doc_id] for d in docs], config) for s in settings]
+    rows = [summarise(s, [records[key, d.doc_id] for d in docs], config) for key, s in settings.items()]
     for r in rows:
         r["seconds_total"] = round(time.perf_counter() - started, 1)
     return rows
@@ -215,37 +260,39 @@ class _AllSettingsStep:
         return MechanismStep(out, {})
 
 
-def _run_chunk(config: EvalConfig, backend: HFBackend, chunk: list[EvalDocument], first: int,
+def _run_chunk(config: EvalConfig, backend: HFBackend, chunk: list[EvalDocument], seed: int | str,
                settings: Sequence[Setting], cache: ResultCache, records: dict, bar: tqdm) -> None:
-    """Release every pending setting's rewrite of the chunk's documents in one batched generation,
-    then score each (document, setting) and cache it."""
+    """Release every pending setting's rewrite of the chunk's documents in one batched generation
+    (T: :func:`new_tokens` of the chunk, whose documents share it), then score each (document,
+    setting) and cache it. ``seed`` names the chunk in the sampling seed."""
     for s in settings:
         for d in chunk:
             found = cache.get(s.key, d.doc_id)
             if found is not None:
-                records[s, d.doc_id] = found
+                records[s.key, d.doc_id] = found
                 bar.update(1)
-    pending = [s for s in settings if any((s, d.doc_id) not in records for d in chunk)]
+    pending = [s for s in settings if any((s.key, d.doc_id) not in records for d in chunk)]
     if not pending:
         return
+    tokens = new_tokens(config, chunk[0])
     bounds = [BoundMethod(s, [d.rows for d in chunk], vocab_size=backend.vocab_size,
-                          max_new_tokens=config.max_new_tokens, delta=config.delta) for s in pending]
+                          max_new_tokens=tokens, delta=config.delta) for s in pending]
     sequences = [RowSequence.from_ids(b.rows(d.rows), public_prefix=d.rows.public_prefix) for b in bounds for d in chunk]
     bar.set_postfix_str(f"releasing {len(sequences)} rewrites")
     released = generate(backend, sequences, _AllSettingsStep(bounds, len(chunk)),
-                        max_new_tokens=config.max_new_tokens, generator=make_generator(_seed(config.seed, "release", first)),
+                        max_new_tokens=tokens, generator=make_generator(_seed(config.seed, "release", seed)),
                         eos_ids=backend.eos_token_ids, stop_strings=backend.options.get("stop", []))
     for i, d in enumerate(chunk):
         bar.set_postfix_str("scoring")
-        todo = [k for k, s in enumerate(pending) if (s, d.doc_id) not in records]
+        todo = [k for k, s in enumerate(pending) if (s.key, d.doc_id) not in records]
         ppl = _perplexities(backend, [bounds[k] for k in todo], i)
         for (nll, n), k in zip(ppl, todo):
             out = released[k * len(chunk) + i]
             record = {"doc": d.doc_id, "nll": nll, "tokens": n, "epsilon": bounds[k].epsilon(d.rows),
-                      "groups": len(d.rows.groups), "released_tokens": len(out.token_ids),
+                      "groups": len(d.rows.groups), "max_new_tokens": tokens, "released_tokens": len(out.token_ids),
                       "attacks": _attack(backend, d, out.token_ids, config.min_k)}
             cache.put(pending[k].key, d.doc_id, record)
-            records[pending[k], d.doc_id] = record
+            records[pending[k].key, d.doc_id] = record
             bar.update(1)
 
 
@@ -267,5 +314,9 @@ def summarise(setting: Setting, records: list[dict], config: EvalConfig) -> dict
     row.update({"games": sum(len(r["attacks"]) for r in records), "docs": len(records),
                 "mean_released_tokens": sum(r["released_tokens"] for r in records) / len(records),
                 "params": {k: v for k, v in asdict(setting).items() if k not in ("method", "name") and v is not None},
-                "max_new_tokens": config.max_new_tokens, "delta": config.delta})
+                "max_new_tokens": config.max_new_tokens or "per document", "delta": config.delta})
+    if config.max_new_tokens is None:  # each document's own T, and the fixed accounting's order chosen for it
+        row["mean_max_new_tokens"] = sum(r["max_new_tokens"] for r in records) / len(records)
+        if setting.method == "dp-fusion":
+            row["params"].pop("alpha", None)
     return row

@@ -56,6 +56,15 @@ def load_tab(data_dir: str | Path, split: str) -> TabSplit:
     return TabSplit({d: texts[d] for d in ids}, load_span_file(data_dir / "gold_spans.json", ids, "gold"))
 
 
+def spread_by_length(texts: dict[str, str], k: int) -> list[str]:
+    """``k`` documents at evenly spaced ranks of length (the shortest and the longest among them),
+    shortest first: a rule that reads only the documents' lengths."""
+    ranked = sorted(texts, key=lambda d: (len(texts[d]), d))
+    if k >= len(ranked):
+        return ranked
+    return [ranked[round(i * (len(ranked) - 1) / max(k - 1, 1))] for i in range(k)]
+
+
 def baseline_files(data_dir: str | Path) -> dict[str, Path]:
     """The other taggers' span files in ``data_dir/baselines``, keyed by file stem."""
     folder = Path(data_dir) / "baselines"
