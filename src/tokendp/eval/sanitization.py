@@ -260,6 +260,20 @@ class _AllSettingsStep:
         return MechanismStep(out, {})
 
 
+class _ReleaseProgress:
+    """``on_token`` that shows how far a batched release is (tokens per rewrite so far, of T) on
+    the bar, every 16 tokens: a full-length document's release takes minutes."""
+
+    def __init__(self, bar: tqdm, rewrites: int, tokens: int) -> None:
+        self.bar, self.rewrites, self.tokens, self.sampled = bar, rewrites, tokens, 0
+
+    def __call__(self, doc: int, token: int) -> None:
+        self.sampled += 1
+        if self.sampled % (16 * self.rewrites) == 0:
+            self.bar.set_postfix_str(f"releasing {self.rewrites} rewrites: {self.sampled // self.rewrites} "
+                                     f"of up to {self.tokens} tokens each")
+
+
 def _run_chunk(config: EvalConfig, backend: HFBackend, chunk: list[EvalDocument], seed: int | str,
                settings: Sequence[Setting], cache: ResultCache, records: dict, bar: tqdm) -> None:
     """Release every pending setting's rewrite of the chunk's documents in one batched generation
@@ -281,7 +295,8 @@ def _run_chunk(config: EvalConfig, backend: HFBackend, chunk: list[EvalDocument]
     bar.set_postfix_str(f"releasing {len(sequences)} rewrites")
     released = generate(backend, sequences, _AllSettingsStep(bounds, len(chunk)),
                         max_new_tokens=tokens, generator=make_generator(_seed(config.seed, "release", seed)),
-                        eos_ids=backend.eos_token_ids, stop_strings=backend.options.get("stop", []))
+                        eos_ids=backend.eos_token_ids, stop_strings=backend.options.get("stop", []),
+                        on_token=_ReleaseProgress(bar, len(sequences), tokens))
     for i, d in enumerate(chunk):
         bar.set_postfix_str("scoring")
         todo = [k for k, s in enumerate(pending) if (s.key, d.doc_id) not in records]
