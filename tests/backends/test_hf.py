@@ -49,6 +49,30 @@ def test_prefix_sharing_equals_no_sharing(backend):
                                atol=1e-5, rtol=0)
 
 
+def test_a_sequence_given_twice_is_prefilled_once_and_decodes_on_its_own(backend, monkeypatch):
+    """The same object twice (copies by construction) runs once; each copy then decodes its own
+    tokens, as if it had been prefilled alone. Equal rows in distinct objects are not merged."""
+    seqs = [SEQS[0], SEQS[1], SEQS[0], SEQS[2], SEQS[0]]
+    forwarded = []
+    forward = backend._forward
+    monkeypatch.setattr(backend, "_forward", lambda ids, *a, **k: forwarded.append(ids.shape[0]) or forward(ids, *a, **k))
+    state, logits = backend.prefill(seqs)
+    assert forwarded == [1, 6]  # SEQS[0]'s prefix once, then the three distinct sequences' 6 rows
+    assert state.rows_per_sequence == (3, 2, 3, 1, 3) and logits.shape == (12, backend.vocab_size)
+    assert state.row_sequence.tolist() == [0, 0, 0, 1, 1, 2, 2, 2, 3, 4, 4, 4]
+    rows = _flat(seqs)
+    for i, ids in enumerate(rows):
+        torch.testing.assert_close(logits[i], _full_logits(backend.model, ids), atol=1e-5, rtol=0)
+    tokens = torch.tensor([50, 60, 51, 70, 52])
+    out = backend.decode(state, tokens)
+    for i, r in enumerate(rows):
+        torch.testing.assert_close(out[i], _full_logits(backend.model, r + [int(tokens[state.row_sequence[i]])]),
+                                   atol=1e-5, rtol=0)
+    forwarded.clear()
+    backend.prefill([SEQS[1], RowSequence.from_ids([list(r.ids) for r in SEQS[1].rows])])
+    assert forwarded == [4]
+
+
 def test_kv_cached_decoding_equals_full_recomputation(backend):
     state, _ = backend.prefill(SEQS)
     rows = _flat(SEQS)

@@ -426,8 +426,16 @@ class HFBackend:
         """Run every row of every sequence; return the state and logits ``# (Rtot, V)``.
 
         Rows are flattened in order (sequence 0's rows, then sequence 1's, ...). With
-        ``share_prefix`` the tokens common to all rows of a sequence are computed once.
+        ``share_prefix`` the tokens common to all rows of a sequence are computed once. A
+        sequence given more than once (the same object: copies by the caller's construction, as
+        when several mechanisms rewrite one document) is computed once and its cache copied to
+        each place; never by comparing rows, whose equality may depend on private text
+        (docs/privacy.md, "Equal rows, equal logits").
         """
+        distinct = list({id(s): s for s in sequences}.values())
+        if len(distinct) < len(sequences):
+            state, logits = self.prefill(distinct, share_prefix=share_prefix)
+            return self._copies(state, logits, [distinct.index(s) for s in sequences])
         adapters = self._row_adapters(sequences)
         prefix_lens = [s.shared_prefix_length() if share_prefix else 0 for s in sequences]
         counts = tuple(len(s) for s in sequences)
@@ -446,6 +454,21 @@ class HFBackend:
         state = DecodeState(cache, full_mask.to(self.device), next_position.to(self.device),
                             row_sequence.to(self.device), counts, adapters)
         return state, logits
+
+    def _copies(self, state: DecodeState, logits: torch.Tensor, source: list[int]) -> tuple[DecodeState, torch.Tensor]:
+        """The state and logits ``# (Rtot, V)`` of sequences that are copies: sequence n is
+        ``source[n]`` of ``state``'s (each row's cache, mask and position copied)."""
+        counts = state.rows_per_sequence
+        starts = [sum(counts[:k]) for k in range(len(counts))]
+        index = torch.cat([torch.arange(starts[k], starts[k] + counts[k]) for k in source])  # (Rtot,)
+        state.cache.batch_select_indices(index.to(self.device))
+        new_counts = tuple(counts[k] for k in source)
+        row_sequence = torch.repeat_interleave(torch.arange(len(source)), torch.tensor(new_counts))
+        adapters = None if state.adapters is None else tuple(state.adapters[i] for i in index.tolist())
+        copied = DecodeState(state.cache, state.attention_mask[index.to(self.device)],
+                             state.next_position[index.to(self.device)], row_sequence.to(self.device), new_counts,
+                             adapters)
+        return copied, logits[index.to(logits.device)]
 
     def _prefill_prefixes(self, sequences: Sequence[RowSequence], prefix_lens: list[int],
                           row_sequence: torch.Tensor, cache: Any, peft: bool = False) -> torch.Tensor | None:

@@ -42,7 +42,8 @@ from tokendp.backends import HFBackend, RowSequence, load_backend
 from tokendp.errors import InvalidInputError
 from tokendp.eval.cache import ResultCache
 from tokendp.eval.candidates import ATTACK_LABELS, attack_candidates, truncate_document
-from tokendp.eval.methods import BoundMethod, DocumentRows, Setting, document_rows, make_settings
+from tokendp.eval.methods import (FUSION_METHODS, BoundMethod, DocumentRows, Setting, document_rows,
+                                  make_settings)
 from tokendp.mechanisms import MechanismStep
 from tokendp.eval.metrics import attack_success, loss_score, min_k_score, pooled_perplexity, target_logprobs
 from tokendp.eval.scoring import continuation_logits
@@ -291,7 +292,10 @@ def _run_chunk(config: EvalConfig, backend: HFBackend, chunk: list[EvalDocument]
     tokens = new_tokens(config, chunk[0])
     bounds = [BoundMethod(s, [d.rows for d in chunk], vocab_size=backend.vocab_size,
                           max_new_tokens=tokens, delta=config.delta) for s in pending]
-    sequences = [RowSequence.from_ids(b.rows(d.rows), public_prefix=d.rows.public_prefix) for b in bounds for d in chunk]
+    views = {}  # the fusion methods read the same rows: one object each, which the backend prefills once
+    sequences = [views.setdefault(("fusion" if b.setting.method in FUSION_METHODS else b.setting.method, d.doc_id),
+                                  RowSequence.from_ids(b.rows(d.rows), public_prefix=d.rows.public_prefix))
+                 for b in bounds for d in chunk]
     bar.set_postfix_str(f"releasing {len(sequences)} rewrites")
     released = generate(backend, sequences, _AllSettingsStep(bounds, len(chunk)),
                         max_new_tokens=tokens, generator=make_generator(_seed(config.seed, "release", seed)),
