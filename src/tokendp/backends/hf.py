@@ -418,7 +418,9 @@ class HFBackend:
     def _new_cache(self) -> Any:
         from transformers import DynamicCache
 
-        return DynamicCache(config=self.model.config)
+        from tokendp.backends.cache import growing
+
+        return growing(DynamicCache(config=self.model.config))
 
     @torch.inference_mode()
     def prefill(self, sequences: Sequence[RowSequence], *, share_prefix: bool = True
@@ -516,9 +518,9 @@ class HFBackend:
     def can_roll_back(self) -> bool:
         """Whether :meth:`rollback` is exact for this model: every layer keeps full attention
         in a plain key/value cache (a sliding window or a recurrent state cannot forget a tail)."""
-        from transformers.cache_utils import DynamicLayer
+        from tokendp.backends.cache import GrowingLayer
 
-        return all(type(layer) is DynamicLayer for layer in self._new_cache().layers)
+        return all(type(layer) is GrowingLayer for layer in self._new_cache().layers)
 
     @torch.inference_mode()
     def rollback(self, state: DecodeState, forget: torch.Tensor) -> None:
