@@ -10,7 +10,7 @@ fixed-accounting setting at epsilon with the filter at epsilon/2, on the documen
     PYTHONPATH=src python benchmarks/filter_asr.py --out runs/filter-asr-full
 
 For each pair: the games played (documents x attacked labels), the success rate of LOSS and of
-Min-K% for each accounting, their difference and its noise: two standard errors of a difference
+Min-K% for each accounting (and "length": tokens released over the documents' tokens, pooled), their difference and its noise: two standard errors of a difference
 of two rates over that many games if they were equal (``2 sqrt(2 p (1 - p) / n)``, p the two
 rates' mean: a two-proportion z-test at about 5%, one-sided 2.3%); the rule counts a filter rate
 "higher beyond the noise" when it exceeds the fixed accounting's by more than that. Pooled teacher-forced perplexity beside it, and
@@ -44,7 +44,8 @@ def rates(records: list[dict]) -> dict:
     return {"documents": len(records), "games": n,
             "loss": sum(g["loss"] for g in games) / n if n else None,
             "mink": sum(g["mink"] for g in games) / n if n else None,
-            "ppl": math.exp(sum(r["nll"] for r in records) / sum(r["tokens"] for r in records))}
+            "ppl": math.exp(sum(r["nll"] for r in records) / sum(r["tokens"] for r in records)),
+            "released_share": sum(r["released_tokens"] for r in records) / sum(r["tokens"] for r in records)}
 
 
 def noise(p: float, q: float, n: int) -> float:
@@ -89,15 +90,16 @@ def main() -> None:
         return
     rows = pairs(load_records(args.out))
     (args.out / "filter_asr.json").write_text(json.dumps(rows, indent=2))
-    print("| epsilon | documents | games | fixed ppl / LOSS / Min-K% | filter at epsilon/2 | difference LOSS, Min-K% "
-          "(noise) | public LOSS / Min-K% |")
+    print("| epsilon | documents | games | fixed: ppl / LOSS / Min-K% / length | filter at epsilon/2 | "
+          "difference LOSS, Min-K% (noise) | public LOSS / Min-K% |")
     print("|---:|---:|---:|---|---|---|---|")
     for r in rows:
         f, g, p = r["fixed"], r["filter"], r.get("public")
         print(f"| {r['epsilon']:g} | {r['documents']} | {r['games']} | {f['ppl']:.4f} / {f['loss']:.2f} / "
-              f"{f['mink']:.2f} | {g['ppl']:.4f} / {g['loss']:.2f} / {g['mink']:.2f} | "
-              f"{r['loss_difference']:+.2f} ({r['loss_noise']:.2f}), {r['mink_difference']:+.2f} "
-              f"({r['mink_noise']:.2f}) | " + (f"{p['loss']:.2f} / {p['mink']:.2f} |" if p else "- |"))
+              f"{f['mink']:.2f} / {f['released_share']:.2f} | {g['ppl']:.4f} / {g['loss']:.2f} / {g['mink']:.2f} / "
+              f"{g['released_share']:.2f} | {r['loss_difference']:+.2f} ({r['loss_noise']:.2f}), "
+              f"{r['mink_difference']:+.2f} ({r['mink_noise']:.2f}) | "
+              + (f"{p['loss']:.2f} / {p['mink']:.2f} |" if p else "- |"))
 
 
 if __name__ == "__main__":

@@ -14,7 +14,8 @@ filter_asr = load_script("benchmarks/filter_asr.py")
 def _record(path, doc, loss, mink, nll=10.0, tokens=10):
     path.mkdir(parents=True, exist_ok=True)
     attacks = {"PERSON": {"loss": loss, "mink": mink}, "CODE": {"loss": 0.0, "mink": 0.0}}
-    (path / f"{doc}.json").write_text(json.dumps({"doc": doc, "nll": nll, "tokens": tokens, "attacks": attacks}))
+    (path / f"{doc}.json").write_text(json.dumps({"doc": doc, "nll": nll, "tokens": tokens, "released_tokens": 8,
+                                                  "attacks": attacks}))
 
 
 def test_pairs_fixed_at_epsilon_with_the_filter_at_half_on_shared_documents(tmp_path):
@@ -32,6 +33,7 @@ def test_pairs_fixed_at_epsilon_with_the_filter_at_half_on_shared_documents(tmp_
     assert row["loss_noise"] == pytest.approx(2 * math.sqrt(2 * 0.25 * 0.75 / 4))
     assert not row["loss_higher_beyond_noise"]  # +0.5 over 4 games is within 0.61
     assert row["ppl_filter_at_or_below"] and row["fixed"]["ppl"] == pytest.approx(math.exp(1.2))
+    assert row["filter"]["released_share"] == pytest.approx(0.8)
 
 
 def test_a_clear_excess_is_beyond_the_noise(tmp_path):
