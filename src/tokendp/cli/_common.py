@@ -16,8 +16,20 @@ import click
 from tokendp.cli._aliases import renamed  # noqa: F401 (re-exported for the commands)
 from tokendp.cli._console import console
 from tokendp.cli._exit import BadInputError, CLIError, Interrupted, library_errors  # noqa: F401 (re-exported)
+from tokendp.errors import InvalidParameterError
 from tokendp.params import (ACCOUNTINGS, DEFAULT_NO_REPEAT_NGRAM_SIZE, DEFAULT_PACE,
                              DEFAULT_STOP_AT_REPEATED_LINE)
+
+
+def floats(value: str | None, option: str) -> tuple[float, ...] | None:
+    """An option's comma-separated numbers ("4,8,16"), None for None; anything else is a
+    parameter error naming ``option``."""
+    if value is None:
+        return None
+    try:
+        return tuple(float(v) for v in value.split(",") if v.strip())
+    except ValueError:
+        raise InvalidParameterError(f"{option} takes comma-separated numbers, got {value!r}") from None
 
 
 class InputPath(click.Path):

@@ -7,9 +7,8 @@ from pathlib import Path
 import click
 
 from tokendp._optional import require
-from tokendp.cli._common import finish_eval, library_errors
+from tokendp.cli._common import finish_eval, floats, library_errors
 from tokendp.cli._console import console
-from tokendp.cli.eval_sanitize import _floats
 from tokendp.errors import InvalidParameterError
 
 
@@ -56,7 +55,7 @@ def eval_injection(model: str, tasks: int, seed: int, epsilons: str, max_new_tok
     from tokendp.eval.report import markdown_table
 
     torch.set_num_threads(threads)
-    config = InjectionConfig(model=model, tasks=tasks, seed=seed, epsilons=_floats(epsilons),
+    config = InjectionConfig(model=model, tasks=tasks, seed=seed, epsilons=floats(epsilons, "--epsilon"),
                              max_new_tokens=max_new_tokens, temperature=temperature, delta=delta, batch=batch,
                              question=question)
     rows = evaluate_injection(config, out_dir, progress=console().bars(as_json=as_json))

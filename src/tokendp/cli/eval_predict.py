@@ -11,7 +11,7 @@ from pathlib import Path
 import click
 
 from tokendp._optional import require
-from tokendp.cli._common import INPUT_DIR, INPUT_FILE, library_errors, renamed
+from tokendp.cli._common import INPUT_DIR, INPUT_FILE, floats, library_errors, renamed
 from tokendp.cli._console import console
 from tokendp.errors import InvalidParameterError
 
@@ -20,15 +20,6 @@ MD_COLUMNS = (("method", "method"), ("setting", "setting"), ("epsilon", "epsilon
               ("mean_lambda", "mean lambda (diag.)"))
 CSV_COLUMNS = ("method", "setting", "epsilon", "ppl", "tokens", "alpha", "beta", "sample_rate", "ensemble_size",
                "queries", "window", "delta", "mean_sampled", "mean_lambda")
-
-
-def _floats(value: str | None, option: str) -> tuple[float, ...] | None:
-    if value is None:
-        return None
-    try:
-        return tuple(float(v) for v in value.split(",") if v.strip())
-    except ValueError:
-        raise InvalidParameterError(f"{option} takes comma-separated numbers, got {value!r}") from None
 
 
 def _adapter(spec: str):
@@ -107,7 +98,7 @@ def eval_predict(ensemble_dir: Path, data: Path, out_dir: Path, methods: str, ep
     config = PredictEvalConfig(
         data=str(data), ensemble=str(ensemble_dir), base=base,
         methods=tuple(m.strip() for m in methods.split(",") if m.strip()),
-        epsilons=_floats(epsilons, "--epsilon") or (), sample_rates=_floats(sample_rates, "--sample-rate"),
+        epsilons=floats(epsilons, "--epsilon") or (), sample_rates=floats(sample_rates, "--sample-rate"),
         alpha=order, queries=queries, window=window, delta=delta, seed=seed,
         adapters=tuple(_adapter(a) for a in adapters))
     torch.set_num_threads(threads)

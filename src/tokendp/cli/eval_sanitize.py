@@ -7,16 +7,9 @@ from pathlib import Path
 import click
 
 from tokendp._optional import require
-from tokendp.cli._common import finish_eval, library_errors
+from tokendp.cli._common import finish_eval, floats, library_errors
 from tokendp.cli._console import console
 from tokendp.errors import InvalidParameterError
-
-
-def _floats(value: str, option: str = "--epsilon") -> tuple[float, ...]:
-    try:
-        return tuple(float(v) for v in value.split(",") if v.strip())
-    except ValueError:
-        raise InvalidParameterError(f"{option} takes comma-separated numbers, got {value!r}") from None
 
 
 def _new_tokens(ctx: click.Context, param: click.Parameter, value: str) -> int | None:
@@ -100,11 +93,13 @@ def eval_sanitize(data_dir: Path, candidates: Path, split: str, methods: str, ep
     from tokendp.eval.sanitization import EvalConfig, evaluate_sanitization
     config = EvalConfig(data_dir=str(data_dir), candidates=str(candidates), model=model,
                         methods=tuple(m.strip() for m in methods.split(",") if m.strip()),
-                        epsilons=_floats(epsilons), paper_settings=paper_settings, split=split, limit=limit,
-                        filter_epsilons=None if filter_epsilons is None else _floats(filter_epsilons, "--filter-epsilon"),
+                        epsilons=floats(epsilons, "--epsilon"),
+                        filter_epsilons=floats(filter_epsilons, "--filter-epsilon"),
+                        paper_settings=paper_settings, split=split, limit=limit,
                         ids=None if ids is None else tuple(i.strip() for i in ids.split(",") if i.strip()),
                         spread=spread, max_chars=max_chars or None, max_new_tokens=max_new_tokens, delta=delta,
-                        min_k=min_k, seed=seed, batch_docs=batch_docs, match_lengths=match_lengths, device=device, dtype=dtype)
+                        min_k=min_k, seed=seed, batch_docs=batch_docs, match_lengths=match_lengths, device=device,
+                        dtype=dtype)
     if threads < 1:
         raise InvalidParameterError(f"--threads must be >= 1, got {threads}")
     torch.set_num_threads(threads)
