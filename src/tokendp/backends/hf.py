@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import functools
 import inspect
+import itertools
 import json
 import logging
 import warnings
@@ -437,7 +438,9 @@ class HFBackend:
         distinct = list({id(s): s for s in sequences}.values())
         if len(distinct) < len(sequences):
             state, logits = self.prefill(distinct, share_prefix=share_prefix)
-            return self._copies(state, logits, [distinct.index(s) for s in sequences])
+            source = [distinct.index(s) for s in sequences]
+            rows = _rows_of(state.rows_per_sequence, source)  # (Rtot,)
+            return self.select(state, source), logits[rows.to(logits.device)]
         adapters = self._row_adapters(sequences)
         prefix_lens = [s.shared_prefix_length() if share_prefix else 0 for s in sequences]
         counts = tuple(len(s) for s in sequences)
@@ -456,21 +459,6 @@ class HFBackend:
         state = DecodeState(cache, full_mask.to(self.device), next_position.to(self.device),
                             row_sequence.to(self.device), counts, adapters)
         return state, logits
-
-    def _copies(self, state: DecodeState, logits: torch.Tensor, source: list[int]) -> tuple[DecodeState, torch.Tensor]:
-        """The state and logits ``# (Rtot, V)`` of sequences that are copies: sequence n is
-        ``source[n]`` of ``state``'s (each row's cache, mask and position copied)."""
-        counts = state.rows_per_sequence
-        starts = [sum(counts[:k]) for k in range(len(counts))]
-        index = torch.cat([torch.arange(starts[k], starts[k] + counts[k]) for k in source])  # (Rtot,)
-        state.cache.batch_select_indices(index.to(self.device))
-        new_counts = tuple(counts[k] for k in source)
-        row_sequence = torch.repeat_interleave(torch.arange(len(source)), torch.tensor(new_counts))
-        adapters = None if state.adapters is None else tuple(state.adapters[i] for i in index.tolist())
-        copied = DecodeState(state.cache, state.attention_mask[index.to(self.device)],
-                             state.next_position[index.to(self.device)], row_sequence.to(self.device), new_counts,
-                             adapters)
-        return copied, logits[index.to(logits.device)]
 
     def _prefill_prefixes(self, sequences: Sequence[RowSequence], prefix_lens: list[int],
                           row_sequence: torch.Tensor, cache: Any, peft: bool = False) -> torch.Tensor | None:
@@ -546,15 +534,21 @@ class HFBackend:
     @torch.inference_mode()
     def keep(self, state: DecodeState, keep: torch.Tensor) -> DecodeState:
         """Drop finished sequences: ``keep # (N,) bool``. Returns the state of the kept ones."""
-        keep = keep.to(state.row_sequence.device)
-        row_keep = keep[state.row_sequence]  # (Rtot,)
-        index = row_keep.nonzero().squeeze(-1)
-        state.cache.batch_select_indices(index)
-        new_seq = torch.cumsum(keep.long(), 0) - 1  # (N,) new index of each kept sequence
-        counts = tuple(c for c, k in zip(state.rows_per_sequence, keep.tolist()) if k)
-        adapters = None if state.adapters is None else tuple(state.adapters[i] for i in index.tolist())
-        return DecodeState(state.cache, state.attention_mask[index], state.next_position[index],
-                           new_seq[state.row_sequence[index]], counts, adapters)
+        return self.select(state, [n for n, kept in enumerate(keep.tolist()) if kept])
+
+    @torch.inference_mode()
+    def select(self, state: DecodeState, source: Sequence[int]) -> DecodeState:
+        """The state of sequences ``source`` of ``state``, in that order: each one's rows (cache,
+        mask, positions, adapters); a sequence named twice is copied. The row index comes from the
+        host's row counts, nothing read back from the device."""
+        counts = tuple(state.rows_per_sequence[k] for k in source)
+        rows = _rows_of(state.rows_per_sequence, source)  # (Rtot',)
+        on_device = rows.to(self.device)
+        state.cache.batch_select_indices(on_device)
+        row_sequence = torch.repeat_interleave(torch.arange(len(source)), torch.tensor(counts, dtype=torch.long))
+        adapters = None if state.adapters is None else tuple(state.adapters[i] for i in rows.tolist())
+        return DecodeState(state.cache, state.attention_mask[on_device], state.next_position[on_device],
+                           row_sequence.to(self.device), counts, adapters)
 
     @property
     def can_join(self) -> bool:
@@ -600,6 +594,13 @@ class HFBackend:
         if pad is None:
             pad = self.tokenizer.eos_token_id
         return int(pad) if pad is not None else 0
+
+
+def _rows_of(counts: Sequence[int], source: Sequence[int]) -> torch.Tensor:
+    """Flat row indices ``# (R,)`` int64 of sequences ``source`` in a layout of ``counts[n]`` rows
+    for sequence n (each sequence's rows together, in order)."""
+    starts = [0, *itertools.accumulate(counts)]
+    return torch.tensor([r for k in source for r in range(starts[k], starts[k + 1])], dtype=torch.long)
 
 
 def _pad_left(x: torch.Tensor, length: int, dim: int = -2) -> torch.Tensor:
