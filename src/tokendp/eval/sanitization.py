@@ -213,29 +213,30 @@ def evaluate_sanitization(config: EvalConfig, out_dir: str | Path, *, backend: H
     backend = load_backend(backend or config.model, device=config.device, dtype=config.dtype)
     docs = prepare_documents(config, backend, tab, ids)
     if config.max_new_tokens is None:  # each document alone, its settings calibrated to its own T
-        batches = [([d], d.doc_id) for d in docs]
+        batches = [([d], d.doc_id, _settings(config, backend, [d])) for d in docs]
     else:
-        batches = [(docs[c:c + config.batch_docs], c) for c in range(0, len(docs), config.batch_docs)]
+        chosen = _settings(config, backend, docs)
+        batches = [(docs[c:c + config.batch_docs], c, chosen) for c in range(0, len(docs), config.batch_docs)]
     cache = ResultCache(Path(out_dir), config)
-    settings = {}  # key -> the first batch's setting (a row's label and parameters)
     records: dict[tuple[str, str], dict] = {}  # (setting key, doc_id) -> record
-    bar = None
-    for chunk, seed in batches:
-        chosen = make_settings(config.methods, epsilons=config.epsilons, filter_epsilons=config.filter_epsilons,
-                               paper=config.paper_settings,
-                               vocab_size=backend.vocab_size, max_new_tokens=new_tokens(config, chunk[0]),
-                               delta=config.delta, group_counts=[len(d.rows.groups) for d in
-                                                                 (chunk if config.max_new_tokens is None else docs)])
-        for s in chosen:
-            settings.setdefault(s.key, s)
-        if bar is None:
-            bar = tqdm(total=len(chosen) * len(docs), desc="eval sanitize", unit="run", disable=not progress)
+    bar = tqdm(total=sum(len(chunk) * len(chosen) for chunk, _, chosen in batches), desc="eval sanitize",
+               unit="run", disable=not progress)
+    for chunk, seed, chosen in batches:
         _run_chunk(config, backend, chunk, seed, chosen, cache, records, bar)
     bar.close()
-    rows = [summarise(s, [records[key, d.doc_id] for d in docs], config) for key, s in settings.items()]
+    rows = [summarise(s, [records[s.key, d.doc_id] for d in docs], config) for s in batches[0][2]]
     for r in rows:
         r["seconds_total"] = round(time.perf_counter() - started, 1)
     return rows
+
+
+def _settings(config: EvalConfig, backend: HFBackend, docs: Sequence[EvalDocument]) -> list[Setting]:
+    """The run's settings, calibrated to ``docs``' T (:func:`new_tokens`, which they share) and
+    numbers of groups. The same keys, in the same order, for any ``docs``."""
+    return make_settings(config.methods, epsilons=config.epsilons, filter_epsilons=config.filter_epsilons,
+                         paper=config.paper_settings, vocab_size=backend.vocab_size,
+                         max_new_tokens=new_tokens(config, docs[0]), delta=config.delta,
+                         group_counts=[len(d.rows.groups) for d in docs])
 
 
 class _AllSettingsStep:
